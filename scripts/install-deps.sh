@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Installs everything libsnap needs to build, test, demo and benchmark, from
+# Debian 12 packages only. Idempotent: a second run installs nothing new.
+set -euo pipefail
+
+pkgs=(
+  build-essential cmake pkg-config clang
+  libisal-dev liburing-dev libhdf5-dev hdf5-tools hdf5-filter-plugin
+  liblz4-dev lz4 libzfp-dev
+  libopenmpi-dev openmpi-bin
+  python3-numpy python3-h5py python3-torch
+  fio
+)
+
+missing=()
+for p in "${pkgs[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "install-deps: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -ne 0 ] && SUDO=sudo
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi

@@ -1,0 +1,23 @@
+/*
+ * snaptool.h - subcommands of the snaptool CLI. Each lives in its own file
+ * and follows one contract: parse its own argv (argv[0] is the subcommand
+ * name), print --help to stdout, print errors to stderr, and return the
+ * process exit code documented in docs/snaptool.md:
+ *   0 success, 1 operation failed, 2 usage error, 3 data lost/corrupt.
+ */
+#ifndef SNAPTOOL_H
+#define SNAPTOOL_H
+
+enum { ST_OK = 0, ST_FAIL = 1, ST_USAGE = 2, ST_LOST = 3 };
+
+int cmd_bench_snapshot(int argc, char **argv);
+int cmd_bench_codec(int argc, char **argv);
+int cmd_bench_ec(int argc, char **argv);
+int cmd_bench_flush(int argc, char **argv);
+
+int cmd_status(int argc, char **argv);
+int cmd_ls(int argc, char **argv);
+int cmd_inspect(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+
+#endif
