@@ -1,0 +1,184 @@
+/*
+ * snap/snap.h - the libsnap C API: asynchronous, crash-safe snapshots of a
+ * training job's state into node-local memory held by snapsmp.
+ *
+ * The cycle, once per step:
+ *
+ *     snap_fence(ctx);          // previous snapshot copied: memory is yours
+ *     ...modify registered memory (optimizer step)...
+ *     snap_save(ctx, step);     // returns at once; copy threads work behind
+ *     ...forward/backward, which only READS the registered memory...
+ *
+ * Regions are registered once with snap_register() before the first save or
+ * restore. A save copies every region into a shared-memory slot owned by the
+ * node's snapsmp daemon; when the copy is done the library sends COMMIT with a
+ * manifest (layout + CRC32C of every chunk) and the daemon publishes it
+ * atomically. A trainer that dies at any instant loses at most the snapshot
+ * in progress; the newest committed one stays restorable.
+ *
+ * Why a fence: the copy runs concurrently with your code. If you modify a
+ * registered region before the copy has read it, the snapshot holds a mix of
+ * two steps, and nothing downstream can tell. snap_save() therefore refuses
+ * (SNAP_EUNFENCED) while the previous save has not been fenced, so forgetting
+ * the fence fails loudly on the very next step instead of silently corrupting
+ * state. snap_fence() returns at once when the copy is already complete.
+ *
+ * Thread safety: a snap_ctx is not thread-safe; call it from one thread at a
+ * time (normally the training loop). Distinct contexts are independent. The
+ * library runs its own copy threads; they touch only registered memory (read)
+ * and the mapped slot (write), and are joined by snap_close().
+ *
+ * Errors: every call returns 0 (or a documented non-negative value) on
+ * success, or a negative code from snap/error.h. snap_errmsg() gives a
+ * message naming the region, step, file or daemon at fault.
+ */
+#ifndef SNAP_SNAP_H
+#define SNAP_SNAP_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snap/error.h"
+#include "snap/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SNAP_VERSION_MAJOR 0
+#define SNAP_VERSION_MINOR 1
+
+#define SNAP_NAME_MAX 255       /* region name length, bytes */
+#define SNAP_JOB_MAX 64         /* job name length: [A-Za-z0-9._-], no leading '.' */
+#define SNAP_PATH_MAX 256
+#define SNAP_STEP_LATEST UINT64_MAX
+
+/*
+ * Configuration. snap_config_init() fills defaults; snap_config_from_env()
+ * applies SNAP_* environment overrides. The same struct configures the
+ * client library, snapsmp and snaptool, and the same names appear in their
+ * flags (--mem-limit <-> SNAP_MEM_LIMIT <-> mem_limit). docs/design.md lists
+ * every field.
+ */
+struct snap_config {
+	char job[SNAP_JOB_MAX + 1];   /* SNAP_JOB, default "default" */
+	char store[SNAP_PATH_MAX];    /* SNAP_STORE: node store root, default /dev/shm/libsnap */
+	char socket[SNAP_PATH_MAX];   /* SNAP_SOCKET: default <store>/smp.sock */
+	int rank;                     /* SNAP_RANK (else OMPI/PMI/SLURM rank vars), default 0 */
+	int world_size;               /* SNAP_WORLD_SIZE (else launcher vars), default 1 */
+	int local_rank;               /* SNAP_LOCAL_RANK (else launcher vars), default 0 */
+	uint64_t mem_limit;           /* SNAP_MEM_LIMIT: bytes snapsmp may hold; default 1/4 of RAM */
+	unsigned slots;               /* SNAP_SLOTS: slots per rank (>= 2), default 2 */
+	unsigned copy_threads;        /* SNAP_COPY_THREADS: default 2 */
+	uint64_t chunk_size;          /* SNAP_CHUNK_SIZE: CRC granularity, default 4 MiB */
+	unsigned timeout_ms;          /* SNAP_TIMEOUT_MS: connect and slot wait, default 30000 */
+	int verify_commit;            /* SNAP_VERIFY_COMMIT: snapsmp re-checks CRCs at commit (0) */
+	int populate;                 /* SNAP_POPULATE: pre-fault slot mappings at register (1) */
+};
+
+/* Fill every field with its default. Always returns 0. */
+int snap_config_init(struct snap_config *cfg);
+
+/*
+ * Apply SNAP_* environment variables (and the launcher's rank variables) over
+ * cfg. On a malformed value returns SNAP_EINVAL and, if err is not NULL,
+ * writes a message naming the variable into err[errlen].
+ */
+int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen);
+
+/* Parse "4096", "4K", "4KiB", "16M", "2G", "1T" into bytes. 0 or SNAP_EINVAL. */
+int snap_parse_size(const char *s, uint64_t *out);
+
+typedef struct snap_ctx snap_ctx;
+
+/*
+ * Open a context: connect to the node's snapsmp (cfg->socket) and introduce
+ * this rank of cfg->job. Retries the connection for cfg->timeout_ms. If ctxp
+ * is set to a context even on failure (it is, for every error but
+ * SNAP_ENOMEM), read snap_errmsg() and then snap_close() it.
+ */
+int snap_open(const struct snap_config *cfg, snap_ctx **ctxp);
+
+/*
+ * A region of memory to snapshot. ptr must stay valid and keep its size until
+ * snap_close(). ndim == 0 means a flat 1-D tensor of bytes/dtype_size
+ * elements, unsharded. Otherwise shape[] is this rank's shard, and
+ * global_shape[] / shard_offset[] place it in the logical tensor (used by
+ * export to reassemble shards; pass global_shape == shape and zero offsets
+ * for an unsharded tensor).
+ */
+struct snap_region {
+	const char *name;              /* unique, 1..SNAP_NAME_MAX bytes, no NUL/control chars */
+	void *ptr;
+	uint64_t bytes;
+	int dtype;                     /* enum snap_dtype */
+	int kind;                      /* enum snap_kind */
+	int device;                    /* SNAP_DEVICE_HOST (CUDA: not yet, SNAP_EUNSUPPORTED) */
+	int codec;                     /* SNAP_CODEC_NONE for now (others: SNAP_EUNSUPPORTED) */
+	int ndim;
+	uint64_t shape[SNAP_MAX_NDIM];
+	uint64_t global_shape[SNAP_MAX_NDIM];
+	uint64_t shard_offset[SNAP_MAX_NDIM];
+};
+
+/*
+ * Register one region. Allowed until the first snap_save() or snap_restore(),
+ * which freeze the layout (SNAP_ESTATE afterwards). Checks the name, dtype,
+ * kind, shape against bytes; the struct is copied, the memory is not.
+ */
+int snap_register(snap_ctx *ctx, const struct snap_region *region);
+
+/*
+ * Start an asynchronous snapshot of every registered region as `step`.
+ * Returns once the copy is queued: it blocks only for one round trip to
+ * snapsmp to get a free slot, longer only when every slot is pinned
+ * (another rank has not yet committed the step this rank's older slot is
+ * needed for; bounded by timeout_ms, then SNAP_EBUSY). Steps must increase.
+ * Fails with SNAP_EUNFENCED if the previous save was not fenced.
+ */
+int snap_save(snap_ctx *ctx, uint64_t step);
+
+/*
+ * Wait until the copy of the last save has read all registered memory. After
+ * it returns 0 the caller may modify registered memory. Returns at once if
+ * there is nothing to wait for. A failed copy is reported here and by
+ * snap_wait().
+ */
+int snap_fence(snap_ctx *ctx);
+
+/*
+ * Wait until the last save is committed by snapsmp (implies the fence).
+ * Returns that save's outcome: 0 once snapsmp has published it.
+ */
+int snap_wait(snap_ctx *ctx);
+
+/*
+ * The newest step restorable for this job on this node: committed by every
+ * rank of the job. SNAP_ENOENT when there is none.
+ */
+int snap_latest(snap_ctx *ctx, uint64_t *step);
+
+/*
+ * Restore `step` (or SNAP_STEP_LATEST) into the registered regions. Every
+ * chunk's CRC32C is verified before any registered byte is written, so on
+ * failure your memory is untouched. SNAP_EMISMATCH if the registered layout
+ * differs from the snapshot's (the message names the region); SNAP_ECORRUPT
+ * naming the region and chunk on a checksum mismatch. *restored (may be NULL)
+ * receives the step restored. Requires the previous save to be fenced.
+ */
+int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
+
+/* The message for the last error on ctx ("" if none). Valid until the next call. */
+const char *snap_errmsg(const snap_ctx *ctx);
+
+/*
+ * Wait for an in-flight snapshot to commit, stop the copy threads, unmap the
+ * slots and disconnect. Returns the in-flight snapshot's outcome. ctx is freed
+ * in all cases; NULL is a no-op.
+ */
+int snap_close(snap_ctx *ctx);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SNAP_SNAP_H */

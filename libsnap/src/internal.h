@@ -1,0 +1,30 @@
+/* internal.h - helpers shared by libsnap, snapsmp and snaptool; not installed. */
+#ifndef SNAP_INTERNAL_H
+#define SNAP_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snap/snap.h"
+
+#if defined(__GNUC__)
+#define SNAP_PRINTF(a, b) __attribute__((format(printf, a, b)))
+#else
+#define SNAP_PRINTF(a, b)
+#endif
+
+/* snprintf into err[errlen] when err is not NULL. */
+void snap_fmt(char *err, size_t errlen, const char *fmt, ...) SNAP_PRINTF(3, 4);
+
+/* CRC32C (Castagnoli, ISA-L crc32_iscsi), standard init/final xor: crc32c("") == 0. */
+uint32_t snap_crc32c(const void *buf, size_t len);
+/* Continue a CRC: snap_crc32c_update(snap_crc32c(a), b) == snap_crc32c(a ++ b). */
+uint32_t snap_crc32c_update(uint32_t crc, const void *buf, size_t len);
+
+int snap_job_name_ok(const char *job);
+int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
+
+/* Monotonic clock in nanoseconds. */
+uint64_t snap_now_ns(void);
+
+#endif

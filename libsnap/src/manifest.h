@@ -1,0 +1,77 @@
+/*
+ * manifest.h - the snapshot description: a layout (the registered regions and
+ * where each sits in a slot) plus, once committed, the step and a CRC32C per
+ * chunk of every region. The same layout encoding travels in REGISTER
+ * messages; the manifest is what snapsmp publishes atomically next to a slot
+ * file. Format: docs/design.md, "Manifest".
+ */
+#ifndef SNAP_MANIFEST_H
+#define SNAP_MANIFEST_H
+
+#include <stdint.h>
+
+#include "buf.h"
+#include "snap/snap.h"
+
+#define SNAP_MAN_MAGIC "SNAPMAN\0"
+#define SNAP_MAN_VERSION 1
+#define SNAP_MAN_HEADER 24          /* magic 8, version 4, crc 4, length 8 */
+#define SNAP_MAX_REGIONS 65536
+#define SNAP_SLOT_ALIGN 4096        /* regions start page-aligned in a slot */
+
+struct snap_man_region {
+	char name[SNAP_NAME_MAX + 1];
+	uint8_t dtype, kind, device, codec, ndim;
+	uint64_t offset;                /* byte offset in the slot */
+	uint64_t bytes;
+	uint64_t shape[SNAP_MAX_NDIM];
+	uint64_t global_shape[SNAP_MAX_NDIM];
+	uint64_t shard_offset[SNAP_MAX_NDIM];
+	uint32_t nchunks;               /* ceil(bytes / chunk_size) */
+	uint32_t first_crc;             /* index of this region's first CRC in crc[] */
+};
+
+struct snap_layout {
+	uint32_t nregions;
+	struct snap_man_region *regions;
+	uint64_t slot_bytes;            /* end of the last region, page-rounded */
+	uint64_t chunk_size;
+	uint32_t ncrc;                  /* sum of nchunks */
+};
+
+struct snap_manifest {
+	char job[SNAP_JOB_MAX + 1];
+	uint32_t rank, world;
+	uint64_t step;
+	uint32_t slot;
+	uint64_t wall_ns;               /* CLOCK_REALTIME at commit, for humans */
+	struct snap_layout layout;
+	uint32_t *crc;                  /* layout.ncrc entries */
+};
+
+/*
+ * Place regions in a slot (page-aligned, in registration order) and count
+ * chunks. Checks every field: dtype/kind known, shape product == bytes,
+ * shard inside the global shape, names unique. On error writes a message
+ * naming the region into err.
+ */
+int snap_layout_build(struct snap_layout *lay, const struct snap_region *regs, uint32_t n,
+		      uint64_t chunk_size, char *err, size_t errlen);
+void snap_layout_encode(struct snap_wbuf *w, const struct snap_layout *lay);
+/* Decode and validate (same checks as build, plus offsets). */
+int snap_layout_decode(struct snap_rbuf *r, struct snap_layout *lay, char *err, size_t errlen);
+void snap_layout_free(struct snap_layout *lay);
+/* 0 if equal; else SNAP_EMISMATCH with a message naming the first difference. */
+int snap_layout_compare(const struct snap_layout *have, const struct snap_layout *want, char *err, size_t errlen);
+
+/* Serialize with header and checksum. Returns 0 or SNAP_ENOMEM. */
+int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w);
+/*
+ * Parse and verify (magic, version, length, checksum, every field). On error
+ * returns SNAP_EFORMAT, SNAP_ETRUNC, SNAP_ECORRUPT or SNAP_EPROTO with a
+ * message. On success the caller owns *m (snap_manifest_free).
+ */
+int snap_manifest_decode(const void *buf, size_t len, struct snap_manifest *m, char *err, size_t errlen);
+void snap_manifest_free(struct snap_manifest *m);
+
+#endif

@@ -1,0 +1,57 @@
+/*
+ * wire.h - the trainer <-> snapsmp protocol over a Unix stream socket.
+ *
+ * Every message is a 16-byte header (magic "SNAP", version, type, payload
+ * length, status) and a payload of at most SNAP_WIRE_MAX bytes encoded with
+ * buf.h. A reply has the request's type | SNAP_MSG_REPLY; a negative status
+ * means failure and the payload is then a human-readable message. Slot files
+ * travel as SCM_RIGHTS descriptors attached to replies. docs/design.md,
+ * "Socket protocol", lists each message's payload.
+ */
+#ifndef SNAP_WIRE_H
+#define SNAP_WIRE_H
+
+#include <stdint.h>
+
+#define SNAP_WIRE_MAGIC 0x50414E53u     /* "SNAP" little-endian */
+#define SNAP_WIRE_VERSION 1
+#define SNAP_WIRE_HDR 16
+#define SNAP_WIRE_MAX (64u << 20)
+
+enum snap_msg_type {
+	SNAP_MSG_HELLO = 1,     /* str job, u32 rank, u32 world, u32 pid -> u32 slots, u64 mem_limit, u64 mem_used */
+	SNAP_MSG_REGISTER = 2,  /* layout -> (empty) */
+	SNAP_MSG_ACQUIRE = 3,   /* u64 step -> u32 slot, u64 bytes + fd (read-write) */
+	SNAP_MSG_COMMIT = 4,    /* u32 slot, u64 step, u32 ncrc, u32 crc[ncrc] -> (empty) */
+	SNAP_MSG_LATEST = 5,    /* (empty) -> u64 step */
+	SNAP_MSG_RESTORE = 6,   /* u64 step (UINT64_MAX = latest) -> manifest bytes + fd (read-only) */
+	SNAP_MSG_REPLY = 0x8000,
+};
+
+struct snap_msg_hdr {
+	uint32_t magic;
+	uint16_t version;
+	uint16_t type;
+	uint32_t len;
+	int32_t status;
+};
+
+/* Decode and check a header from SNAP_WIRE_HDR bytes: SNAP_EPROTO/EFORMAT on a bad one. */
+int snap_wire_parse_hdr(const void *b, struct snap_msg_hdr *h);
+void snap_wire_put_hdr(void *b, uint16_t type, int32_t status, uint32_t len);
+
+/*
+ * Send one message (blocking, complete, no SIGPIPE). pass_fd >= 0 attaches a
+ * descriptor. Returns 0 or SNAP_ESMP.
+ */
+int snap_wire_send(int sock, uint16_t type, int32_t status, const void *payload, uint32_t len, int pass_fd);
+
+/*
+ * Receive one message, waiting at most timeout_ms (-1: forever). *payload is
+ * malloc'd (NULL when empty; free it). If fd_out is not NULL it receives a
+ * passed descriptor or -1; descriptors nobody asked for are closed. Returns 0,
+ * SNAP_ESMP (closed/error), SNAP_ETIMEDOUT, SNAP_EPROTO or SNAP_ENOMEM.
+ */
+int snap_wire_recv(int sock, struct snap_msg_hdr *h, void **payload, int *fd_out, int timeout_ms);
+
+#endif

@@ -1,0 +1,495 @@
+/*
+ * snapsmp's event loop: one thread, poll() over the listening socket, a
+ * signalfd and every trainer connection. Requests are small and handled to
+ * completion (a commit is a manifest write and a rename), so one thread
+ * keeps the store's rules simple and race-free.
+ *
+ * Hostile input: connections are non-blocking and buffered, so a client
+ * that sends half a header stalls only itself; every payload is parsed with
+ * the bounded reader; a malformed message gets an error reply and the
+ * connection is closed; nothing a client sends can touch a committed slot
+ * other than through the retention rules in slots.c.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <poll.h>
+#include <stdarg.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "buf.h"
+#include "daemon.h"
+#include "internal.h"
+#include "wire.h"
+
+#define MAX_CONNS 4096
+#define ERRLEN 768
+
+struct conn {
+	int fd;
+	uint8_t *buf;
+	size_t len, cap;
+	struct store_job *job;
+	struct store_rank *rank;
+	uint32_t pid;
+	int dead;
+	struct conn *next;
+};
+
+struct smp {
+	const struct snap_config *cfg;
+	struct snap_store *store;
+	int lfd, sigfd;
+	struct conn *conns;
+	unsigned nconns;
+	int quiet;
+};
+
+void snap_smp_log(const char *msg)
+{
+	fprintf(stderr, "snapsmp[%d]: %s\n", (int)getpid(), msg);
+}
+
+static void say(struct smp *m, const char *fmt, ...) SNAP_PRINTF(2, 3);
+
+static void say(struct smp *m, const char *fmt, ...)
+{
+	if (m->quiet)
+		return;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	snap_smp_log(msg);
+}
+
+static void reply_err(struct conn *c, uint16_t type, int rc, const char *msg)
+{
+	snap_wire_send(c->fd, type | SNAP_MSG_REPLY, rc, msg, (uint32_t)strlen(msg), -1);
+}
+
+static void close_conn(struct smp *m, struct conn *c)
+{
+	if (c->rank && c->rank->conn == c) {
+		snap_store_release_owner(m->store, c->rank, c);
+		c->rank->conn = NULL;
+		say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
+	}
+	close(c->fd);
+	free(c->buf);
+	c->dead = 1;
+}
+
+/* ---- requests ------------------------------------------------------------ */
+
+static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, char *err)
+{
+	char job[SNAP_JOB_MAX + 1];
+	snap_get_str(r, job, sizeof(job));
+	uint32_t rank = snap_get_u32(r), world = snap_get_u32(r), pid = snap_get_u32(r);
+	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world || world > (1u << 24)) {
+		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u or world %u invalid)", rank, world);
+		return SNAP_EPROTO;
+	}
+	if (c->job) {
+		snap_fmt(err, ERRLEN, "HELLO sent twice on one connection");
+		return SNAP_EPROTO;
+	}
+	struct store_job *j = snap_store_job(m->store, job, 1);
+	struct store_rank *rk = j ? snap_store_rank(m->store, j, rank, 1) : NULL;
+	if (!rk) {
+		snap_fmt(err, ERRLEN, "cannot create store directories for job %s rank %u under %s: %s", job, rank,
+			 m->store->root, strerror(errno));
+		return SNAP_EIO;
+	}
+	if (rk->conn) {
+		snap_fmt(err, ERRLEN, "job %s rank %u is already connected (pid %u)", job, rank, rk->pid);
+		return SNAP_EBUSY;
+	}
+	rk->conn = c;
+	rk->pid = pid;
+	j->world = world;
+	c->job = j;
+	c->rank = rk;
+	c->pid = pid;
+	say(m, "job %s rank %u/%u connected (pid %u)", job, rank, world, pid);
+	snap_put_u32(out, m->store->nslots);
+	snap_put_u64(out, m->store->mem_limit);
+	snap_put_u64(out, m->store->mem_used);
+	return 0;
+}
+
+static int on_register(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err)
+{
+	struct snap_layout lay;
+	char why[512];
+	int rc = snap_layout_decode(r, &lay, why, sizeof(why));
+	if (rc) {
+		snap_fmt(err, ERRLEN, "malformed layout: %s", why);
+		return rc;
+	}
+	if (snap_rbuf_left(r)) {
+		snap_layout_free(&lay);
+		snap_fmt(err, ERRLEN, "REGISTER carries %zu trailing bytes", snap_rbuf_left(r));
+		return SNAP_EPROTO;
+	}
+	rc = snap_store_register(m->store, c->job, c->rank, &lay, err, ERRLEN);
+	snap_layout_free(&lay);
+	return rc;
+}
+
+static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)
+{
+	uint64_t step = snap_get_u64(r);
+	if (r->bad || snap_rbuf_left(r) || step == SNAP_STEP_LATEST) {
+		snap_fmt(err, ERRLEN, "malformed ACQUIRE");
+		return SNAP_EPROTO;
+	}
+	uint32_t slot;
+	int rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, ERRLEN);
+	if (rc)
+		return rc;
+	snap_put_u32(out, slot);
+	snap_put_u64(out, c->rank->layout.slot_bytes);
+	return 0;
+}
+
+static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err)
+{
+	uint32_t slot = snap_get_u32(r);
+	uint64_t step = snap_get_u64(r);
+	uint32_t ncrc = snap_get_u32(r);
+	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 4) {
+		snap_fmt(err, ERRLEN, "malformed COMMIT (%u checksums announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
+		if (slot < m->store->nslots)
+			snap_store_release_owner(m->store, c->rank, c);
+		return SNAP_EPROTO;
+	}
+	uint32_t *crc = malloc(sizeof(uint32_t) * (ncrc ? ncrc : 1));
+	if (!crc)
+		return SNAP_ENOMEM;
+	for (uint32_t i = 0; i < ncrc; i++)
+		crc[i] = snap_get_u32(r);
+	int rc = snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, ncrc, m->cfg->verify_commit, err,
+				   ERRLEN);
+	free(crc);
+	return rc;
+}
+
+/* A step is restorable only when every rank of its world committed it. */
+static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *slot, char *err)
+{
+	uint64_t latest;
+	struct store_job *j = c->job;
+	int have = snap_store_latest(m->store, j, &latest) == 0;
+	if (want == SNAP_STEP_LATEST) {
+		if (!have) {
+			snap_fmt(err, ERRLEN, "job %s has no step committed by all of its ranks in store %s", j->name,
+				 m->store->root);
+			return SNAP_ENOENT;
+		}
+		want = latest;
+	}
+	struct store_slot *sl = snap_store_find(m->store, c->rank, want, slot);
+	if (!sl) {
+		snap_fmt(err, ERRLEN, "job %s rank %u has no committed snapshot of step %" PRIu64 " in store %s", j->name,
+			 c->rank->rank, want, m->store->root);
+		return SNAP_ENOENT;
+	}
+	for (uint32_t r = 0; r < sl->man.world; r++) {
+		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
+		if (!snap_store_find(m->store, rk, want, NULL)) {
+			snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s is incomplete: rank %u has not committed it", want,
+				 j->name, r);
+			return SNAP_ENOENT;
+		}
+	}
+	return 0;
+}
+
+static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)
+{
+	uint64_t want = snap_get_u64(r);
+	if (r->bad || snap_rbuf_left(r)) {
+		snap_fmt(err, ERRLEN, "malformed RESTORE");
+		return SNAP_EPROTO;
+	}
+	uint32_t slot;
+	int rc = pick_restore(m, c, want, &slot, err);
+	if (rc)
+		return rc;
+	rc = snap_store_open_slot(m->store, c->job, c->rank, slot, err, ERRLEN);
+	if (rc < 0)
+		return rc;
+	*fd = rc;
+	snap_put_bytes(out, c->rank->slots[slot].man_bytes, c->rank->slots[slot].man_len);
+	return 0;
+}
+
+static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, const uint8_t *payload)
+{
+	struct snap_rbuf r;
+	struct snap_wbuf out = { 0 };
+	char err[ERRLEN] = "";
+	int fd = -1, rc;
+	snap_rbuf_init(&r, payload, h->len);
+	if (h->type != SNAP_MSG_HELLO && !c->job) {
+		snap_fmt(err, ERRLEN, "send HELLO first");
+		rc = SNAP_EPROTO;
+	} else {
+		switch (h->type) {
+		case SNAP_MSG_HELLO: rc = on_hello(m, c, &r, &out, err); break;
+		case SNAP_MSG_REGISTER: rc = on_register(m, c, &r, err); break;
+		case SNAP_MSG_ACQUIRE: rc = on_acquire(m, c, &r, &out, &fd, err); break;
+		case SNAP_MSG_COMMIT: rc = on_commit(m, c, &r, err); break;
+		case SNAP_MSG_LATEST: {
+			uint64_t step;
+			rc = snap_store_latest(m->store, c->job, &step);
+			if (rc == 0)
+				snap_put_u64(&out, step);
+			else
+				snap_fmt(err, ERRLEN, "job %s has no step committed by all of its ranks", c->job->name);
+			break;
+		}
+		case SNAP_MSG_RESTORE: rc = on_restore(m, c, &r, &out, &fd, err); break;
+		default:
+			snap_fmt(err, ERRLEN, "unknown message type %u", h->type);
+			rc = SNAP_EPROTO;
+		}
+	}
+	if (rc == 0 && out.oom) {
+		rc = SNAP_ENOMEM;
+		snap_fmt(err, ERRLEN, "snapsmp is out of memory");
+	}
+	if (rc == 0) {
+		if (snap_wire_send(c->fd, h->type | SNAP_MSG_REPLY, 0, out.p, (uint32_t)out.len, fd) != 0)
+			close_conn(m, c);
+	} else {
+		if (rc != SNAP_EBUSY)
+			say(m, "%s%s%s: %s", c->job ? "job " : "peer", c->job ? c->job->name : "", "", err);
+		reply_err(c, h->type, rc, err);
+		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
+			close_conn(m, c);
+	}
+	if (fd >= 0)
+		close(fd);
+	snap_wbuf_free(&out);
+}
+
+/* ---- connections --------------------------------------------------------- */
+
+static void on_readable(struct smp *m, struct conn *c)
+{
+	for (;;) {
+		if (c->cap - c->len < 65536) {
+			size_t cap = c->cap ? c->cap * 2 : 65536;
+			if (cap > SNAP_WIRE_MAX + SNAP_WIRE_HDR + 65536)
+				cap = SNAP_WIRE_MAX + SNAP_WIRE_HDR + 65536;
+			uint8_t *p = cap > c->cap ? realloc(c->buf, cap) : NULL;
+			if (!p) {
+				close_conn(m, c);
+				return;
+			}
+			c->buf = p;
+			c->cap = cap;
+		}
+		union {
+			struct cmsghdr align;
+			char b[CMSG_SPACE(sizeof(int) * 8)];
+		} cb;
+		struct iovec iov = { c->buf + c->len, c->cap - c->len };
+		struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = cb.b, .msg_controllen = sizeof(cb.b) };
+		ssize_t n = recvmsg(c->fd, &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+		/* Clients never pass descriptors: close any they try to plant. */
+		for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); n > 0 && cm; cm = CMSG_NXTHDR(&msg, cm)) {
+			if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS) {
+				size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+				for (size_t i = 0; i < k; i++) {
+					int fd;
+					memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof(int));
+					close(fd);
+				}
+			}
+		}
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			break;
+		if (n <= 0) {
+			close_conn(m, c);
+			return;
+		}
+		c->len += (size_t)n;
+		while (!c->dead && c->len >= SNAP_WIRE_HDR) {
+			struct snap_msg_hdr h;
+			int rc = snap_wire_parse_hdr(c->buf, &h);
+			if (rc) {
+				reply_err(c, 0, rc, rc == SNAP_EFORMAT ? "bad magic or unsupported protocol version"
+								       : "message longer than the protocol allows");
+				close_conn(m, c);
+				return;
+			}
+			if (c->len < SNAP_WIRE_HDR + h.len)
+				break;
+			dispatch(m, c, &h, c->buf + SNAP_WIRE_HDR);
+			if (c->dead)
+				return;
+			memmove(c->buf, c->buf + SNAP_WIRE_HDR + h.len, c->len - SNAP_WIRE_HDR - h.len);
+			c->len -= SNAP_WIRE_HDR + h.len;
+		}
+		if (c->dead)
+			return;
+	}
+}
+
+static void on_accept(struct smp *m)
+{
+	int fd = accept4(m->lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+	if (fd < 0)
+		return;
+	struct ucred cred;
+	socklen_t len = sizeof(cred);
+	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
+		say(m, "refusing connection from uid %d (pid %d): only uid %d may use this store", (int)cred.uid,
+		    (int)cred.pid, (int)geteuid());
+		struct conn tmp = { .fd = fd };
+		reply_err(&tmp, SNAP_MSG_HELLO, SNAP_EPERM, "snapsmp serves only its own user");
+		close(fd);
+		return;
+	}
+	if (m->nconns >= MAX_CONNS) {
+		struct conn tmp = { .fd = fd };
+		reply_err(&tmp, SNAP_MSG_HELLO, SNAP_EBUSY, "snapsmp has too many connections");
+		close(fd);
+		return;
+	}
+	struct conn *c = calloc(1, sizeof(*c));
+	if (!c) {
+		close(fd);
+		return;
+	}
+	c->fd = fd;
+	c->next = m->conns;
+	m->conns = c;
+	m->nconns++;
+}
+
+static int listen_on(struct smp *m, char *err, size_t errlen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(m->cfg->socket) >= sizeof(a.sun_path)) {
+		snap_fmt(err, errlen, "socket path %s is longer than %zu bytes", m->cfg->socket, sizeof(a.sun_path) - 1);
+		return SNAP_EINVAL;
+	}
+	strcpy(a.sun_path, m->cfg->socket);
+	m->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	/* We hold the store lock, so an existing socket file is a dead daemon's. */
+	unlink(m->cfg->socket);
+	mode_t old = umask(077);
+	int rc = m->lfd < 0 || bind(m->lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(m->lfd, 512) != 0;
+	umask(old);
+	if (rc) {
+		snap_fmt(err, errlen, "cannot listen on %s: %s", m->cfg->socket, strerror(errno));
+		return SNAP_EIO;
+	}
+	return 0;
+}
+
+int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen)
+{
+	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .quiet = quiet };
+	int rc = snap_store_open(&m.store, cfg->store, cfg->slots, cfg->mem_limit, 0, quiet ? NULL : snap_smp_log,
+				 err, errlen);
+	if (rc)
+		return rc;
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
+	m.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (m.sigfd < 0 || (rc = listen_on(&m, err, errlen))) {
+		if (!rc)
+			snap_fmt(err, errlen, "signalfd: %s", strerror(errno));
+		rc = rc ? rc : SNAP_EIO;
+		goto out;
+	}
+	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)", cfg->store,
+	    cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used);
+
+	struct pollfd *pfd = NULL;
+	struct conn **pc = NULL;
+	for (int stop = 0; !stop;) {
+		unsigned n = 2 + m.nconns;
+		struct pollfd *np = realloc(pfd, n * sizeof(*pfd));
+		struct conn **nc = realloc(pc, n * sizeof(*pc));
+		if (np)
+			pfd = np;
+		if (nc)
+			pc = nc;
+		if (!np || !nc) {
+			snap_fmt(err, errlen, "out of memory");
+			rc = SNAP_ENOMEM;
+			break;
+		}
+		pfd[0] = (struct pollfd){ .fd = m.sigfd, .events = POLLIN };
+		pfd[1] = (struct pollfd){ .fd = m.lfd, .events = POLLIN };
+		unsigned k = 2;
+		for (struct conn *c = m.conns; c; c = c->next, k++) {
+			pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
+			pc[k] = c;
+		}
+		if (poll(pfd, k, -1) < 0 && errno != EINTR) {
+			snap_fmt(err, errlen, "poll: %s", strerror(errno));
+			rc = SNAP_EIO;
+			break;
+		}
+		if (pfd[0].revents) {
+			struct signalfd_siginfo si;
+			if (read(m.sigfd, &si, sizeof(si)) == sizeof(si)) {
+				say(&m, "signal %u: shutting down", si.ssi_signo);
+				stop = 1;
+			}
+		}
+		for (unsigned i = 2; i < k; i++)
+			if (pfd[i].revents && !pc[i]->dead)
+				on_readable(&m, pc[i]);
+		if (pfd[1].revents)
+			on_accept(&m);
+		for (struct conn **pp = &m.conns; *pp;) {
+			if ((*pp)->dead) {
+				struct conn *d = *pp;
+				*pp = d->next;
+				free(d);
+				m.nconns--;
+			} else {
+				pp = &(*pp)->next;
+			}
+		}
+	}
+	free(pfd);
+	free(pc);
+out:
+	while (m.conns) {
+		struct conn *c = m.conns;
+		m.conns = c->next;
+		if (!c->dead)
+			close_conn(&m, c);
+		free(c);
+	}
+	if (m.lfd >= 0) {
+		close(m.lfd);
+		unlink(cfg->socket);
+	}
+	if (m.sigfd >= 0)
+		close(m.sigfd);
+	snap_store_close(m.store);
+	return rc;
+}

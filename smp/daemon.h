@@ -1,0 +1,16 @@
+/* daemon.h - snapsmp's serving loop, callable from main() and from tests. */
+#ifndef SNAP_DAEMON_H
+#define SNAP_DAEMON_H
+
+#include <stddef.h>
+
+#include "snap/snap.h"
+#include "store.h"
+
+/* Serve cfg->store on cfg->socket until SIGTERM/SIGINT. 0 on clean shutdown. */
+int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen);
+
+/* "snapsmp[pid]: msg" on stderr. */
+void snap_smp_log(const char *msg);
+
+#endif

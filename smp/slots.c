@@ -1,0 +1,330 @@
+/*
+ * Slot policy: which step is restorable, which slot a new save may
+ * overwrite, and the commit that publishes a manifest. Retention rule: a
+ * save never overwrites the job's newest restorable step, the rank's newest
+ * committed step, a slot being written, or a slot pinned by a reader. With
+ * two slots per rank that makes a fast rank wait (EBUSY) until the slower
+ * ranks commit; a third slot removes the wait.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "store.h"
+
+struct store_slot *snap_store_find(const struct snap_store *s, struct store_rank *r, uint64_t step, uint32_t *slot)
+{
+	for (uint32_t i = 0; r && i < s->nslots; i++) {
+		if (r->slots[i].state == SLOT_COMMITTED && r->slots[i].step == step) {
+			if (slot)
+				*slot = i;
+			return &r->slots[i];
+		}
+	}
+	return NULL;
+}
+
+int snap_store_latest(const struct snap_store *s, const struct store_job *j, uint64_t *step)
+{
+	struct store_rank *r0 = j->nranks ? j->ranks[0] : NULL;
+	int found = 0;
+	for (uint32_t i = 0; r0 && i < s->nslots; i++) {
+		const struct store_slot *c = &r0->slots[i];
+		if (c->state != SLOT_COMMITTED || (found && c->step <= *step))
+			continue;
+		uint32_t world = c->man.world, r;
+		for (r = 1; r < world; r++) {
+			struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
+			struct store_slot *o = snap_store_find(s, rk, c->step, NULL);
+			if (!o || o->man.world != world)
+				break;
+		}
+		if (r == world) {
+			*step = c->step;
+			found = 1;
+		}
+	}
+	return found ? 0 : SNAP_ENOENT;
+}
+
+/* Resize a slot file to `bytes` and reserve its memory (no SIGBUS later). */
+static int size_slot(struct snap_store *s, const struct store_job *j, struct store_rank *r, uint32_t i,
+		     uint64_t bytes, char *err, size_t errlen)
+{
+	struct store_slot *sl = &r->slots[i];
+	char path[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, i, 0, path, sizeof(path));
+	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (fd < 0) {
+		snap_fmt(err, errlen, "cannot create slot file %s: %s", path, strerror(errno));
+		return errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+	}
+	int rc = 0;
+	if (ftruncate(fd, (off_t)bytes) != 0) {
+		snap_fmt(err, errlen, "cannot size slot file %s to %" PRIu64 " bytes: %s", path, bytes, strerror(errno));
+		rc = SNAP_EIO;
+	} else if (bytes && (errno = posix_fallocate(fd, 0, (off_t)bytes)) != 0) {
+		snap_fmt(err, errlen, "store %s is full: cannot reserve %" PRIu64 " bytes for %s: %s", s->root, bytes,
+			 path, strerror(errno));
+		rc = errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		if (ftruncate(fd, 0) == 0)
+			bytes = 0;
+		else
+			bytes = sl->size;
+	}
+	close(fd);
+	s->mem_used = s->mem_used - sl->size + bytes;
+	sl->size = bytes;
+	return rc;
+}
+
+int snap_store_register(struct snap_store *s, struct store_job *j, struct store_rank *r,
+			struct snap_layout *lay, char *err, size_t errlen)
+{
+	uint64_t mine = 0, need = 0;
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		const struct store_slot *sl = &r->slots[i];
+		mine += sl->size;
+		need += sl->state == SLOT_COMMITTED && sl->size > lay->slot_bytes ? sl->size : lay->slot_bytes;
+	}
+	if (s->mem_used - mine + need > s->mem_limit) {
+		snap_fmt(err, errlen, "job %s rank %u needs %u slots x %" PRIu64 " bytes; that would exceed the memory budget"
+			 " SNAP_MEM_LIMIT=%" PRIu64 " (%" PRIu64 " bytes already used by other ranks)", j->name, r->rank,
+			 s->nslots, lay->slot_bytes, s->mem_limit, s->mem_used - mine);
+		return SNAP_ENOSPC;
+	}
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		struct store_slot *sl = &r->slots[i];
+		if (sl->state == SLOT_COMMITTED || sl->size == lay->slot_bytes)
+			continue;
+		int rc = size_slot(s, j, r, i, lay->slot_bytes, err, errlen);
+		if (rc)
+			return rc;
+	}
+	snap_layout_free(&r->layout);
+	r->layout = *lay;
+	r->has_layout = 1;
+	memset(lay, 0, sizeof(*lay));
+	return 0;
+}
+
+int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_rank *r, uint64_t step,
+		       void *owner, uint32_t *slot, int *fd, char *err, size_t errlen)
+{
+	if (!r->has_layout) {
+		snap_fmt(err, errlen, "job %s rank %u: REGISTER a layout before the first save", j->name, r->rank);
+		return SNAP_EPROTO;
+	}
+	uint64_t latest = 0, newest = 0;
+	int have_latest = snap_store_latest(s, j, &latest) == 0, have_newest = 0;
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		const struct store_slot *sl = &r->slots[i];
+		if (sl->state == SLOT_COMMITTED) {
+			if (sl->step >= step) {
+				snap_fmt(err, errlen, "step %" PRIu64 " is not newer than committed step %" PRIu64
+					 " of job %s rank %u; steps must increase", step, sl->step, j->name, r->rank);
+				return SNAP_EINVAL;
+			}
+			if (!have_newest || sl->step > newest)
+				newest = sl->step;
+			have_newest = 1;
+		}
+	}
+	int best = -1;
+	for (uint32_t i = 0; i < s->nslots; i++) {
+		const struct store_slot *sl = &r->slots[i];
+		if (sl->state == SLOT_WRITING || sl->refs)
+			continue;
+		if (sl->state == SLOT_COMMITTED &&
+		    ((have_latest && sl->step == latest) || (have_newest && sl->step == newest)))
+			continue;
+		if (best < 0 || sl->state == SLOT_FREE ||
+		    (r->slots[best].state == SLOT_COMMITTED && sl->step < r->slots[best].step))
+			best = (int)i;
+		if (sl->state == SLOT_FREE)
+			break;
+	}
+	if (best < 0) {
+		snap_fmt(err, errlen, "no free slot for job %s rank %u: the %u slots hold the newest restorable step "
+			 "and the newest committed step, or are being written; waiting for other ranks to commit",
+			 j->name, r->rank, s->nslots);
+		return SNAP_EBUSY;
+	}
+	struct store_slot *sl = &r->slots[best];
+	char mpath[SNAP_FILE_MAX], path[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, (uint32_t)best, 1, mpath, sizeof(mpath));
+	snap_store_path(s, j->name, r->rank, (uint32_t)best, 0, path, sizeof(path));
+	/* Withdraw the manifest first: from here on a crash finds a free slot. */
+	if (unlink(mpath) != 0 && errno != ENOENT) {
+		snap_fmt(err, errlen, "cannot withdraw manifest %s: %s", mpath, strerror(errno));
+		return SNAP_EIO;
+	}
+	if (sl->state == SLOT_COMMITTED)
+		snap_manifest_free(&sl->man);
+	free(sl->man_bytes);
+	sl->man_bytes = NULL;
+	sl->state = SLOT_FREE;
+	if (sl->size != r->layout.slot_bytes) {
+		int rc = size_slot(s, j, r, (uint32_t)best, r->layout.slot_bytes, err, errlen);
+		if (rc)
+			return rc;
+	}
+	*fd = open(path, O_RDWR | O_CLOEXEC);
+	if (*fd < 0) {
+		snap_fmt(err, errlen, "cannot open slot file %s: %s", path, strerror(errno));
+		return SNAP_EIO;
+	}
+	sl->state = SLOT_WRITING;
+	sl->step = step;
+	sl->owner = owner;
+	*slot = (uint32_t)best;
+	return 0;
+}
+
+void snap_store_release_owner(const struct snap_store *s, struct store_rank *r, void *owner)
+{
+	for (uint32_t i = 0; i < s->nslots; i++)
+		if (r->slots[i].state == SLOT_WRITING && r->slots[i].owner == owner)
+			r->slots[i].state = SLOT_FREE;
+}
+
+/* Recompute every chunk's CRC from the slot file (SNAP_VERIFY_COMMIT). */
+static int verify_slot(const char *path, const struct snap_layout *lay, const uint32_t *crc, char *err, size_t errlen)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snap_fmt(err, errlen, "cannot open %s: %s", path, strerror(errno));
+		return SNAP_EIO;
+	}
+	const uint8_t *p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+	close(fd);
+	if (p == MAP_FAILED) {
+		snap_fmt(err, errlen, "cannot map %s: %s", path, strerror(errno));
+		return SNAP_EIO;
+	}
+	int rc = 0;
+	for (uint32_t r = 0; r < lay->nregions && !rc; r++) {
+		const struct snap_man_region *g = &lay->regions[r];
+		for (uint32_t c = 0; c < g->nchunks && !rc; c++) {
+			uint64_t off = (uint64_t)c * lay->chunk_size;
+			uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
+			if (snap_crc32c(p + g->offset + off, n) != crc[g->first_crc + c]) {
+				snap_fmt(err, errlen, "region \"%s\" chunk %u: data does not match the CRC the trainer sent",
+					 g->name, c);
+				rc = SNAP_ECORRUPT;
+			}
+		}
+	}
+	if (p)
+		munmap((void *)p, lay->slot_bytes);
+	return rc;
+}
+
+static int write_file(const char *path, const void *buf, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			int e = n < 0 ? errno : ENOSPC;
+			close(fd);
+			errno = e;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return close(fd);
+}
+
+int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
+		      uint32_t slot, uint64_t step, const uint32_t *crc, uint32_t ncrc, int verify,
+		      char *err, size_t errlen)
+{
+	if (slot >= s->nslots || r->slots[slot].state != SLOT_WRITING || r->slots[slot].owner != owner ||
+	    r->slots[slot].step != step) {
+		snap_fmt(err, errlen, "commit of step %" PRIu64 " into slot %u: that slot was not acquired for this step",
+			 step, slot);
+		return SNAP_EPROTO;
+	}
+	struct store_slot *sl = &r->slots[slot];
+	if (!r->has_layout || ncrc != r->layout.ncrc) {
+		snap_fmt(err, errlen, "commit of step %" PRIu64 ": %u checksums sent, layout has %u chunks", step, ncrc,
+			 r->layout.ncrc);
+		sl->state = SLOT_FREE;
+		return SNAP_EPROTO;
+	}
+	char path[SNAP_FILE_MAX], mpath[SNAP_FILE_MAX], tmp[SNAP_FILE_MAX + 8];
+	snap_store_path(s, j->name, r->rank, slot, 0, path, sizeof(path));
+	snap_store_path(s, j->name, r->rank, slot, 1, mpath, sizeof(mpath));
+	snprintf(tmp, sizeof(tmp), "%s.tmp", mpath);
+	int rc = verify ? verify_slot(path, &r->layout, crc, err, errlen) : 0;
+	if (rc) {
+		sl->state = SLOT_FREE;
+		return rc;
+	}
+	struct timespec now;
+	clock_gettime(CLOCK_REALTIME, &now);
+	struct snap_manifest m = {
+		.rank = r->rank, .world = j->world, .step = step, .slot = slot,
+		.wall_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec,
+		.layout = r->layout, .crc = (uint32_t *)crc,
+	};
+	snprintf(m.job, sizeof(m.job), "%s", j->name);
+	struct snap_wbuf w = { 0 };
+	if ((rc = snap_manifest_encode(&m, &w))) {
+		snap_fmt(err, errlen, "commit of step %" PRIu64 ": out of memory", step);
+	} else if (write_file(tmp, w.p, w.len) != 0 || rename(tmp, mpath) != 0) {
+		snap_fmt(err, errlen, "cannot publish manifest %s: %s", mpath, strerror(errno));
+		rc = errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		unlink(tmp);
+	} else {
+		/* Keep a parsed copy (decoding is the simplest deep copy). */
+		rc = snap_manifest_decode(w.p, w.len, &sl->man, err, errlen);
+	}
+	if (rc) {
+		snap_wbuf_free(&w);
+		sl->state = SLOT_FREE;
+		return rc;
+	}
+	sl->state = SLOT_COMMITTED;
+	sl->man_bytes = w.p;
+	sl->man_len = (uint32_t)w.len;
+	sl->owner = NULL;
+	return 0;
+}
+
+int snap_store_open_slot(struct snap_store *s, const struct store_job *j, const struct store_rank *r,
+			 uint32_t slot, char *err, size_t errlen)
+{
+	char path[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, slot, 0, path, sizeof(path));
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) != 0) {
+		snap_fmt(err, errlen, "slot file %s is missing: %s", path, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return SNAP_ECORRUPT;
+	}
+	if ((uint64_t)st.st_size < r->slots[slot].man.layout.slot_bytes) {
+		snap_fmt(err, errlen, "slot file %s is truncated: %" PRIu64 " of %" PRIu64 " bytes", path,
+			 (uint64_t)st.st_size, r->slots[slot].man.layout.slot_bytes);
+		close(fd);
+		return SNAP_ECORRUPT;
+	}
+	return fd;
+}

@@ -1,0 +1,110 @@
+/*
+ * store.h - the node store: snapshot slots in shared-memory files under one
+ * root, and the manifests that make a slot "committed".
+ *
+ *   <root>/                         0700, locked by snapsmp (smp.lock)
+ *   <root>/<job>/rank-<r>/slot-<i>        slot data, 0600, fallocated
+ *   <root>/<job>/rank-<r>/slot-<i>.man    manifest; present = committed
+ *
+ * Crash-only: the only state is the files. A slot is committed iff its
+ * manifest parses, checks out and matches the slot file; anything else is a
+ * free slot. A manifest is published by write + rename and withdrawn by
+ * unlink before the slot is handed out for writing, so no crash can leave a
+ * manifest describing bytes that are being overwritten.
+ */
+#ifndef SNAP_STORE_H
+#define SNAP_STORE_H
+
+#define SNAP_FILE_MAX 1024   /* any path inside a store */
+
+#include <stdint.h>
+
+#include "manifest.h"
+
+enum slot_state { SLOT_FREE = 0, SLOT_WRITING = 1, SLOT_COMMITTED = 2 };
+
+struct store_slot {
+	int state;
+	uint64_t step;                 /* when committed or writing */
+	uint64_t size;                 /* file size (reserved bytes) */
+	struct snap_manifest man;      /* when committed */
+	void *man_bytes;               /* encoded manifest, for RESTORE replies */
+	uint32_t man_len;
+	void *owner;                   /* connection writing it */
+	unsigned refs;                 /* readers (flush, EC) pinning it */
+};
+
+struct store_rank {
+	uint32_t rank;
+	struct store_slot *slots;
+	struct snap_layout layout;     /* registered by the current connection */
+	int has_layout;
+	void *conn;                    /* connected trainer, if any */
+	uint32_t pid;
+};
+
+struct store_job {
+	char name[SNAP_JOB_MAX + 1];
+	struct store_rank **ranks;     /* indexed by rank, sparse */
+	uint32_t nranks;               /* array length */
+	uint32_t world;                /* from the newest HELLO */
+	struct store_job *next;
+};
+
+struct snap_store {
+	char root[SNAP_PATH_MAX];
+	int lock_fd;
+	int read_only;                 /* opened by snaptool: never modifies */
+	unsigned nslots;
+	uint64_t mem_limit, mem_used;
+	struct store_job *jobs;
+	void (*log)(const char *msg);
+};
+
+/*
+ * Open (creating if needed) the store at root and scan it: discard torn
+ * manifests, temp files and slots whose file is shorter than its manifest
+ * says. read_only opens without locking or modifying (snaptool). Messages
+ * about what was discarded go to log (may be NULL).
+ */
+int snap_store_open(struct snap_store **sp, const char *root, unsigned nslots, uint64_t mem_limit,
+		    int read_only, void (*log)(const char *), char *err, size_t errlen);
+void snap_store_close(struct snap_store *s);
+
+struct store_job *snap_store_job(struct snap_store *s, const char *name, int create);
+struct store_rank *snap_store_rank(struct snap_store *s, struct store_job *j, uint32_t rank, int create);
+
+/* Newest step committed by every rank 0..world-1 with that world size: 0 or SNAP_ENOENT. */
+int snap_store_latest(const struct snap_store *s, const struct store_job *j, uint64_t *step);
+
+/*
+ * Reserve slot files for a layout within the memory budget and make it the
+ * rank's layout. On success takes ownership of *lay (zeroes it).
+ */
+int snap_store_register(struct snap_store *s, struct store_job *j, struct store_rank *r,
+			struct snap_layout *lay, char *err, size_t errlen);
+
+/* Pick a slot to write `step` into, withdraw its manifest, open it read-write. */
+int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_rank *r, uint64_t step,
+		       void *owner, uint32_t *slot, int *fd, char *err, size_t errlen);
+
+/* Publish the manifest of a slot that `owner` has written. */
+int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
+		      uint32_t slot, uint64_t step, const uint32_t *crc, uint32_t ncrc, int verify,
+		      char *err, size_t errlen);
+
+/* Free every slot `owner` was writing (its trainer went away). */
+void snap_store_release_owner(const struct snap_store *s, struct store_rank *r, void *owner);
+
+/* The committed slot holding `step` of a rank, or NULL. */
+struct store_slot *snap_store_find(const struct snap_store *s, struct store_rank *r, uint64_t step, uint32_t *slot);
+
+/* Open a slot's file read-only, checking it still holds the manifest's bytes. */
+int snap_store_open_slot(struct snap_store *s, const struct store_job *j, const struct store_rank *r,
+			 uint32_t slot, char *err, size_t errlen);
+
+/* Path of a slot file (or its manifest when man != 0). */
+int snap_store_path(const struct snap_store *s, const char *job, uint32_t rank, uint32_t slot, int man,
+		    char *out, size_t cap);
+
+#endif
