@@ -1,0 +1,12 @@
+/* fuzz_decode.h - the fuzz entry point shared by the libFuzzer targets and
+ * the random-mutation driver: decode arbitrary bytes as a codec stream. */
+#ifndef SNAP_FUZZ_DECODE_H
+#define SNAP_FUZZ_DECODE_H
+#include <stddef.h>
+#include <stdint.h>
+
+/* Decode data as a stream; force_codec >= 0 overwrites the codec byte first
+ * so each decoder gets the whole input. Returns the decode result; aborts
+ * (a fuzz finding) when single- and multi-threaded decoding disagree. */
+int snap_fuzz_decode(const uint8_t *data, size_t size, int force_codec);
+#endif
