@@ -1,0 +1,121 @@
+/*
+ * ec_internal.h - shared between the ec/ sources; not installed.
+ */
+#ifndef SNAP_EC_INTERNAL_H
+#define SNAP_EC_INTERNAL_H
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <sys/uio.h>
+#include <mpi.h>
+
+#include "snap/ec.h"
+
+/* The Reed-Solomon code of one group shape. */
+struct ec_code {
+	int k, m, n;
+	uint8_t *gen;      /* n x k, rows < k identity */
+	uint8_t *enc_tbls;                                 /* m rows of 32*k bytes */
+};
+
+int ec_code_init(struct ec_code *c, int k, int m);
+void ec_code_fini(struct ec_code *c);
+/* Coefficients (k bytes) expressing member slot `out` over survivor slots
+ * surv[0..k). Slots < k are data, k + p parity row p. */
+int ec_code_row(const struct ec_code *c, const int *surv, int out, uint8_t *coef);
+
+struct snap_ec_meta {
+	uint64_t step;
+	int group, first_rank, n, k, m, index;
+	uint32_t chunk_size, nchunks;
+	uint64_t seg_len;
+	uint64_t *len;     /* [n] */
+	uint32_t *app_len; /* [n] */
+	uint64_t *app_off; /* [n] offsets into app */
+	uint8_t *app;
+	uint64_t app_total;
+	uint32_t *crc;     /* [n][k+m][nchunks] */
+};
+
+static inline uint32_t *ec_meta_crc(const struct snap_ec_meta *mt, int node, int slot, uint32_t q)
+{
+	return &mt->crc[((size_t)node * (size_t)(mt->k + mt->m) + (size_t)slot) * mt->nchunks + q];
+}
+
+/* Allocates len/app arrays/crc for the shape already set in *mt. */
+int ec_meta_alloc(struct snap_ec_meta *mt, uint64_t app_total);
+struct snap_ec_meta *ec_meta_dup(const struct snap_ec_meta *mt);
+
+/* Bytes of member `node`'s data segment `seg` chunk q that are real data
+ * (the rest of the chunk is logical zero padding). */
+static inline uint64_t ec_valid(const struct snap_ec_meta *mt, int node, int seg, uint32_t q)
+{
+	uint64_t off = (uint64_t)seg * mt->seg_len + (uint64_t)q * mt->chunk_size;
+	uint64_t end = (uint64_t)seg * mt->seg_len + ((uint64_t)q + 1) * mt->chunk_size;
+	uint64_t segend = ((uint64_t)seg + 1) * mt->seg_len;
+	uint64_t len = mt->len[node];
+	if (end > segend)
+		end = segend;
+	if (len <= off)
+		return 0;
+	return (len < end ? len : end) - off;
+}
+
+static inline uint64_t ec_chunk_len(const struct snap_ec_meta *mt, uint32_t q)
+{
+	uint64_t off = (uint64_t)q * mt->chunk_size;
+	uint64_t left = mt->seg_len - off;
+	return left < mt->chunk_size ? left : mt->chunk_size;
+}
+
+/* Walks a caller's iovec list by absolute byte offset. */
+struct ec_iov {
+	const struct iovec *iov;
+	int cnt;
+	uint64_t *start; /* [cnt + 1] prefix sums */
+	uint64_t total;
+};
+
+int ec_iov_init(struct ec_iov *v, const struct iovec *iov, int cnt);
+void ec_iov_fini(struct ec_iov *v);
+/* Pointer to [off, off+len) when contiguous in one iovec, else NULL. */
+uint8_t *ec_iov_contig(const struct ec_iov *v, uint64_t off, uint64_t len);
+void ec_iov_read(const struct ec_iov *v, uint64_t off, void *dst, uint64_t len);
+void ec_iov_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len);
+/* CRC32C (chained) over [off, off+len). */
+uint32_t ec_iov_crc(const struct ec_iov *v, uint64_t off, uint64_t len, uint32_t crc);
+
+/* CRC32C of `v` real bytes at p followed by `zeros` zero bytes. */
+uint32_t ec_crc_padded(uint32_t crc, const void *p, uint64_t v, uint64_t zeros);
+
+/* Exchange engine: move the source pieces of every (chunk, stripe) unit
+ * that has erased slots to the owners of those slots, who compute them. */
+enum ec_mode { EC_MODE_ENCODE, EC_MODE_REBUILD };
+
+struct ec_xchg {
+	enum ec_mode mode;
+	MPI_Comm comm;
+	int me;
+	const struct snap_ec_meta *mt; /* shape, lengths and (rebuild) CRCs */
+	const struct ec_code *code;
+	const struct ec_iov *data;     /* my data */
+	uint8_t *parity;               /* my parity, m * seg_len */
+	const uint8_t *erased;         /* rebuild: [n][k+m][nchunks] flags */
+	uint32_t *my_crc;              /* encode: out [k+m][nchunks] */
+	uint32_t window;
+	/* results */
+	uint64_t chunks_written, bytes_written;
+	char *err;
+	size_t errlen;
+};
+
+int ec_xchg_run(struct ec_xchg *x);
+
+/* Error message helper: writes into buf (if any) and returns code. */
+int ec_errf(char *buf, size_t len, int code, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+
+int ec_opts_resolve(const struct snap_ec_opts *o, int n, uint32_t *chunk, uint32_t *window,
+		    char *err, size_t errlen);
+
+#endif

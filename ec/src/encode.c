@@ -1,0 +1,237 @@
+/*
+ * encode.c - two-phase protect of one step: agree on lengths, then run the
+ * exchange with parity holders as the outputs, then share the CRC tables so
+ * every member's meta can vouch for every other member.
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "ec_internal.h"
+
+struct snap_ec_encode {
+	MPI_Comm comm;
+	struct snap_ec_group g;
+	struct ec_code code;
+	struct snap_ec_meta *mt;
+	uint32_t window;
+	int done;
+	char err[256];
+};
+
+/* Agree on a status across the group so no member proceeds alone. */
+static int group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what)
+{
+	int all = rc;
+	if (MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EIO, "ec: %s: MPI_Allreduce failed", what);
+	if (all && !rc)
+		ec_errf(err, errlen, all, "ec: %s failed on another group member (%d)", what, all);
+	return all;
+}
+
+static int check_comm(MPI_Comm comm, const struct snap_ec_group *g, char *err, size_t errlen)
+{
+	int size, rank;
+	if (!g || g->k < 1 || g->m < 1 || g->n != g->k + g->m || g->n > SNAP_EC_MAX_GROUP)
+		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group description");
+	if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+	    MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group communicator");
+	if (size != g->n || rank != g->index)
+		return ec_errf(err, errlen, SNAP_EINVAL,
+			       "ec: communicator has size %d rank %d, group %d expects %d members, index %d",
+			       size, rank, g->id, g->n, g->index);
+	return 0;
+}
+
+struct begin_info {
+	uint64_t len, step;
+	uint32_t app_len, chunk, window;
+	int32_t rc;
+};
+
+int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t step,
+			 uint64_t data_len, const void *app, size_t app_len,
+			 const struct snap_ec_opts *opts, struct snap_ec_encode **out,
+			 char *err, size_t errlen)
+{
+	int rc = check_comm(comm, g, err, errlen);
+	if (rc)
+		return rc;
+	if (out)
+		*out = NULL;
+	struct begin_info mine = { .len = data_len, .step = step, .app_len = (uint32_t)app_len };
+	uint32_t chunk = 0, window = 0;
+	if (!out)
+		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: encode_begin: NULL output");
+	else if (app_len > SNAP_EC_APP_MAX || (app_len && !app))
+		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: app blob of %zu bytes (max %u, non-NULL)",
+			     app_len, SNAP_EC_APP_MAX);
+	else
+		rc = ec_opts_resolve(opts, g->n, &chunk, &window, err, errlen);
+	if (rc)
+		mine.app_len = 0;
+	mine.chunk = chunk;
+	mine.window = window;
+	mine.rc = rc;
+
+	struct snap_ec_encode *e = calloc(1, sizeof(*e));
+	struct begin_info *all = calloc((size_t)g->n, sizeof(*all));
+	int *counts = calloc((size_t)g->n, sizeof(int)), *displs = calloc((size_t)g->n, sizeof(int));
+	if (!e || !all || !counts || !displs) {
+		/* cannot even take part: the peers would block; nothing sane left */
+		free(e); free(all); free(counts); free(displs);
+		return ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	}
+	e->comm = MPI_COMM_NULL;
+	if (MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, comm) != MPI_SUCCESS) {
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of lengths failed");
+		goto fail;
+	}
+	for (int j = 0; j < g->n && !rc; j++) {
+		if (all[j].rc)
+			rc = ec_errf(err, errlen, all[j].rc, "ec: group %d index %d refused its arguments",
+				     g->id, j);
+		else if (all[j].chunk != all[0].chunk || all[j].step != all[0].step ||
+			 all[j].window != all[0].window)
+			rc = ec_errf(err, errlen, SNAP_EINVAL,
+				     "ec: group %d members disagree on step/chunk/window (index 0 vs %d)",
+				     g->id, j);
+	}
+	if (rc)
+		goto fail;
+	e->g = *g;
+	e->window = window;
+	struct snap_ec_meta *mt = calloc(1, sizeof(*mt));
+	e->mt = mt;
+	if (!mt) {
+		rc = SNAP_ENOMEM;
+		goto fail;
+	}
+	mt->step = step;
+	mt->group = g->id;
+	mt->first_rank = g->first_rank;
+	mt->n = g->n;
+	mt->k = g->k;
+	mt->m = g->m;
+	mt->index = g->index;
+	mt->chunk_size = chunk;
+	uint64_t maxl = 0, apps = 0;
+	for (int j = 0; j < g->n; j++) {
+		maxl = all[j].len > maxl ? all[j].len : maxl;
+		apps += all[j].app_len;
+	}
+	mt->seg_len = snap_ec_seg_len(g->k, maxl);
+	mt->nchunks = (uint32_t)((mt->seg_len + chunk - 1) / chunk);
+	if ((mt->seg_len + chunk - 1) / chunk > UINT32_MAX) {
+		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: segments too long for chunk size %u", chunk);
+		goto fail;
+	}
+	if ((rc = ec_meta_alloc(mt, apps)) || (rc = ec_code_init(&e->code, g->k, g->m))) {
+		ec_errf(err, errlen, rc, "ec: out of memory for the metadata");
+		goto fail;
+	}
+	uint64_t off = 0;
+	for (int j = 0; j < g->n; j++) {
+		mt->len[j] = all[j].len;
+		mt->app_len[j] = all[j].app_len;
+		mt->app_off[j] = off;
+		counts[j] = (int)all[j].app_len;
+		displs[j] = (int)off;
+		off += all[j].app_len;
+	}
+	if (MPI_Allgatherv(app, (int)app_len, MPI_BYTE, mt->app, counts, displs, MPI_BYTE, comm) !=
+	    MPI_SUCCESS) {
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgatherv of app blobs failed");
+		goto fail;
+	}
+	if (MPI_Comm_dup(comm, &e->comm) != MPI_SUCCESS) {
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Comm_dup failed");
+		e->comm = MPI_COMM_NULL;
+		goto fail;
+	}
+	MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN);
+	free(all); free(counts); free(displs);
+	*out = e;
+	return 0;
+fail:
+	free(all); free(counts); free(displs);
+	snap_ec_encode_free(e);
+	return rc;
+}
+
+uint64_t snap_ec_encode_parity_len(const struct snap_ec_encode *e)
+{
+	return e && e->mt ? (uint64_t)e->mt->m * e->mt->seg_len : 0;
+}
+
+int snap_ec_encode_run(struct snap_ec_encode *e, const struct iovec *iov, int iovcnt,
+		       void *parity, uint64_t parity_len)
+{
+	if (!e)
+		return SNAP_EINVAL;
+	struct snap_ec_meta *mt = e->mt;
+	struct ec_iov v = { 0 };
+	uint32_t *mycrc = NULL;
+	size_t ncrc = (size_t)(mt->k + mt->m) * mt->nchunks;
+	uint64_t plen = (uint64_t)mt->m * mt->seg_len;
+	int rc = 0;
+	e->err[0] = 0;
+	if (e->done)
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_ESTATE, "ec: encode_run called twice");
+	else if (ec_iov_init(&v, iov, iovcnt))
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_EINVAL, "ec: bad iovec list");
+	else if (v.total != mt->len[mt->index])
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_EINVAL,
+			     "ec: iovecs hold %llu bytes, encode_begin was told %llu",
+			     (unsigned long long)v.total, (unsigned long long)mt->len[mt->index]);
+	else if (parity_len < plen || (plen && !parity))
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_EINVAL,
+			     "ec: parity buffer of %llu bytes, need %llu",
+			     (unsigned long long)parity_len, (unsigned long long)plen);
+	else if (!(mycrc = calloc(ncrc ? ncrc : 1, sizeof(uint32_t))))
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_ENOMEM, "ec: out of memory");
+	rc = group_status(e->comm, rc, e->err, sizeof(e->err), "encode arguments");
+	if (rc)
+		goto out;
+	struct ec_xchg x = {
+		.mode = EC_MODE_ENCODE, .comm = e->comm, .me = mt->index, .mt = mt,
+		.code = &e->code, .data = &v, .parity = parity, .my_crc = mycrc,
+		.window = e->window, .err = e->err, .errlen = sizeof(e->err),
+	};
+	rc = ec_xchg_run(&x);
+	rc = group_status(e->comm, rc, e->err, sizeof(e->err), "encode exchange");
+	if (rc)
+		goto out;
+	if (MPI_Allgather(mycrc, (int)ncrc, MPI_UINT32_T, mt->crc, (int)ncrc, MPI_UINT32_T, e->comm) !=
+	    MPI_SUCCESS) {
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_EIO, "ec: MPI_Allgather of CRCs failed");
+		goto out;
+	}
+	e->done = 1;
+out:
+	free(mycrc);
+	ec_iov_fini(&v);
+	return rc;
+}
+
+const struct snap_ec_meta *snap_ec_encode_meta(const struct snap_ec_encode *e)
+{
+	return e && e->done ? e->mt : NULL;
+}
+
+const char *snap_ec_encode_error(const struct snap_ec_encode *e)
+{
+	return e ? e->err : "ec: NULL encode handle";
+}
+
+void snap_ec_encode_free(struct snap_ec_encode *e)
+{
+	if (!e)
+		return;
+	if (e->comm != MPI_COMM_NULL)
+		MPI_Comm_free(&e->comm);
+	ec_code_fini(&e->code);
+	snap_ec_meta_free(e->mt);
+	free(e);
+}

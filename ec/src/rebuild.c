@@ -1,0 +1,359 @@
+/*
+ * rebuild.c - two-phase rebuild: agree on who is lost and hand replacements
+ * their meta, then verify every surviving chunk, plan the erasures and run
+ * the exchange with lost/corrupt pieces as the outputs.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ec_internal.h"
+
+struct snap_ec_rebuild {
+	MPI_Comm comm;
+	struct snap_ec_group g;
+	struct ec_code code;
+	struct snap_ec_meta *mt;
+	uint8_t *lost; /* [n] */
+	int nlost;
+	uint32_t window;
+	int done;
+	char err[512];
+};
+
+struct member_info {
+	int32_t have, rc;
+	uint32_t digest;
+	uint32_t size;
+	uint64_t step;
+};
+
+#define META_INDEX_OFF 32 /* byte offset of the index field in a packed meta */
+
+static int group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what)
+{
+	int all = rc;
+	if (MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EIO, "ec: %s: MPI_Allreduce failed", what);
+	if (all && !rc)
+		ec_errf(err, errlen, all, "ec: %s failed on another group member (%d)", what, all);
+	return all;
+}
+
+/* Append ", rank R" items to a message without overflowing it. */
+static void append(char *buf, size_t len, const char *fmt, int a, int b)
+{
+	size_t used = strlen(buf);
+	if (used + 1 < len)
+		snprintf(buf + used, len - used, fmt, a, b);
+}
+
+int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
+			  const struct snap_ec_meta *mine, const struct snap_ec_opts *opts,
+			  struct snap_ec_rebuild **out, char *err, size_t errlen)
+{
+	int size = 0, rank = 0, rc = 0;
+	if (!g || g->k < 1 || g->m < 1 || g->n != g->k + g->m || g->n > SNAP_EC_MAX_GROUP)
+		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group description");
+	if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+	    MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || size != g->n || rank != g->index)
+		return ec_errf(err, errlen, SNAP_EINVAL,
+			       "ec: communicator (size %d rank %d) does not match group %d (%d members, index %d)",
+			       size, rank, g->id, g->n, g->index);
+	if (out)
+		*out = NULL;
+	struct member_info me = { 0 };
+	uint8_t *packed = NULL;
+	uint32_t chunk, window = 0;
+	size_t psize = 0;
+	if (!out) {
+		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: rebuild_begin: NULL output");
+	} else if ((rc = ec_opts_resolve(opts, g->n, &chunk, &window, err, errlen))) {
+		/* chunk size comes from the meta; only the window matters */
+	} else if (mine) {
+		if (mine->group != g->id || mine->n != g->n || mine->k != g->k || mine->m != g->m ||
+		    mine->index != g->index || mine->first_rank != g->first_rank) {
+			rc = ec_errf(err, errlen, SNAP_EMISMATCH,
+				     "ec: meta of group %d index %d (%d+%d) handed to group %d index %d (%d+%d)",
+				     mine->group, mine->index, mine->k, mine->m, g->id, g->index, g->k, g->m);
+		} else {
+			snap_ec_meta_pack(mine, NULL, 0, &psize);
+			packed = malloc(psize);
+			if (!packed || psize > INT32_MAX) {
+				rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+			} else {
+				snap_ec_meta_pack(mine, packed, psize, &psize);
+				uint8_t saved[4];
+				memcpy(saved, packed + META_INDEX_OFF, 4);
+				memset(packed + META_INDEX_OFF, 0, 4);
+				me.digest = snap_ec_crc32c(0, packed, psize - 4);
+				memcpy(packed + META_INDEX_OFF, saved, 4);
+				me.have = 1;
+				me.size = (uint32_t)psize;
+				me.step = mine->step;
+			}
+		}
+	}
+	me.rc = rc;
+	struct snap_ec_rebuild *r = calloc(1, sizeof(*r));
+	struct member_info *all = calloc((size_t)g->n, sizeof(*all));
+	if (!r || !all) {
+		free(r); free(all); free(packed);
+		return ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	}
+	r->comm = MPI_COMM_NULL;
+	r->g = *g;
+	r->window = window;
+	if (MPI_Allgather(&me, sizeof(me), MPI_BYTE, all, sizeof(me), MPI_BYTE, comm) != MPI_SUCCESS) {
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of member states failed");
+		goto fail;
+	}
+	int ref = -1;
+	for (int j = 0; j < g->n && !rc; j++) {
+		if (all[j].rc)
+			rc = ec_errf(err, errlen, all[j].rc, "ec: group %d index %d refused its arguments",
+				     g->id, j);
+		else if (all[j].have && ref < 0)
+			ref = j;
+	}
+	if (rc)
+		goto fail;
+	r->lost = calloc((size_t)g->n, 1);
+	if (!r->lost) {
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+		goto fail;
+	}
+	for (int j = 0; j < g->n; j++) {
+		r->lost[j] = !all[j].have;
+		r->nlost += !all[j].have;
+	}
+	if (r->nlost > g->m) {
+		char msg[400];
+		snprintf(msg, sizeof(msg), "ec: group %d (ranks %d-%d, %d+%d) lost %d members (ranks",
+			 g->id, g->first_rank, g->first_rank + g->n - 1, g->k, g->m, r->nlost);
+		int first = 1;
+		for (int j = 0; j < g->n; j++)
+			if (r->lost[j]) {
+				append(msg, sizeof(msg), first ? " %d" : ", %d", g->first_rank + j, 0);
+				first = 0;
+			}
+		append(msg, sizeof(msg), "); at most %d can be rebuilt%.0d", g->m, 0);
+		rc = ec_errf(err, errlen, SNAP_ELOST, "%s", msg);
+		goto fail;
+	}
+	for (int j = 0; j < g->n; j++)
+		if (all[j].have && (all[j].digest != all[ref].digest || all[j].size != all[ref].size)) {
+			rc = ec_errf(err, errlen, SNAP_EMISMATCH,
+				     "ec: group %d survivors disagree: index %d has step %llu, index %d step %llu "
+				     "(or different lengths/CRCs)", g->id, ref,
+				     (unsigned long long)all[ref].step, j, (unsigned long long)all[j].step);
+			goto fail;
+		}
+	if (mine) {
+		r->mt = ec_meta_dup(mine);
+	} else {
+		psize = all[ref].size;
+		packed = malloc(psize);
+	}
+	/* Replacements learn their meta from the lowest surviving index; all
+	 * survivors' records are identical but for the index field. */
+	if (r->nlost) {
+		if (!packed)
+			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
+		else if (MPI_Bcast(packed, (int)all[ref].size, MPI_BYTE, ref, comm) != MPI_SUCCESS)
+			rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Bcast of the meta failed");
+	}
+	if (!mine && !rc) {
+		rc = snap_ec_meta_unpack(packed, psize, &r->mt, err, errlen);
+		if (!rc)
+			r->mt->index = g->index;
+	}
+	if (!rc && !r->mt)
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	if (!rc && (rc = ec_code_init(&r->code, g->k, g->m)))
+		ec_errf(err, errlen, rc, "ec: out of memory");
+	rc = group_status(comm, rc, err, errlen, "rebuild setup");
+	if (rc)
+		goto fail;
+	if (MPI_Comm_dup(comm, &r->comm) != MPI_SUCCESS) {
+		r->comm = MPI_COMM_NULL;
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Comm_dup failed");
+		goto fail;
+	}
+	MPI_Comm_set_errhandler(r->comm, MPI_ERRORS_RETURN);
+	free(all);
+	free(packed);
+	*out = r;
+	return 0;
+fail:
+	free(all);
+	free(packed);
+	snap_ec_rebuild_free(r);
+	return rc;
+}
+
+const struct snap_ec_meta *snap_ec_rebuild_meta(const struct snap_ec_rebuild *r)
+{
+	return r ? r->mt : NULL;
+}
+
+int snap_ec_rebuild_lost(const struct snap_ec_rebuild *r, int *ids, int cap)
+{
+	if (!r || (cap && !ids))
+		return SNAP_EINVAL;
+	int c = 0;
+	for (int j = 0; j < r->g.n; j++)
+		if (r->lost[j]) {
+			if (c < cap)
+				ids[c] = j;
+			c++;
+		}
+	return c;
+}
+
+/* Mark this member's own erased pieces: all of them when lost, else the
+ * chunks whose CRC fails. Pure zero padding is never an erasure. */
+static uint64_t local_erasures(const struct snap_ec_rebuild *r, const struct ec_iov *v,
+			       const uint8_t *parity, uint8_t *flags)
+{
+	const struct snap_ec_meta *mt = r->mt;
+	int me = mt->index, km = mt->k + mt->m;
+	uint64_t bad = 0;
+	for (int slot = 0; slot < km; slot++)
+		for (uint32_t q = 0; q < mt->nchunks; q++) {
+			uint64_t clen = ec_chunk_len(mt, q), vb = 0;
+			uint8_t *f = &flags[(size_t)slot * mt->nchunks + q];
+			if (slot < mt->k && (vb = ec_valid(mt, me, slot, q)) == 0) {
+				*f = 0;
+				continue;
+			}
+			if (r->lost[me]) {
+				*f = 1;
+				continue;
+			}
+			uint32_t c;
+			if (slot < mt->k) {
+				uint64_t off = (uint64_t)slot * mt->seg_len + (uint64_t)q * mt->chunk_size;
+				c = ec_crc_padded(ec_iov_crc(v, off, vb, 0), NULL, 0, clen - vb);
+			} else {
+				c = snap_ec_crc32c(0, parity + (uint64_t)(slot - mt->k) * mt->seg_len +
+							      (uint64_t)q * mt->chunk_size, clen);
+			}
+			*f = c != *ec_meta_crc(mt, me, slot, q);
+			bad += *f;
+		}
+	return bad;
+}
+
+/* Every member runs this on the same table, so all agree on the verdict. */
+static int plan_check(struct snap_ec_rebuild *r, const uint8_t *erased)
+{
+	const struct snap_ec_meta *mt = r->mt;
+	int n = mt->n, k = mt->k, m = mt->m;
+	for (uint32_t q = 0; q < mt->nchunks; q++)
+		for (int s = 0; s < n; s++) {
+			int cnt = 0;
+			for (int slot = 0; slot < n; slot++) {
+				int node = slot < k ? (s + m + slot) % n : (s + slot - k) % n;
+				cnt += erased[((size_t)node * (size_t)n + (size_t)slot) * mt->nchunks + q] != 0;
+			}
+			if (cnt <= m)
+				continue;
+			char msg[480];
+			snprintf(msg, sizeof(msg),
+				 "ec: group %d (ranks %d-%d, %d+%d) step %llu: stripe %d chunk %u has %d erasures, "
+				 "at most %d can be rebuilt:", mt->group, mt->first_rank,
+				 mt->first_rank + n - 1, k, m, (unsigned long long)mt->step, s, q, cnt, m);
+			for (int slot = 0; slot < n; slot++) {
+				int node = slot < k ? (s + m + slot) % n : (s + slot - k) % n;
+				if (!erased[((size_t)node * (size_t)n + (size_t)slot) * mt->nchunks + q])
+					continue;
+				if (r->lost[node])
+					append(msg, sizeof(msg), " rank %d (lost)%.0d", mt->first_rank + node, 0);
+				else
+					append(msg, sizeof(msg), slot < k ? " rank %d (corrupt data seg %d)"
+									  : " rank %d (corrupt parity row %d)",
+					       mt->first_rank + node, slot < k ? slot : slot - k);
+			}
+			return ec_errf(r->err, sizeof(r->err), SNAP_ELOST, "%s", msg);
+		}
+	return 0;
+}
+
+int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int iovcnt,
+			void *parity, uint64_t parity_len, struct snap_ec_rebuild_stats *st)
+{
+	if (!r)
+		return SNAP_EINVAL;
+	const struct snap_ec_meta *mt = r->mt;
+	struct ec_iov v = { 0 };
+	size_t per = (size_t)(mt->k + mt->m) * mt->nchunks;
+	uint8_t *erased = NULL;
+	uint64_t plen = (uint64_t)mt->m * mt->seg_len, bad = 0;
+	int rc = 0;
+	r->err[0] = 0;
+	if (st)
+		memset(st, 0, sizeof(*st));
+	if (r->done)
+		rc = ec_errf(r->err, sizeof(r->err), SNAP_ESTATE, "ec: rebuild_run called twice");
+	else if (ec_iov_init(&v, iov, iovcnt))
+		rc = ec_errf(r->err, sizeof(r->err), SNAP_EINVAL, "ec: bad iovec list");
+	else if (v.total != mt->len[mt->index])
+		rc = ec_errf(r->err, sizeof(r->err), SNAP_EINVAL,
+			     "ec: iovecs hold %llu bytes, the meta says index %d has %llu",
+			     (unsigned long long)v.total, mt->index,
+			     (unsigned long long)mt->len[mt->index]);
+	else if (parity_len < plen || (plen && !parity))
+		rc = ec_errf(r->err, sizeof(r->err), SNAP_EINVAL, "ec: parity buffer of %llu bytes, need %llu",
+			     (unsigned long long)parity_len, (unsigned long long)plen);
+	else if (!(erased = calloc((size_t)mt->n * per + 1, 1)))
+		rc = ec_errf(r->err, sizeof(r->err), SNAP_ENOMEM, "ec: out of memory");
+	rc = group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild arguments");
+	if (rc)
+		goto out;
+	uint8_t *mine = erased + (size_t)mt->index * per;
+	bad = local_erasures(r, &v, parity, mine);
+	if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, erased, (int)per, MPI_BYTE, r->comm) !=
+	    MPI_SUCCESS) {
+		rc = ec_errf(r->err, sizeof(r->err), SNAP_EIO, "ec: MPI_Allgather of erasures failed");
+		goto out;
+	}
+	if ((rc = plan_check(r, erased)))
+		goto out;
+	struct ec_xchg x = {
+		.mode = EC_MODE_REBUILD, .comm = r->comm, .me = mt->index, .mt = mt,
+		.code = &r->code, .data = &v, .parity = parity, .erased = erased,
+		.window = r->window, .err = r->err, .errlen = sizeof(r->err),
+	};
+	rc = ec_xchg_run(&x);
+	rc = group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild exchange");
+	if (st) {
+		st->lost = r->nlost;
+		st->chunks_rebuilt = x.chunks_written;
+		st->chunks_corrupt = r->lost[mt->index] ? 0 : bad;
+		st->bytes_written = x.bytes_written;
+	}
+	if (!rc)
+		r->done = 1;
+out:
+	free(erased);
+	ec_iov_fini(&v);
+	return rc;
+}
+
+const char *snap_ec_rebuild_error(const struct snap_ec_rebuild *r)
+{
+	return r ? r->err : "ec: NULL rebuild handle";
+}
+
+void snap_ec_rebuild_free(struct snap_ec_rebuild *r)
+{
+	if (!r)
+		return;
+	if (r->comm != MPI_COMM_NULL)
+		MPI_Comm_free(&r->comm);
+	ec_code_fini(&r->code);
+	snap_ec_meta_free(r->mt);
+	free(r->lost);
+	free(r);
+}
