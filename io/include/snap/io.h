@@ -1,0 +1,260 @@
+/*
+ * snap/io.h - persistence of snapshots to HDF5 (libsnap's io/ component).
+ *
+ * io/ knows nothing of sockets, slots or daemons: it takes one step's regions
+ * of one rank as memory pointers plus metadata and writes one HDF5 file; it
+ * seals a step once every rank's file is in place; it lists, verifies, reads
+ * back, exports and garbage-collects persisted steps.
+ *
+ * On-disk layout (docs/io-format.md has the full format):
+ *
+ *   <dir>/<job>/step-<step>/rank-<rank>.h5   one file per rank, written as a
+ *                                             hidden temp file, fsynced, renamed
+ *   <dir>/<job>/step-<step>/MANIFEST         written last, atomically, by
+ *                                             snap_io_step_seal()
+ *
+ * A step is "persisted" only when its MANIFEST parses, its own CRC32C matches
+ * and every rank file it lists exists with the listed size. A crash at any
+ * instant leaves either a persisted step or one that no call here reports
+ * as persisted.
+ *
+ * Checksums are CRC32C (Castagnoli) of the raw, uncompressed bytes in the
+ * standard convention: init 0xFFFFFFFF, final xor 0xFFFFFFFF, i.e.
+ * crc32_iscsi(buf, len, 0xFFFFFFFF) ^ 0xFFFFFFFF with ISA-L; the check value
+ * of "123456789" is 0xE3069283. snap_io_crc32c() computes it.
+ *
+ * Errors: every call returns 0 (or a non-negative count) on success and a
+ * negative code from snap/error.h on failure. Calls that take a
+ * struct snap_io_err * (which may be NULL) fill it with the code and a
+ * one-line message naming the file and, where one is at fault, the dataset.
+ * HDF5's own error printing is silenced inside every call and its innermost
+ * message is folded into ours.
+ *
+ * Threads: no call starts a thread. Calls may be made from any thread; HDF5
+ * work is serialised by one process-wide lock. A writer handle is used by one
+ * thread at a time.
+ */
+#ifndef SNAP_IO_H
+#define SNAP_IO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "snap/error.h"
+#include "snap/types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define SNAP_IO_ERRMSG 512
+
+struct snap_io_err {
+	int code;                    /* the value the call returned */
+	char msg[SNAP_IO_ERRMSG];    /* "" on success */
+};
+
+enum snap_io_codec {
+	SNAP_IO_CODEC_NONE = 0,      /* contiguous dataset, raw bytes via io_uring */
+	SNAP_IO_CODEC_LZ4 = 1,       /* chunked dataset, HDF5 filter 32004 */
+};
+
+enum snap_io_flags {
+	/* Do not open the file with O_DIRECT (it is also skipped, silently,
+	 * where the filesystem refuses it, e.g. tmpfs). */
+	SNAP_IO_NO_DIRECT = 1u << 0,
+};
+
+/* Writer options. Zero-initialise and set what you need: a 0 field takes
+ * the default shown. */
+struct snap_io_opts {
+	int codec;             /* enum snap_io_codec; default NONE */
+	size_t chunk_bytes;    /* LZ4: target uncompressed chunk size; 4 MiB */
+	size_t io_bytes;       /* bytes per io_uring write; 4 MiB */
+	unsigned queue_depth;  /* io_uring writes in flight; 8 */
+	unsigned flags;        /* enum snap_io_flags */
+};
+
+/* One region of one rank for one step. The data are the raw bytes of the
+ * local shard in C order: bytes == prod(shape) * snap_dtype_size(dtype). */
+struct snap_io_region {
+	const char *name;      /* the region's name; any bytes but NUL, <= 1024 */
+	int dtype;             /* enum snap_dtype */
+	int kind;              /* enum snap_kind */
+	int ndim;              /* 1..SNAP_MAX_NDIM (store scalars as shape [1]) */
+	uint64_t global_shape[SNAP_MAX_NDIM]; /* the whole logical tensor */
+	uint64_t shard_offset[SNAP_MAX_NDIM]; /* where this shard starts in it */
+	uint64_t shape[SNAP_MAX_NDIM];        /* this shard's local dims */
+	const void *data;
+	size_t bytes;
+	uint32_t crc32c;       /* CRC32C of data[0..bytes), when has_crc */
+	int has_crc;           /* 0: the writer computes it (no source check) */
+};
+
+/* What one snap_io_write_rank() did. */
+struct snap_io_write_stats {
+	uint64_t raw_bytes;     /* sum of region bytes */
+	uint64_t stored_bytes;  /* bytes of dataset storage (after LZ4) */
+	uint64_t file_bytes;    /* size of the final file */
+	double seconds;         /* wall time, create to rename + directory fsync */
+	int direct;             /* 1 if bulk writes went with O_DIRECT */
+};
+
+/* CRC32C of buf[0..len) in the convention above. */
+uint32_t snap_io_crc32c(const void *buf, size_t len);
+
+/* ---- writing ---------------------------------------------------------- */
+
+struct snap_io_writer;
+
+/* A writer owns an io_uring ring and queue_depth aligned buffers of io_bytes
+ * each (its whole memory footprint; LZ4 adds two chunk buffers while a
+ * write runs). opts may be NULL for defaults. Returns NULL and fills err on
+ * failure (bad options, io_uring unavailable, out of memory). */
+struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struct snap_io_err *err);
+
+/* Releases the ring and buffers. NULL is a no-op. */
+void snap_io_writer_free(struct snap_io_writer *w);
+
+/*
+ * Writes <dir>/<job>/step-<step>/rank-<rank>.h5 holding the n regions, then
+ * fsyncs it, renames it into place and fsyncs the directory. Creates the
+ * directories as needed. Each region becomes one dataset in the root group;
+ * see docs/io-format.md for names, types and attributes.
+ *
+ * Checks before writing anything: job is [A-Za-z0-9._-]{1,128} not starting
+ * with '.'; rank < world; each region's dtype, kind, ndim, shapes, bytes are
+ * consistent; names are unique. Checks while writing: when has_crc, the
+ * bytes still have that CRC (SNAP_ECORRUPT names the region otherwise).
+ *
+ * Refuses (SNAP_ESTATE) to write into a step that is already persisted.
+ * An existing rank file of an unsealed step is replaced atomically.
+ * On any failure the temp file is removed and no rank file appears.
+ * ENOSPC from the disk is SNAP_ENOSPC; permission problems SNAP_EPERM;
+ * other I/O failures SNAP_EIO. stats may be NULL.
+ */
+int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *job,
+		       uint64_t step, uint32_t rank, uint32_t world,
+		       const struct snap_io_region *regions, size_t n,
+		       struct snap_io_write_stats *stats, struct snap_io_err *err);
+
+/*
+ * Seals a step: checks that rank-0..world-1 files all exist and are
+ * well-formed snapio files of this job, step, rank and world (metadata only;
+ * no data is read), then writes MANIFEST atomically (temp, fsync, rename,
+ * directory fsync). Call it once the caller knows every rank's file is
+ * written (on one node, after all nodes reported their flush done).
+ * Idempotent: sealing a persisted step with the same world returns 0.
+ * Missing rank files: SNAP_ENOENT naming the first missing one.
+ */
+int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t world,
+		      struct snap_io_err *err);
+
+/* ---- finding persisted steps ------------------------------------------ */
+
+/* Fills steps[0..cap) with the job's persisted steps, newest first, and
+ * returns how many there are in all (which may exceed cap; steps may be NULL
+ * when cap is 0). A job directory that does not exist has 0 steps. */
+int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t cap,
+		       struct snap_io_err *err);
+
+/* Newest persisted step of the job into *step; SNAP_ENOENT if there is none. */
+int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct snap_io_err *err);
+
+/* World size recorded in a persisted step's MANIFEST; SNAP_ENOENT if the step
+ * is not persisted. */
+int snap_io_step_world(const char *dir, const char *job, uint64_t step, uint32_t *world,
+		       struct snap_io_err *err);
+
+/* ---- reading back ----------------------------------------------------- */
+
+/* What a rank file says about one region. Pointers are valid only during
+ * the callback. */
+struct snap_io_region_info {
+	const char *name;       /* original region name */
+	const char *dataset;    /* HDF5 dataset name (sanitised) */
+	int dtype, kind, ndim, codec;
+	uint64_t global_shape[SNAP_MAX_NDIM];
+	uint64_t shard_offset[SNAP_MAX_NDIM];
+	uint64_t shape[SNAP_MAX_NDIM];
+	uint64_t bytes;         /* raw bytes */
+	uint64_t stored_bytes;  /* bytes on disk */
+	uint32_t crc32c;        /* recorded CRC32C of the raw bytes */
+};
+
+/* Calls fn once per region of a persisted step's rank file, in file order;
+ * a non-zero return from fn stops the walk and is returned. */
+int snap_io_list_regions(const char *dir, const char *job, uint64_t step, uint32_t rank,
+			 int (*fn)(const struct snap_io_region_info *info, void *arg), void *arg,
+			 struct snap_io_err *err);
+
+/* A caller buffer to restore one region into, looked up by original name. */
+struct snap_io_dest {
+	const char *name;
+	void *buf;
+	size_t bytes;           /* must equal the region's raw bytes */
+};
+
+/*
+ * Restores n regions of a persisted step's rank file into caller buffers and
+ * verifies each against its recorded CRC32C. Errors name file and dataset:
+ * SNAP_ENOENT (step not persisted, file or region missing), SNAP_EMISMATCH
+ * (bytes differ from the region's), SNAP_ETRUNC (file shorter than its
+ * data), SNAP_ECORRUPT (checksum or LZ4 framing wrong), SNAP_EIO.
+ * On failure the buffers' contents are unspecified.
+ */
+int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t rank,
+		      const struct snap_io_dest *dests, size_t n, struct snap_io_err *err);
+
+/*
+ * Verifies a persisted step: MANIFEST, every rank file's size, and every
+ * dataset's CRC32C, recomputed from the disk with bounded memory (one 4 MiB
+ * buffer or one LZ4 chunk). Checks everything; returns 0 if all is well,
+ * else the first error's code with a message naming the first bad file and
+ * dataset and how many datasets failed in all. *bad (may be NULL) gets that
+ * count.
+ */
+int snap_io_verify_step(const char *dir, const char *job, uint64_t step, size_t *bad,
+			struct snap_io_err *err);
+
+/* ---- retention -------------------------------------------------------- */
+
+/*
+ * Keeps the newest `keep` (>= 1) persisted steps and deletes older ones;
+ * also deletes incomplete step directories older than the newest persisted
+ * step and leftovers of interrupted deletions. Never touches the newest
+ * persisted step nor incomplete steps newer than it (a flush may be under
+ * way). A step is first renamed out of the step-N namespace (so it stops
+ * being listed atomically) and then removed. Returns the number of step
+ * directories removed.
+ */
+int snap_io_retain(const char *dir, const char *job, unsigned keep, struct snap_io_err *err);
+
+/* ---- export ----------------------------------------------------------- */
+
+enum snap_io_export_mode {
+	SNAP_IO_EXPORT_VIRTUAL = 0, /* HDF5 virtual datasets over the rank files */
+	SNAP_IO_EXPORT_COPY = 1,    /* materialised, contiguous, uncompressed */
+};
+
+/*
+ * Writes one HDF5 file where each logical tensor (region name) is a single
+ * dataset of its global shape. Shards are placed by shard_offset + shape;
+ * a tensor any rank holds whole (shape == global_shape) takes the lowest
+ * such rank's copy; identical shards on several ranks (replicas) take the
+ * lowest rank's. Shards that overlap otherwise, or do not cover the tensor,
+ * or disagree on dtype/global shape: SNAP_EMISMATCH naming the tensor.
+ * VIRTUAL stores source paths relative to the output file's directory, so
+ * keep the export next to (or move it together with) the flush directory;
+ * reading it needs the LZ4 plugin when the step was written with LZ4.
+ * COPY reads every shard through snap_io_read_rank's verification and needs
+ * memory for the largest shard. out_path is written to a temp file and
+ * renamed. The step must be persisted.
+ */
+int snap_io_export(const char *dir, const char *job, uint64_t step, const char *out_path,
+		   int mode, struct snap_io_err *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* SNAP_IO_H */

@@ -1,0 +1,119 @@
+/*
+ * internal.h - what the io/src files share and nothing outside io/ may use.
+ */
+#ifndef SNAP_IO_INTERNAL_H
+#define SNAP_IO_INTERNAL_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <hdf5.h>
+
+#include "snap/io.h"
+
+#define IO_FORMAT_NAME "snapio"
+#define IO_FORMAT_VERSION 1
+#define IO_MANIFEST "MANIFEST"
+#define IO_MAX_NAME 1024
+#define IO_LZ4_FILTER 32004
+#define IO_ALIGN 4096
+
+/* err.c: set the error (code + printf message); returns code. The first
+ * error set wins so that the root cause is what the caller reads. */
+int io_fail(struct snap_io_err *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+void io_err_clear(struct snap_io_err *err);
+/* Same, with HDF5's innermost error description appended. */
+int io_fail_h5(struct snap_io_err *err, int code, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* errno -> SNAP_E* */
+int io_errno_code(int e);
+
+/* Enter/leave the HDF5 section: takes the process-wide lock and silences
+ * HDF5's automatic error printing (restored on leave). */
+void io_h5_enter(void);
+void io_h5_leave(void);
+
+/* names.c */
+int io_check_job(const char *job, struct snap_io_err *err);
+/* Injective escape of a region name into an HDF5 link name. out has room
+ * for 3 * IO_MAX_NAME + 1 bytes. */
+int io_sanitise(const char *name, char *out, size_t cap);
+/* Paths. Return SNAP_EINVAL when they do not fit. */
+int io_path_job(char *out, size_t cap, const char *dir, const char *job);
+int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64_t step);
+int io_path_rank(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank);
+/* mkdir -p with fsync of each parent that gained an entry. */
+int io_mkdirs(const char *path, struct snap_io_err *err);
+int io_fsync_dir(const char *path);
+/* rm -r of a directory tree (no symlink following). */
+int io_rmtree(const char *path);
+
+/* lz4chunk.c: the byte layout of HDF5 filter 32004. */
+size_t io_lz4_bound(size_t n);
+/* Encodes src[0..n) into dst (io_lz4_bound(n) bytes); returns encoded size. */
+size_t io_lz4_encode(const void *src, size_t n, void *dst);
+/* Decodes exactly; returns 0 or SNAP_ECORRUPT / SNAP_ETRUNC. *out_n gets
+ * the original size, which must be <= cap. */
+int io_lz4_decode(const void *src, size_t n, void *dst, size_t cap, size_t *out_n);
+
+/* uring.c: bulk writes of memory to file offsets. */
+struct io_uring_writer;
+struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes);
+void io_uw_free(struct io_uring_writer *u);
+/* Starts a file: fd_direct may be -1 (no O_DIRECT); fd_buf is a plain fd. */
+void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf);
+/* Queues src[0..len) for file offset off; updates *crc (running state, not
+ * finalised) in order. Returns 0 or -errno of the first failed write. */
+int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc);
+/* Waits for everything in flight; returns 0 or the first -errno. */
+int io_uw_drain(struct io_uring_writer *u);
+
+/* crc: running state helpers (state starts at 0xFFFFFFFF, final ^ ~0). */
+uint32_t io_crc_update(uint32_t state, const void *buf, size_t len);
+
+/* manifest.c */
+struct io_manifest_rank {
+	uint64_t size;
+	uint64_t ndatasets;
+	uint64_t raw_bytes;
+	uint32_t crcsum;
+};
+/* Reads and checks a step's MANIFEST (and, when check_files, that every
+ * rank file exists with its size). world out; ranks may be NULL, else gets
+ * a malloc'd array of world entries. */
+int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_files,
+		     uint32_t *world, struct io_manifest_rank **ranks, struct snap_io_err *err);
+
+/* "step-<decimal>" -> step; -1 if the name is anything else. */
+int io_parse_step_name(const char *name, uint64_t *step);
+
+/* read.c: per-dataset metadata of an open rank file. */
+struct io_ds {
+	char name[IO_MAX_NAME + 1];
+	char dataset[3 * IO_MAX_NAME + 1];
+	struct snap_io_region_info info;
+	uint64_t off;          /* file offset of contiguous data, else UINT64_MAX */
+};
+/* Opens a rank file and reads its datasets' metadata. */
+int io_rank_open(const char *path, hid_t *file, struct io_ds **ds, size_t *n,
+		 struct snap_io_err *err);
+/* Reads one dataset's raw bytes (CRC-verified) into buf[0..info.bytes). */
+int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf,
+	       struct snap_io_err *err);
+/* Root attributes of a rank file. */
+int io_rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
+		  uint32_t *rank, uint32_t *world, struct snap_io_err *err);
+
+/* h5 attribute helpers (write.c) */
+int io_attr_str(hid_t obj, const char *name, const char *val);
+int io_attr_u64(hid_t obj, const char *name, const uint64_t *v, size_t n);
+int io_attr_u32(hid_t obj, const char *name, uint32_t v);
+/* (read.c) */
+int io_get_attr_str(hid_t obj, const char *name, char *out, size_t cap);
+int io_get_attr_u64(hid_t obj, const char *name, uint64_t *v, size_t max, size_t *n);
+/* The HDF5 file type that stores a dtype (caller closes it). */
+hid_t io_h5_type(int dtype);
+
+#endif

@@ -1,0 +1,336 @@
+/*
+ * The step manifest: the one file whose presence makes a step persisted.
+ * Plain text so a person can read it, with its own CRC32C on the last line
+ * so a torn or edited manifest is not mistaken for a good one:
+ *
+ *   snapio-manifest 1
+ *   job <job>
+ *   step <step>
+ *   world <world>
+ *   rank <r> <file bytes> <datasets> <raw bytes> <crc32c over datasets' crc32c>
+ *   ...
+ *   end <crc32c of every byte above this line, 8 hex digits>
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+#define MANIFEST_MAX (64u << 20)
+
+static int read_all(const char *path, char **out, size_t *len)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || st.st_size > (off_t)MANIFEST_MAX) {
+		close(fd);
+		return -EFBIG;
+	}
+	char *b = malloc((size_t)st.st_size + 1);
+	size_t got = 0;
+	while (b && got < (size_t)st.st_size) {
+		ssize_t k = read(fd, b + got, (size_t)st.st_size - got);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		got += (size_t)k;
+	}
+	close(fd);
+	if (!b)
+		return -ENOMEM;
+	b[got] = '\0';
+	*out = b;
+	*len = got;
+	return 0;
+}
+
+int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_files,
+		     uint32_t *world, struct io_manifest_rank **ranks, struct snap_io_err *err)
+{
+	char path[4200], sdir[4096];
+	if (io_path_step(sdir, sizeof sdir, dir, job, step))
+		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
+	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
+	char *b = NULL;
+	size_t len = 0;
+	int rc = read_all(path, &b, &len);
+	if (rc == -ENOENT)
+		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " of job %s is not persisted (no %s)", step, job, path);
+	if (rc)
+		return io_fail(err, io_errno_code(-rc), "%s: cannot read: %s", path, strerror(-rc));
+	/* The trailer covers everything before it. */
+	char *end = len >= 13 ? b + len - 13 : NULL;
+	unsigned crc = 0;
+	if (!end || strncmp(end, "end ", 4) != 0 || (end != b && end[-1] != '\n') || b[len - 1] != '\n' ||
+	    sscanf(end + 4, "%8x", &crc) != 1 || crc != snap_io_crc32c(b, (size_t)(end - b))) {
+		free(b);
+		return io_fail(err, SNAP_ECORRUPT, "%s: manifest is torn or corrupt (checksum line)", path);
+	}
+	*end = '\0';
+	char mjob[160] = "";
+	uint64_t mstep = 0, w = 0;
+	int ver = 0, pos = 0;
+	struct io_manifest_rank *r = NULL;
+	if (sscanf(b, "snapio-manifest %d\njob %159s\nstep %" SCNu64 "\nworld %" SCNu64 "\n%n", &ver, mjob, &mstep, &w,
+		   &pos) != 4 || pos == 0) {
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest header unreadable", path);
+	} else if (ver != IO_FORMAT_VERSION) {
+		rc = io_fail(err, SNAP_EFORMAT, "%s: manifest version %d not supported", path, ver);
+	} else if (strcmp(mjob, job) != 0 || mstep != step || w == 0 || w > UINT32_MAX) {
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest is for job %s step %" PRIu64 " world %" PRIu64, path,
+			     mjob, mstep, w);
+	} else if (!(r = calloc(w, sizeof *r))) {
+		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
+	}
+	const char *p = b + pos;
+	for (uint64_t i = 0; i < w && !rc; i++) {
+		uint64_t ri = 0;
+		unsigned cs = 0;
+		int k = 0;
+		if (sscanf(p, "rank %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %8x\n%n", &ri, &r[i].size,
+			   &r[i].ndatasets, &r[i].raw_bytes, &cs, &k) != 5 || k == 0 || ri != i) {
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest line for rank %" PRIu64 " unreadable", path, i);
+			break;
+		}
+		r[i].crcsum = cs;
+		p += k;
+		if (check_files) {
+			char rp[4200];
+			struct stat st;
+			snprintf(rp, sizeof rp, "%s/rank-%" PRIu64 ".h5", sdir, i);
+			if (stat(rp, &st) < 0)
+				rc = io_fail(err, SNAP_ENOENT, "%s: missing (step %" PRIu64 " is damaged)", rp, step);
+			else if ((uint64_t)st.st_size != r[i].size)
+				rc = io_fail(err, (uint64_t)st.st_size < r[i].size ? SNAP_ETRUNC : SNAP_ECORRUPT,
+					     "%s: %" PRIu64 " bytes, manifest says %" PRIu64 " (step %" PRIu64
+					     " is damaged)", rp, (uint64_t)st.st_size, r[i].size, step);
+		}
+	}
+	free(b);
+	if (rc) {
+		free(r);
+		return rc;
+	}
+	*world = (uint32_t)w;
+	if (ranks)
+		*ranks = r;
+	else
+		free(r);
+	return 0;
+}
+
+/* Summary of one rank file for its manifest line; metadata only. */
+static int summarise(const char *path, const char *job, uint64_t step, uint32_t rank, uint32_t world,
+		     struct io_manifest_rank *m, struct snap_io_err *err)
+{
+	hid_t f;
+	struct io_ds *ds = NULL;
+	size_t n = 0;
+	int rc = io_rank_open(path, &f, &ds, &n, err);
+	if (rc)
+		return rc;
+	char fjob[160];
+	uint64_t fstep;
+	uint32_t frank, fworld;
+	rc = io_rank_attrs(f, path, fjob, sizeof fjob, &fstep, &frank, &fworld, err);
+	if (!rc && (strcmp(fjob, job) || fstep != step || frank != rank || fworld != world))
+		rc = io_fail(err, SNAP_EMISMATCH, "%s: file says job %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32
+			     ", expected %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32, path, fjob, fstep, frank,
+			     fworld, job, step, rank, world);
+	struct stat st;
+	if (!rc && stat(path, &st) < 0)
+		rc = io_fail(err, SNAP_EIO, "%s: stat failed", path);
+	uint32_t c = 0xFFFFFFFFu;
+	m->raw_bytes = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (ds[i].off != UINT64_MAX && ds[i].off + ds[i].info.bytes > (uint64_t)st.st_size)
+			rc = io_fail(err, SNAP_ETRUNC, "%s: truncated: dataset \"%s\" ends past the end of file", path,
+				     ds[i].dataset);
+		unsigned char le[4] = {(unsigned char)ds[i].info.crc32c, (unsigned char)(ds[i].info.crc32c >> 8),
+				       (unsigned char)(ds[i].info.crc32c >> 16), (unsigned char)(ds[i].info.crc32c >> 24)};
+		c = io_crc_update(c, le, 4);
+		m->raw_bytes += ds[i].info.bytes;
+	}
+	m->crcsum = c ^ 0xFFFFFFFFu;
+	m->ndatasets = n;
+	m->size = (uint64_t)st.st_size;
+	H5Fclose(f);
+	free(ds);
+	return rc;
+}
+
+int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t world, struct snap_io_err *err)
+{
+	io_err_clear(err);
+	int rc;
+	if (!dir || world == 0)
+		return io_fail(err, SNAP_EINVAL, "snap_io_step_seal: NULL dir or world 0");
+	if ((rc = io_check_job(job, err)) < 0)
+		return rc;
+	char sdir[4096], path[4200], tmp[4300];
+	if (io_path_step(sdir, sizeof sdir, dir, job, step))
+		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
+	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
+	uint32_t have = 0;
+	struct snap_io_err probe = {0};
+	if (io_manifest_load(dir, job, step, 1, &have, NULL, &probe) == 0) {
+		if (have == world)
+			return 0;
+		return io_fail(err, SNAP_ESTATE, "%s: step already sealed with world %" PRIu32 ", not %" PRIu32,
+			       path, have, world);
+	}
+	struct io_manifest_rank *m = calloc(world, sizeof *m);
+	if (!m)
+		return io_fail(err, SNAP_ENOMEM, "out of memory");
+	/* Missing files first: that is the usual reason a seal is early. */
+	for (uint32_t r = 0; r < world && !rc; r++) {
+		char rp[4200];
+		snprintf(rp, sizeof rp, "%s/rank-%" PRIu32 ".h5", sdir, r);
+		if (access(rp, F_OK) < 0)
+			rc = io_fail(err, SNAP_ENOENT, "%s: missing; step %" PRIu64 " cannot be sealed", rp, step);
+	}
+	io_h5_enter();
+	for (uint32_t r = 0; r < world && !rc; r++) {
+		char rp[4200];
+		snprintf(rp, sizeof rp, "%s/rank-%" PRIu32 ".h5", sdir, r);
+		rc = summarise(rp, job, step, r, world, &m[r], err);
+	}
+	io_h5_leave();
+	size_t cap = 256 + (size_t)world * 128, len = 0;
+	char *b = rc ? NULL : malloc(cap);
+	if (!rc && !b)
+		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
+	if (!rc) {
+		len += (size_t)snprintf(b + len, cap - len, "snapio-manifest %d\njob %s\nstep %" PRIu64 "\nworld %" PRIu32 "\n",
+					IO_FORMAT_VERSION, job, step, world);
+		for (uint32_t r = 0; r < world; r++)
+			len += (size_t)snprintf(b + len, cap - len, "rank %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %08x\n",
+						r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
+		len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
+		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, IO_MANIFEST, (int)getpid());
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		size_t off = 0;
+		int e = fd < 0 ? errno : 0;
+		while (!e && off < len) {
+			ssize_t k = write(fd, b + off, len - off);
+			if (k < 0 && errno == EINTR)
+				continue;
+			if (k <= 0)
+				e = k < 0 ? errno : ENOSPC;
+			else
+				off += (size_t)k;
+		}
+		if (!e && fsync(fd) < 0)
+			e = errno;
+		if (fd >= 0 && close(fd) < 0 && !e)
+			e = errno;
+		if (!e && rename(tmp, path) < 0)
+			e = errno;
+		if (!e) {
+			int d = io_fsync_dir(sdir);
+			e = d < 0 ? -d : 0;
+		}
+		if (e) {
+			unlink(tmp);
+			rc = io_fail(err, io_errno_code(e), "%s: writing manifest failed: %s", path, strerror(e));
+		}
+	}
+	free(b);
+	free(m);
+	return rc;
+}
+
+static int desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? 1 : x > y ? -1 : 0;
+}
+
+/* "step-<decimal>" with no sign, no leading zeros, no junk. */
+int io_parse_step_name(const char *name, uint64_t *step)
+{
+	if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' || (name[5] == '0' && name[6]))
+		return -1;
+	uint64_t v = 0;
+	for (const char *p = name + 5; *p; p++) {
+		if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
+			return -1;
+		v = v * 10 + (uint64_t)(*p - '0');
+	}
+	*step = v;
+	return 0;
+}
+
+int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t cap, struct snap_io_err *err)
+{
+	io_err_clear(err);
+	int rc = dir ? io_check_job(job, err) : io_fail(err, SNAP_EINVAL, "NULL dir");
+	if (rc)
+		return rc;
+	char jdir[4096];
+	if (io_path_job(jdir, sizeof jdir, dir, job))
+		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
+	DIR *d = opendir(jdir);
+	if (!d) {
+		if (errno == ENOENT)
+			return 0;
+		return io_fail(err, io_errno_code(errno), "%s: cannot list: %s", jdir, strerror(errno));
+	}
+	uint64_t *all = NULL;
+	size_t n = 0, acap = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		uint64_t s;
+		uint32_t w;
+		if (io_parse_step_name(e->d_name, &s) < 0 || io_manifest_load(dir, job, s, 1, &w, NULL, NULL) < 0)
+			continue;
+		if (n == acap) {
+			acap = acap ? 2 * acap : 16;
+			uint64_t *p = realloc(all, acap * sizeof *p);
+			if (!p) {
+				closedir(d);
+				free(all);
+				return io_fail(err, SNAP_ENOMEM, "out of memory");
+			}
+			all = p;
+		}
+		all[n++] = s;
+	}
+	closedir(d);
+	qsort(all, n, sizeof *all, desc);
+	for (size_t i = 0; i < n && i < cap; i++)
+		steps[i] = all[i];
+	free(all);
+	return n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
+}
+
+int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct snap_io_err *err)
+{
+	uint64_t s = 0;
+	int n = snap_io_list_steps(dir, job, &s, 1, err);
+	if (n < 0)
+		return n;
+	if (n == 0)
+		return io_fail(err, SNAP_ENOENT, "%s/%s: no persisted step", dir, job);
+	*step = s;
+	return 0;
+}
+
+int snap_io_step_world(const char *dir, const char *job, uint64_t step, uint32_t *world, struct snap_io_err *err)
+{
+	io_err_clear(err);
+	int rc = dir ? io_check_job(job, err) : io_fail(err, SNAP_EINVAL, "NULL dir");
+	if (rc)
+		return rc;
+	return io_manifest_load(dir, job, step, 1, world, NULL, err);
+}

@@ -1,0 +1,149 @@
+/* Job names, region-name escaping, paths and directory durability. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int io_check_job(const char *job, struct snap_io_err *err)
+{
+	size_t n = job ? strlen(job) : 0;
+	if (n == 0 || n > 128 || job[0] == '.')
+		return io_fail(err, SNAP_EINVAL, "job name \"%s\" must be 1..128 characters not starting with '.'",
+			       job ? job : "(null)");
+	for (size_t i = 0; i < n; i++) {
+		char c = job[i];
+		if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+		      c == '.' || c == '_' || c == '-'))
+			return io_fail(err, SNAP_EINVAL, "job name \"%s\": only [A-Za-z0-9._-] allowed", job);
+	}
+	return 0;
+}
+
+/*
+ * HDF5 treats '/' as a path separator and "." specially, so region names
+ * are escaped: bytes outside [A-Za-z0-9_.-] and '%' become %XX, and a
+ * leading '.' becomes %2E. The mapping is injective, so two different
+ * regions can never land on one dataset, and readable names stay readable.
+ */
+int io_sanitise(const char *name, char *out, size_t cap)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	size_t n = strlen(name), k = 0;
+	if (n == 0 || n > IO_MAX_NAME || cap < 3 * n + 1)
+		return SNAP_EINVAL;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)name[i];
+		int plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+			    c == '_' || c == '-' || (c == '.' && i > 0);
+		if (plain) {
+			out[k++] = (char)c;
+		} else {
+			out[k++] = '%';
+			out[k++] = hex[c >> 4];
+			out[k++] = hex[c & 15];
+		}
+	}
+	out[k] = '\0';
+	return 0;
+}
+
+static int fit(int k, size_t cap)
+{
+	return k < 0 || (size_t)k >= cap ? SNAP_EINVAL : 0;
+}
+
+int io_path_job(char *out, size_t cap, const char *dir, const char *job)
+{
+	return fit(snprintf(out, cap, "%s/%s", dir, job), cap);
+}
+
+int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64_t step)
+{
+	return fit(snprintf(out, cap, "%s/%s/step-%" PRIu64, dir, job, step), cap);
+}
+
+int io_path_rank(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank)
+{
+	return fit(snprintf(out, cap, "%s/%s/step-%" PRIu64 "/rank-%" PRIu32 ".h5", dir, job, step, rank), cap);
+}
+
+int io_fsync_dir(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return -errno;
+	int rc = fsync(fd) < 0 ? -errno : 0;
+	close(fd);
+	return rc;
+}
+
+int io_mkdirs(const char *path, struct snap_io_err *err)
+{
+	char buf[4096];
+	size_t n = strlen(path);
+	if (n == 0 || n >= sizeof buf)
+		return io_fail(err, SNAP_EINVAL, "path too long: %s", path);
+	memcpy(buf, path, n + 1);
+	for (size_t i = 1; i <= n; i++) {
+		if (buf[i] != '/' && buf[i] != '\0')
+			continue;
+		char saved = buf[i];
+		buf[i] = '\0';
+		if (mkdir(buf, 0755) == 0) {
+			/* The new entry is durable only once its parent is fsynced. */
+			char *slash = strrchr(buf, '/');
+			if (slash && slash != buf) {
+				*slash = '\0';
+				io_fsync_dir(buf);
+				*slash = '/';
+			} else if (slash == buf) {
+				io_fsync_dir("/");
+			}
+		} else if (errno != EEXIST) {
+			int e = errno;
+			return io_fail(err, io_errno_code(e), "cannot create directory %s: %s", buf, strerror(e));
+		} else {
+			struct stat st;
+			if (stat(buf, &st) < 0 || !S_ISDIR(st.st_mode))
+				return io_fail(err, SNAP_EIO, "cannot create directory %s: not a directory", buf);
+		}
+		buf[i] = saved;
+	}
+	return 0;
+}
+
+int io_rmtree(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return errno == ENOENT ? 0 : -errno;
+	int rc = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		if (strcmp(e->d_name, ".") == 0 || strcmp(e->d_name, "..") == 0)
+			continue;
+		char sub[4096];
+		if (snprintf(sub, sizeof sub, "%s/%s", path, e->d_name) >= (int)sizeof sub) {
+			rc = -ENAMETOOLONG;
+			continue;
+		}
+		struct stat st;
+		if (lstat(sub, &st) == 0 && S_ISDIR(st.st_mode)) {
+			int r = io_rmtree(sub);
+			if (r && !rc)
+				rc = r;
+		} else if (unlink(sub) < 0 && errno != ENOENT && !rc) {
+			rc = -errno;
+		}
+	}
+	closedir(d);
+	if (rmdir(path) < 0 && errno != ENOENT && !rc)
+		rc = -errno;
+	return rc;
+}

@@ -1,0 +1,435 @@
+/*
+ * Reading rank files back: metadata of every dataset, and the raw bytes of
+ * one dataset streamed in order through a CRC32C check. Contiguous data is
+ * read with pread at the dataset's offset (so a truncated file is named as
+ * such); LZ4 chunks are fetched with H5Dread_chunk and decoded here, so
+ * restore does not depend on the filter plugin being installed.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+
+int io_get_attr_str(hid_t obj, const char *name, char *out, size_t cap)
+{
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = -1, mt = -1;
+	int rc = -1;
+	if (a < 0)
+		return -1;
+	t = H5Aget_type(a);
+	size_t sz = t >= 0 ? H5Tget_size(t) : 0;
+	if (t >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && sz > 0 && sz < cap) {
+		mt = H5Tcopy(H5T_C_S1);
+		if (mt >= 0 && H5Tset_size(mt, sz) >= 0 && H5Aread(a, mt, out) >= 0) {
+			out[sz] = '\0';
+			rc = 0;
+		}
+	}
+	if (mt >= 0) H5Tclose(mt);
+	if (t >= 0) H5Tclose(t);
+	H5Aclose(a);
+	return rc;
+}
+
+int io_get_attr_u64(hid_t obj, const char *name, uint64_t *v, size_t max, size_t *n)
+{
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = -1;
+	int rc = -1;
+	if (a < 0)
+		return -1;
+	s = H5Aget_space(a);
+	hssize_t k = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
+	if (k >= 1 && (size_t)k <= max && H5Aread(a, H5T_NATIVE_UINT64, v) >= 0) {
+		if (n)
+			*n = (size_t)k;
+		rc = 0;
+	}
+	if (s >= 0) H5Sclose(s);
+	H5Aclose(a);
+	return rc;
+}
+
+int io_rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
+		  uint32_t *rank, uint32_t *world, struct snap_io_err *err)
+{
+	char fmt[32];
+	uint64_t ver = 0, r = 0, w = 0;
+	if (io_get_attr_str(file, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, IO_FORMAT_NAME) != 0 ||
+	    io_get_attr_u64(file, "format_version", &ver, 1, NULL) < 0)
+		return io_fail_h5(err, SNAP_EFORMAT, "%s: not a snapio rank file (no format attribute)", path);
+	if (ver != IO_FORMAT_VERSION)
+		return io_fail(err, SNAP_EFORMAT, "%s: snapio format version %" PRIu64 " not supported", path, ver);
+	if (io_get_attr_str(file, "job", job, jobcap) < 0 || io_get_attr_u64(file, "step", step, 1, NULL) < 0 ||
+	    io_get_attr_u64(file, "rank", &r, 1, NULL) < 0 || io_get_attr_u64(file, "world", &w, 1, NULL) < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: rank file attributes missing or unreadable", path);
+	*rank = (uint32_t)r;
+	*world = (uint32_t)w;
+	return 0;
+}
+
+struct walk {
+	const char *path;
+	struct io_ds *ds;
+	size_t n, cap;
+	int rc;
+	struct snap_io_err *err;
+};
+
+static int ds_meta(hid_t file, const char *path, const char *link, struct io_ds *d, struct snap_io_err *err)
+{
+	memset(d, 0, sizeof *d);
+	snprintf(d->dataset, sizeof d->dataset, "%s", link);
+	hid_t ds = H5Dopen2(file, link, H5P_DEFAULT);
+	if (ds < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, link);
+	struct snap_io_region_info *in = &d->info;
+	char kind[32], dtype[32], codec[32];
+	size_t ng = 0, no = 0;
+	int rc = 0;
+	hid_t s = H5Dget_space(ds), t = H5Dget_type(ds), dcpl = H5Dget_create_plist(ds);
+	int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
+	hsize_t dims[SNAP_MAX_NDIM];
+	if (nd < 1 || nd > SNAP_MAX_NDIM || t < 0 || dcpl < 0 || H5Sget_simple_extent_dims(s, dims, NULL) < 0 ||
+	    io_get_attr_str(ds, "name", d->name, sizeof d->name) < 0 ||
+	    io_get_attr_str(ds, "kind", kind, sizeof kind) < 0 || io_get_attr_str(ds, "dtype", dtype, sizeof dtype) < 0 ||
+	    io_get_attr_str(ds, "codec", codec, sizeof codec) < 0 ||
+	    io_get_attr_u64(ds, "global_shape", in->global_shape, SNAP_MAX_NDIM, &ng) < 0 ||
+	    io_get_attr_u64(ds, "shard_offset", in->shard_offset, SNAP_MAX_NDIM, &no) < 0) {
+		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": metadata missing or unreadable", path, link);
+		goto out;
+	}
+	uint64_t crc = 0;
+	hid_t a = H5Aopen(ds, "crc32c", H5P_DEFAULT);
+	uint32_t c32 = 0;
+	if (a < 0 || H5Aread(a, H5T_NATIVE_UINT32, &c32) < 0) {
+		if (a >= 0) H5Aclose(a);
+		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, link);
+		goto out;
+	}
+	H5Aclose(a);
+	crc = c32;
+	in->dtype = snap_dtype_parse(dtype);
+	in->kind = snap_kind_parse(kind);
+	in->codec = strcmp(codec, "lz4") == 0 ? SNAP_IO_CODEC_LZ4 : strcmp(codec, "none") == 0 ? SNAP_IO_CODEC_NONE : -1;
+	in->ndim = nd;
+	in->crc32c = (uint32_t)crc;
+	size_t es = in->dtype >= 0 ? snap_dtype_size(in->dtype) : 0;
+	if (!es || in->kind < 0 || in->codec < 0 || ng != (size_t)nd || no != (size_t)nd || H5Tget_size(t) != es) {
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": inconsistent dtype/kind/codec/shape attributes",
+			     path, link);
+		goto out;
+	}
+	in->bytes = es;
+	for (int k = 0; k < nd; k++) {
+		in->shape[k] = dims[k];
+		in->bytes *= dims[k];
+		if (in->shard_offset[k] > in->global_shape[k] || dims[k] > in->global_shape[k] - in->shard_offset[k]) {
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shard outside global shape", path, link);
+			goto out;
+		}
+	}
+	in->stored_bytes = H5Dget_storage_size(ds);
+	d->off = UINT64_MAX;
+	H5D_layout_t lay = H5Pget_layout(dcpl);
+	if ((lay == H5D_CHUNKED) != (in->codec == SNAP_IO_CODEC_LZ4 && in->bytes > 0)) {
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": layout does not match codec", path, link);
+		goto out;
+	}
+	if (lay == H5D_CONTIGUOUS && in->bytes > 0) {
+		haddr_t off = H5Dget_offset(ds);
+		if (off == HADDR_UNDEF) {
+			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no storage allocated", path, link);
+			goto out;
+		}
+		d->off = off;
+	}
+out:
+	if (dcpl >= 0) H5Pclose(dcpl);
+	if (t >= 0) H5Tclose(t);
+	if (s >= 0) H5Sclose(s);
+	H5Dclose(ds);
+	return rc;
+}
+
+static herr_t walk_cb(hid_t g, const char *name, const H5L_info_t *li, void *arg)
+{
+	struct walk *w = arg;
+	(void)li;
+	if (w->n == w->cap) {
+		size_t nc = w->cap ? 2 * w->cap : 16;
+		struct io_ds *p = realloc(w->ds, nc * sizeof *p);
+		if (!p) {
+			w->rc = io_fail(w->err, SNAP_ENOMEM, "out of memory");
+			return -1;
+		}
+		w->ds = p;
+		w->cap = nc;
+	}
+	w->rc = ds_meta(g, w->path, name, &w->ds[w->n], w->err);
+	if (w->rc)
+		return -1;
+	w->n++;
+	return 0;
+}
+
+static int by_name(const void *a, const void *b)
+{
+	return strcmp(((const struct io_ds *)a)->name, ((const struct io_ds *)b)->name);
+}
+
+int io_rank_open(const char *path, hid_t *file, struct io_ds **ds, size_t *n, struct snap_io_err *err)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return io_fail(err, SNAP_ENOENT, "%s: missing: %s", path, strerror(errno));
+	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+	if (f < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: not a readable HDF5 file (truncated or corrupt?)", path);
+	char job[160];
+	uint64_t step;
+	uint32_t rank, world;
+	int rc = io_rank_attrs(f, path, job, sizeof job, &step, &rank, &world, err);
+	struct walk w = {.path = path, .err = err};
+	if (!rc) {
+		hsize_t idx = 0;
+		if (H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, walk_cb, &w) < 0)
+			rc = w.rc ? w.rc : io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot list datasets", path);
+	}
+	if (rc) {
+		free(w.ds);
+		H5Fclose(f);
+		return rc;
+	}
+	*file = f;
+	*ds = w.ds;
+	*n = w.n;
+	for (size_t i = 0; i < w.n; i++) {
+		w.ds[i].info.name = w.ds[i].name;
+		w.ds[i].info.dataset = w.ds[i].dataset;
+	}
+	return 0;
+}
+
+static int read_contig(const char *path, const struct io_ds *d, void *buf, uint32_t *crc, struct snap_io_err *err)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return io_fail(err, io_errno_code(errno), "%s: cannot open: %s", path, strerror(errno));
+	struct stat st;
+	int rc = 0;
+	if (fstat(fd, &st) < 0 || (uint64_t)st.st_size < d->off + d->info.bytes) {
+		rc = io_fail(err, SNAP_ETRUNC, "%s: truncated: dataset \"%s\" needs bytes up to %" PRIu64
+			     " but the file has %" PRIu64, path, d->dataset, d->off + d->info.bytes, (uint64_t)st.st_size);
+		close(fd);
+		return rc;
+	}
+	size_t blk = 4u << 20;
+	char *tmp = buf ? NULL : malloc(blk);
+	if (!buf && !tmp) {
+		close(fd);
+		return io_fail(err, SNAP_ENOMEM, "out of memory");
+	}
+	for (uint64_t pos = 0; pos < d->info.bytes && !rc;) {
+		size_t k = d->info.bytes - pos < blk ? (size_t)(d->info.bytes - pos) : blk;
+		char *dst = buf ? (char *)buf + pos : tmp;
+		ssize_t got = pread(fd, dst, k, (off_t)(d->off + pos));
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			rc = io_fail(err, got < 0 ? SNAP_EIO : SNAP_ETRUNC, "%s: reading dataset \"%s\" failed: %s", path,
+				     d->dataset, got < 0 ? strerror(errno) : "unexpected end of file");
+		else {
+			*crc = io_crc_update(*crc, dst, (size_t)got);
+			pos += (uint64_t)got;
+		}
+	}
+	free(tmp);
+	close(fd);
+	return rc;
+}
+
+static int read_lz4(hid_t file, const char *path, const struct io_ds *d, void *buf, uint32_t *crc,
+		    struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	hid_t ds = H5Dopen2(file, d->dataset, H5P_DEFAULT);
+	if (ds < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, d->dataset);
+	hid_t dcpl = H5Dget_create_plist(ds);
+	hsize_t chunk[SNAP_MAX_NDIM];
+	int rc = 0;
+	if (dcpl < 0 || H5Pget_chunk(dcpl, in->ndim, chunk) != in->ndim)
+		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no chunk layout", path, d->dataset);
+	if (dcpl >= 0)
+		H5Pclose(dcpl);
+	int j = 0;
+	for (int k = 0; k < in->ndim; k++)
+		if (chunk[k] != in->shape[k])
+			j = k;
+	for (int k = 0; k < j && !rc; k++)
+		if (chunk[k] != 1)
+			rc = io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\": chunk shape not written by snapio", path,
+				     d->dataset);
+	size_t es = snap_dtype_size(in->dtype);
+	uint64_t stride = 1, outer = 1;
+	for (int k = j + 1; k < in->ndim; k++)
+		stride *= in->shape[k];
+	for (int k = 0; k < j; k++)
+		outer *= in->shape[k];
+	uint64_t cj = chunk[j], runs = rc ? 0 : (in->shape[j] + cj - 1) / cj;
+	size_t full = (size_t)(cj * stride * es), enc_cap = 0;
+	unsigned char *raw = rc ? NULL : malloc(full), *enc = NULL;
+	if (!rc && !raw)
+		rc = io_fail(err, SNAP_ENOMEM, "out of memory for a %zu-byte chunk", full);
+	for (uint64_t o = 0; o < outer && !rc; o++) {
+		hsize_t off[SNAP_MAX_NDIM] = {0};
+		uint64_t rem = o;
+		for (int k = j - 1; k >= 0; k--) {
+			off[k] = rem % in->shape[k];
+			rem /= in->shape[k];
+		}
+		for (uint64_t r = 0; r < runs && !rc; r++) {
+			off[j] = r * cj;
+			hsize_t sz = 0;
+			uint32_t filters = 0;
+			if (H5Dget_chunk_storage_size(ds, off, &sz) < 0 || sz == 0) {
+				rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": chunk %" PRIu64 ":%" PRIu64
+						" missing", path, d->dataset, o, r);
+				break;
+			}
+			if (sz > enc_cap) {
+				free(enc);
+				enc = malloc(sz);
+				enc_cap = enc ? sz : 0;
+				if (!enc) {
+					rc = io_fail(err, SNAP_ENOMEM, "out of memory");
+					break;
+				}
+			}
+			size_t got = 0;
+			if (H5Dread_chunk(ds, H5P_DEFAULT, off, &filters, enc) < 0) {
+				rc = io_fail_h5(err, SNAP_ETRUNC, "%s: dataset \"%s\": reading chunk %" PRIu64 ":%" PRIu64
+						" failed (truncated file?)", path, d->dataset, o, r);
+			} else if (filters != 0) {
+				rc = io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\": chunk stored without the LZ4 filter",
+					     path, d->dataset);
+			} else if (io_lz4_decode(enc, sz, raw, full, &got) < 0 || got != full) {
+				rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": LZ4 chunk %" PRIu64 ":%" PRIu64
+					     " is corrupt", path, d->dataset, o, r);
+			} else {
+				uint64_t rows = in->shape[j] - off[j] < cj ? in->shape[j] - off[j] : cj;
+				size_t len = (size_t)(rows * stride * es);
+				*crc = io_crc_update(*crc, raw, len);
+				if (buf)
+					memcpy((char *)buf + (o * in->shape[j] + off[j]) * stride * es, raw, len);
+			}
+		}
+	}
+	free(raw);
+	free(enc);
+	H5Dclose(ds);
+	return rc;
+}
+
+int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf, struct snap_io_err *err)
+{
+	uint32_t crc = 0xFFFFFFFFu;
+	int rc = 0;
+	if (d->info.bytes == 0)
+		rc = 0;
+	else if (d->off != UINT64_MAX)
+		rc = read_contig(path, d, buf, &crc, err);
+	else
+		rc = read_lz4(file, path, d, buf, &crc, err);
+	if (rc)
+		return rc;
+	crc ^= 0xFFFFFFFFu;
+	if (crc != d->info.crc32c)
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\"): CRC32C mismatch: recorded "
+			       "%08x, data gives %08x", path, d->dataset, d->name, d->info.crc32c, crc);
+	return 0;
+}
+
+static int open_persisted_rank(const char *dir, const char *job, uint64_t step, uint32_t rank, char *path,
+			       size_t cap, hid_t *f, struct io_ds **ds, size_t *n, struct snap_io_err *err)
+{
+	uint32_t world;
+	int rc = io_check_job(job, err);
+	if (rc)
+		return rc;
+	if ((rc = io_manifest_load(dir, job, step, 1, &world, NULL, err)) < 0)
+		return rc;
+	if (rank >= world)
+		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " has %" PRIu32 " ranks; no rank %" PRIu32, step, world, rank);
+	if (io_path_rank(path, cap, dir, job, step, rank))
+		return io_fail(err, SNAP_EINVAL, "path too long");
+	return io_rank_open(path, f, ds, n, err);
+}
+
+int snap_io_list_regions(const char *dir, const char *job, uint64_t step, uint32_t rank,
+			 int (*fn)(const struct snap_io_region_info *info, void *arg), void *arg,
+			 struct snap_io_err *err)
+{
+	io_err_clear(err);
+	if (!dir || !fn)
+		return io_fail(err, SNAP_EINVAL, "snap_io_list_regions: NULL dir or callback");
+	char path[4096];
+	hid_t f;
+	struct io_ds *ds = NULL;
+	size_t n = 0;
+	io_h5_enter();
+	int rc = open_persisted_rank(dir, job, step, rank, path, sizeof path, &f, &ds, &n, err);
+	if (!rc) {
+		for (size_t i = 0; i < n && !rc; i++)
+			rc = fn(&ds[i].info, arg);
+		H5Fclose(f);
+	}
+	io_h5_leave();
+	free(ds);
+	return rc;
+}
+
+int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t rank,
+		      const struct snap_io_dest *dests, size_t n, struct snap_io_err *err)
+{
+	io_err_clear(err);
+	if (!dir || (n && !dests))
+		return io_fail(err, SNAP_EINVAL, "snap_io_read_rank: NULL dir or dests");
+	char path[4096];
+	hid_t f;
+	struct io_ds *ds = NULL;
+	size_t nds = 0;
+	io_h5_enter();
+	int rc = open_persisted_rank(dir, job, step, rank, path, sizeof path, &f, &ds, &nds, err);
+	if (!rc) {
+		qsort(ds, nds, sizeof *ds, by_name);
+		for (size_t i = 0; i < n && !rc; i++) {
+			struct io_ds key;
+			if (!dests[i].name || strlen(dests[i].name) > IO_MAX_NAME) {
+				rc = io_fail(err, SNAP_EINVAL, "destination %zu: bad name", i);
+				break;
+			}
+			strcpy(key.name, dests[i].name);
+			const struct io_ds *d = bsearch(&key, ds, nds, sizeof *ds, by_name);
+			if (!d)
+				rc = io_fail(err, SNAP_ENOENT, "%s: no region \"%s\"", path, dests[i].name);
+			else if (d->info.bytes != dests[i].bytes)
+				rc = io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") holds %" PRIu64
+					     " bytes but the buffer has %zu", path, d->dataset, d->name, d->info.bytes,
+					     dests[i].bytes);
+			else if (d->info.bytes && !dests[i].buf)
+				rc = io_fail(err, SNAP_EINVAL, "region \"%s\": NULL buffer", d->name);
+			else
+				rc = io_ds_read(f, path, d, dests[i].buf, err);
+		}
+		H5Fclose(f);
+	}
+	io_h5_leave();
+	free(ds);
+	return rc;
+}

@@ -1,0 +1,228 @@
+/*
+ * The bulk byte mover: writes memory to known file offsets through io_uring
+ * with up to qd writes of io_bytes in flight. With an O_DIRECT fd, the
+ * 4096-aligned middle of every range goes direct (from the source when it is
+ * aligned too, else through one of qd aligned bounce buffers) and the
+ * unaligned head and tail go through the page cache with pwrite; without
+ * one, every piece is a buffered io_uring write straight from the source.
+ */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <liburing.h>
+
+#include "internal.h"
+
+struct req {
+	int busy;
+	int fd;
+	const void *ptr;
+	size_t len;
+	uint64_t off;
+	void *bounce;          /* lazily allocated, io_bytes, 4096-aligned */
+};
+
+struct io_uring_writer {
+	struct io_uring ring;
+	unsigned qd, inflight;
+	size_t io_bytes;
+	int fd_direct, fd_buf;
+	int error;             /* first -errno */
+	struct req *reqs;
+};
+
+struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes)
+{
+	struct io_uring_writer *u = calloc(1, sizeof *u);
+	if (!u)
+		return NULL;
+	u->reqs = calloc(qd, sizeof *u->reqs);
+	if (!u->reqs || io_uring_queue_init(qd, &u->ring, 0) < 0) {
+		free(u->reqs);
+		free(u);
+		return NULL;
+	}
+	u->qd = qd;
+	u->io_bytes = io_bytes;
+	u->fd_direct = u->fd_buf = -1;
+	return u;
+}
+
+void io_uw_free(struct io_uring_writer *u)
+{
+	if (!u)
+		return;
+	io_uw_drain(u);
+	io_uring_queue_exit(&u->ring);
+	for (unsigned i = 0; i < u->qd; i++)
+		free(u->reqs[i].bounce);
+	free(u->reqs);
+	free(u);
+}
+
+void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf)
+{
+	u->fd_direct = fd_direct;
+	u->fd_buf = fd_buf;
+	u->error = 0;
+}
+
+static void note(struct io_uring_writer *u, int e)
+{
+	if (!u->error)
+		u->error = e;
+}
+
+/* A short write finishes synchronously so the real errno (ENOSPC) shows. */
+static void finish_short(struct io_uring_writer *u, struct req *r, size_t done)
+{
+	const char *p = (const char *)r->ptr + done;
+	size_t left = r->len - done;
+	uint64_t off = r->off + done;
+	while (left > 0) {
+		ssize_t k = pwrite(u->fd_buf, p, left, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0) {
+			note(u, k < 0 ? -errno : -ENOSPC);
+			return;
+		}
+		p += k;
+		left -= (size_t)k;
+		off += (uint64_t)k;
+	}
+}
+
+static int reap_one(struct io_uring_writer *u)
+{
+	struct io_uring_cqe *cqe;
+	int rc;
+	do
+		rc = io_uring_wait_cqe(&u->ring, &cqe);
+	while (rc == -EINTR);
+	if (rc < 0) {
+		note(u, rc);
+		return rc;
+	}
+	struct req *r = io_uring_cqe_get_data(cqe);
+	int res = cqe->res;
+	io_uring_cqe_seen(&u->ring, cqe);
+	if (res < 0)
+		note(u, res);
+	else if ((size_t)res < r->len)
+		finish_short(u, r, (size_t)res);
+	r->busy = 0;
+	u->inflight--;
+	return 0;
+}
+
+static struct req *free_req(struct io_uring_writer *u)
+{
+	for (;;) {
+		for (unsigned i = 0; i < u->qd; i++)
+			if (!u->reqs[i].busy)
+				return &u->reqs[i];
+		if (reap_one(u) < 0)
+			return NULL;
+	}
+}
+
+static int submit(struct io_uring_writer *u, struct req *r)
+{
+	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
+	if (!sqe)
+		return -EBUSY; /* cannot happen: one sqe per free req */
+	io_uring_prep_write(sqe, r->fd, r->ptr, (unsigned)r->len, r->off);
+	io_uring_sqe_set_data(sqe, r);
+	r->busy = 1;
+	u->inflight++;
+	int rc = io_uring_submit(&u->ring);
+	if (rc < 0) {
+		r->busy = 0;
+		u->inflight--;
+		return rc;
+	}
+	return 0;
+}
+
+static int sync_write(int fd, const void *src, size_t len, uint64_t off)
+{
+	const char *p = src;
+	while (len > 0) {
+		ssize_t k = pwrite(fd, p, len, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return -errno;
+		if (k == 0)
+			return -ENOSPC;
+		p += k;
+		len -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc)
+{
+	const char *s = src;
+	uint64_t end = off + len;
+	uint64_t a = off, b = off;
+	if (u->fd_direct >= 0) {
+		a = (off + IO_ALIGN - 1) / IO_ALIGN * IO_ALIGN;
+		b = end / IO_ALIGN * IO_ALIGN;
+		if (a >= b)
+			a = b = end;
+	}
+	if (a > off) {
+		*crc = io_crc_update(*crc, s, a - off);
+		int rc = sync_write(u->fd_buf, s, a - off, off);
+		if (rc)
+			return rc;
+	}
+	uint64_t mid_end = u->fd_direct >= 0 ? b : end;
+	for (uint64_t p = a; p < mid_end && !u->error;) {
+		size_t k = mid_end - p < u->io_bytes ? mid_end - p : u->io_bytes;
+		const char *from = s + (p - off);
+		struct req *r = free_req(u);
+		if (!r)
+			break;
+		*crc = io_crc_update(*crc, from, k);
+		r->fd = u->fd_direct >= 0 ? u->fd_direct : u->fd_buf;
+		r->len = k;
+		r->off = p;
+		if (u->fd_direct >= 0 && ((uintptr_t)from % IO_ALIGN) != 0) {
+			if (!r->bounce && posix_memalign(&r->bounce, IO_ALIGN, u->io_bytes) != 0) {
+				r->bounce = NULL;
+				return -ENOMEM;
+			}
+			memcpy(r->bounce, from, k);
+			r->ptr = r->bounce;
+		} else {
+			r->ptr = from;
+		}
+		int rc = submit(u, r);
+		if (rc)
+			return rc;
+		p += k;
+	}
+	if (u->error)
+		return u->error;
+	if (u->fd_direct >= 0 && end > b && b >= a) {
+		*crc = io_crc_update(*crc, s + (b - off), end - b);
+		int rc = sync_write(u->fd_buf, s + (b - off), end - b, b);
+		if (rc)
+			return rc;
+	}
+	return 0;
+}
+
+int io_uw_drain(struct io_uring_writer *u)
+{
+	while (u->inflight > 0)
+		if (reap_one(u) < 0)
+			break;
+	return u->error;
+}
