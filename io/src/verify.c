@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 
@@ -11,6 +12,17 @@ static int verify_rank(const char *dir, const char *job, uint64_t step, uint32_t
 {
 	char path[4096];
 	io_path_rank(path, sizeof path, dir, job, step, rank);
+	struct stat st;
+	if (stat(path, &st) < 0) {
+		(*bad)++;
+		return io_fail(err, SNAP_ENOENT, "%s: missing (step %" PRIu64 " is damaged)", path, step);
+	}
+	if ((uint64_t)st.st_size != m->size) {
+		(*bad)++;
+		return io_fail(err, (uint64_t)st.st_size < m->size ? SNAP_ETRUNC : SNAP_ECORRUPT,
+			       "%s: truncated or replaced: %" PRIu64 " bytes, manifest says %" PRIu64, path,
+			       (uint64_t)st.st_size, m->size);
+	}
 	hid_t f;
 	struct io_ds *ds = NULL;
 	size_t n = 0;

@@ -1,0 +1,249 @@
+/*
+ * Faults against real files: truncation, flipped bytes (data, LZ4 chunk,
+ * HDF5 metadata, manifest), missing files, an unwritable flush directory
+ * (a path under a regular file), a full one (a 1 MiB tmpfs, when mount is
+ * permitted), bad input, rewriting a persisted step, and retention. Each
+ * must give a clear error naming the file (and dataset), and lose nothing
+ * else: the other step keeps verifying and restoring.
+ * usage: io_faults DIR
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "testutil.h"
+
+#define JOB "faulty"
+#define N (256 * 1024)
+
+static float A[N], B[N / 4];
+
+static void write_step(const char *dir, uint64_t step, int codec, uint32_t world)
+{
+	struct snap_io_err err = {0};
+	struct snap_io_opts o = {.codec = codec, .chunk_bytes = 64 << 10};
+	struct snap_io_writer *w = snap_io_writer_new(&o, &err);
+	CHECK(w);
+	for (uint32_t r = 0; r < world; r++) {
+		uint64_t g[1] = {N}, off[1] = {0}, sh[1] = {N}, g2[2] = {N / 64, 16}, o2[2] = {0, 0}, s2[2] = {N / 64, 16};
+		struct snap_io_region reg[2] = {
+			io_t_region("w/main", SNAP_DTYPE_F32, 1, g, off, sh, A),
+			io_t_region("w/second", SNAP_DTYPE_F32, 2, g2, o2, s2, B)};
+		OK(snap_io_write_rank(w, dir, JOB, step, r, world, reg, 2, NULL, &err), &err);
+	}
+	snap_io_writer_free(w);
+	OK(snap_io_step_seal(dir, JOB, step, world, &err), &err);
+}
+
+static void flip(const char *path, off_t at)
+{
+	int fd = open(path, O_RDWR);
+	CHECK(fd >= 0);
+	unsigned char c;
+	CHECK(pread(fd, &c, 1, at) == 1);
+	c ^= 0x10;
+	CHECK(pwrite(fd, &c, 1, at) == 1);
+	close(fd);
+}
+
+static off_t fsize(const char *p)
+{
+	struct stat st;
+	CHECK(stat(p, &st) == 0);
+	return st.st_size;
+}
+
+static void copy_file(const char *from, const char *to)
+{
+	char cmd[4096];
+	snprintf(cmd, sizeof cmd, "cp -p '%s' '%s'", from, to);
+	CHECK(system(cmd) == 0);
+}
+
+static int restores(const char *dir, uint64_t step, uint32_t rank)
+{
+	static float a[N], b[N / 4];
+	struct snap_io_dest d[2] = {{"w/main", a, sizeof a}, {"w/second", b, sizeof b}};
+	struct snap_io_err err = {0};
+	int rc = snap_io_read_rank(dir, JOB, step, rank, d, 2, &err);
+	return rc == 0 && memcmp(a, A, sizeof a) == 0 && memcmp(b, B, sizeof b) == 0;
+}
+
+int main(int argc, char **argv)
+{
+	CHECK(argc == 2);
+	char dir[1024], p[4096], q[8192];
+	snprintf(dir, sizeof dir, "%s/flush", argv[1]);
+	snprintf(p, sizeof p, "rm -rf '%s' && mkdir -p '%s'", argv[1], dir);
+	CHECK(system(p) == 0);
+	io_t_weights(A, sizeof A, 0);
+	io_t_weights(B, sizeof B, 12345);
+	struct snap_io_err err = {0};
+	size_t bad;
+
+	printf("good steps 1 (none) and 2 (lz4), world 2\n");
+	write_step(dir, 1, SNAP_IO_CODEC_NONE, 2);
+	write_step(dir, 2, SNAP_IO_CODEC_LZ4, 2);
+	OK(snap_io_verify_step(dir, JOB, 1, &bad, &err), &err);
+	OK(snap_io_verify_step(dir, JOB, 2, &bad, &err), &err);
+
+	printf("flipped data byte (contiguous) in step 1 rank 1\n");
+	snprintf(p, sizeof p, "%s/" JOB "/step-1/rank-1.h5", dir);
+	snprintf(q, sizeof q, "%s.orig", p);
+	copy_file(p, q);
+	flip(p, fsize(p) - 100); /* w/second's data is last in the file */
+	EXPECT_ERR(snap_io_verify_step(dir, JOB, 1, &bad, &err), SNAP_ECORRUPT, &err, "step-1/rank-1.h5",
+		   "w%2Fsecond", "CRC32C");
+	CHECK(bad == 1);
+	{
+		static float b[N / 4];
+		struct snap_io_dest d = {"w/second", b, sizeof b};
+		EXPECT_ERR(snap_io_read_rank(dir, JOB, 1, 1, &d, 1, &err), SNAP_ECORRUPT, &err, "rank-1.h5", "w/second");
+	}
+	CHECK(restores(dir, 1, 0) && restores(dir, 2, 1));
+	rename(q, p);
+	OK(snap_io_verify_step(dir, JOB, 1, &bad, &err), &err);
+
+	printf("flipped byte inside an LZ4 chunk (step 2 rank 0)\n");
+	snprintf(p, sizeof p, "%s/" JOB "/step-2/rank-0.h5", dir);
+	snprintf(q, sizeof q, "%s.orig", p);
+	copy_file(p, q);
+	flip(p, fsize(p) / 2);
+	EXPECT_ERR(snap_io_verify_step(dir, JOB, 2, &bad, &err), SNAP_ECORRUPT, &err, "step-2/rank-0.h5", "w%2Fmain");
+	CHECK(restores(dir, 1, 0) && restores(dir, 2, 1));
+	rename(q, p);
+
+	printf("flipped HDF5 superblock byte\n");
+	copy_file(p, q);
+	flip(p, 9);
+	CHECK(snap_io_verify_step(dir, JOB, 2, &bad, &err) < 0);
+	printf("  ok (%s): %s\n", snap_strerror(err.code), err.msg);
+	CHECK(strstr(err.msg, "step-2/rank-0.h5"));
+	CHECK(restores(dir, 1, 0));
+	rename(q, p);
+	OK(snap_io_verify_step(dir, JOB, 2, &bad, &err), &err);
+
+	printf("truncated rank file: step no longer listed, errors name the file\n");
+	snprintf(p, sizeof p, "%s/" JOB "/step-1/rank-0.h5", dir);
+	snprintf(q, sizeof q, "%s.orig", p);
+	copy_file(p, q);
+	CHECK(truncate(p, fsize(p) / 2) == 0);
+	uint64_t steps[4];
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 1 && steps[0] == 2);
+	EXPECT_ERR(snap_io_verify_step(dir, JOB, 1, &bad, &err), SNAP_ETRUNC, &err, "step-1/rank-0.h5", "truncated");
+	EXPECT_ERR(snap_io_read_rank(dir, JOB, 1, 0, NULL, 0, &err), SNAP_ETRUNC, &err, "step-1/rank-0.h5");
+	CHECK(restores(dir, 2, 0) && restores(dir, 2, 1));
+	rename(q, p);
+
+	printf("missing rank file\n");
+	snprintf(p, sizeof p, "%s/" JOB "/step-2/rank-1.h5", dir);
+	snprintf(q, sizeof q, "%s/" JOB "/step-2/moved.h5", dir);
+	CHECK(rename(p, q) == 0);
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 1 && steps[0] == 1);
+	EXPECT_ERR(snap_io_verify_step(dir, JOB, 2, &bad, &err), SNAP_ENOENT, &err, "step-2/rank-1.h5");
+	CHECK(restores(dir, 1, 1));
+	CHECK(rename(q, p) == 0);
+
+	printf("torn manifest: step not persisted\n");
+	snprintf(p, sizeof p, "%s/" JOB "/step-2/MANIFEST", dir);
+	snprintf(q, sizeof q, "%s.orig", p);
+	copy_file(p, q);
+	flip(p, 20);
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 1 && steps[0] == 1);
+	EXPECT_ERR(snap_io_verify_step(dir, JOB, 2, &bad, &err), SNAP_ECORRUPT, &err, "MANIFEST", "torn");
+	rename(q, p);
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 2);
+
+	printf("bad input\n");
+	{
+		struct snap_io_writer *w = snap_io_writer_new(NULL, &err);
+		CHECK(w);
+		uint64_t g[1] = {N}, off[1] = {0}, sh[1] = {N};
+		struct snap_io_region r[2] = {io_t_region("x", SNAP_DTYPE_F32, 1, g, off, sh, A),
+					      io_t_region("x", SNAP_DTYPE_F32, 1, g, off, sh, A)};
+		EXPECT_ERR(snap_io_write_rank(w, dir, JOB, 3, 0, 1, r, 2, NULL, &err), SNAP_EINVAL, &err, "\"x\" given twice");
+		EXPECT_ERR(snap_io_write_rank(w, dir, "../evil", 3, 0, 1, r, 1, NULL, &err), SNAP_EINVAL, &err, "../evil");
+		r[0].bytes -= 4;
+		EXPECT_ERR(snap_io_write_rank(w, dir, JOB, 3, 0, 1, r, 1, NULL, &err), SNAP_EINVAL, &err, "\"x\"");
+		r[0].bytes += 4;
+		r[0].shard_offset[0] = 1;
+		EXPECT_ERR(snap_io_write_rank(w, dir, JOB, 3, 0, 1, r, 1, NULL, &err), SNAP_EINVAL, &err, "outside");
+		r[0].shard_offset[0] = 0;
+		r[0].crc32c ^= 1; /* memory no longer matches what the store recorded */
+		EXPECT_ERR(snap_io_write_rank(w, dir, JOB, 3, 0, 1, r, 1, NULL, &err), SNAP_ECORRUPT, &err, "rank-0.h5", "\"x\"");
+		snprintf(p, sizeof p, "%s/" JOB "/step-3/rank-0.h5", dir);
+		CHECK(access(p, F_OK) != 0);
+		r[0].crc32c ^= 1;
+		EXPECT_ERR(snap_io_write_rank(w, dir, JOB, 2, 0, 2, r, 1, NULL, &err), SNAP_ESTATE, &err, "already persisted");
+		EXPECT_ERR(snap_io_write_rank(w, dir, JOB, 3, 2, 2, r, 1, NULL, &err), SNAP_EINVAL, &err, "rank 2");
+
+		printf("unwritable flush directory (a path under a regular file)\n");
+		snprintf(p, sizeof p, "%s/plainfile", argv[1]);
+		FILE *f = fopen(p, "w");
+		CHECK(f && fclose(f) == 0);
+		snprintf(q, sizeof q, "%s/sub", p);
+		CHECK(snap_io_write_rank(w, q, JOB, 3, 0, 1, r, 1, NULL, &err) < 0);
+		printf("  ok (%s): %s\n", snap_strerror(err.code), err.msg);
+		CHECK(strstr(err.msg, "plainfile"));
+
+		printf("full flush directory (1 MiB tmpfs)\n");
+		snprintf(p, sizeof p, "%s/full", argv[1]);
+		mkdir(p, 0755);
+		if (mount("tmpfs", p, "tmpfs", 0, "size=1m") != 0) {
+			printf("  SKIP full-directory case: mount tmpfs failed: %s\n", strerror(errno));
+		} else {
+			EXPECT_ERR(snap_io_write_rank(w, p, JOB, 3, 0, 1, r, 1, NULL, &err), SNAP_ENOSPC, &err,
+				   "step-3/rank-0.h5");
+			snprintf(q, sizeof q, "ls -A '%s/" JOB "/step-3' | grep -q .", p);
+			CHECK(system(q) != 0); /* no temp file left behind */
+			/* a small step still fits afterwards: nothing leaked */
+			struct snap_io_region small = r[0];
+			small.shape[0] = small.global_shape[0] = 1000;
+			small.bytes = 4000;
+			small.crc32c = snap_io_crc32c(A, 4000);
+			OK(snap_io_write_rank(w, p, JOB, 4, 0, 1, &small, 1, NULL, &err), &err);
+			OK(snap_io_step_seal(p, JOB, 4, 1, &err), &err);
+			OK(snap_io_verify_step(p, JOB, 4, &bad, &err), &err);
+			printf("read-only flush directory (remounted ro)\n");
+			if (mount("tmpfs", p, "tmpfs", MS_REMOUNT | MS_RDONLY, "size=1m") == 0) {
+				EXPECT_ERR(snap_io_write_rank(w, p, JOB, 5, 0, 1, &small, 1, NULL, &err), SNAP_EPERM, &err,
+					   "step-5");
+				OK(snap_io_verify_step(p, JOB, 4, &bad, &err), &err);
+			} else {
+				printf("  SKIP read-only case: remount failed: %s\n", strerror(errno));
+			}
+			CHECK(umount(p) == 0);
+		}
+		snap_io_writer_free(w);
+	}
+
+	printf("retention\n");
+	for (uint64_t s = 3; s <= 6; s++)
+		write_step(dir, s, SNAP_IO_CODEC_NONE, 1);
+	/* an incomplete old step and an incomplete newer one (a flush under way) */
+	snprintf(p, sizeof p, "mkdir -p '%s/" JOB "/step-0' '%s/" JOB "/step-9' && touch '%s/" JOB "/step-9/.rank-0.h5.tmp.1.1'",
+		 dir, dir, dir);
+	CHECK(system(p) == 0);
+	EXPECT_ERR(snap_io_retain(dir, JOB, 0, &err), SNAP_EINVAL, &err, "at least 1");
+	int removed = snap_io_retain(dir, JOB, 2, &err);
+	CHECK(removed == 5); /* steps 1..4 and the stale step 0 */
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 2 && steps[0] == 6 && steps[1] == 5);
+	snprintf(p, sizeof p, "%s/" JOB "/step-9", dir);
+	CHECK(access(p, F_OK) == 0);
+	CHECK(snap_io_retain(dir, JOB, 1, &err) == 1);
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 1 && steps[0] == 6);
+	CHECK(snap_io_retain(dir, JOB, 1, &err) == 0);
+	OK(snap_io_verify_step(dir, JOB, 6, &bad, &err), &err);
+	/* the newest persisted survives even when a newer step is damaged */
+	write_step(dir, 7, SNAP_IO_CODEC_NONE, 1);
+	snprintf(p, sizeof p, "%s/" JOB "/step-7/MANIFEST", dir);
+	flip(p, 5);
+	CHECK(snap_io_retain(dir, JOB, 1, &err) == 0);
+	CHECK(snap_io_list_steps(dir, JOB, steps, 4, &err) == 1 && steps[0] == 6);
+	OK(snap_io_verify_step(dir, JOB, 6, &bad, &err), &err);
+	printf("io_faults: all good\n");
+	return 0;
+}
