@@ -1,16 +1,61 @@
-/* snaptool: dispatch to subcommands (temporary minimal table; grows with the CLI). */
+/*
+ * snaptool: inspect, verify and benchmark libsnap. One file per subcommand;
+ * this one only dispatches. Exit codes (docs/snaptool.md): 0 success,
+ * 1 operation failed, 2 usage error, 3 data lost or corrupt.
+ */
 #include <stdio.h>
 #include <string.h>
 
 #include "snaptool.h"
 
+struct cmd {
+	const char *name;
+	int (*fn)(int, char **);
+	const char *help;
+};
+
+static const struct cmd cmds[] = {
+	{ "status", cmd_status, "steps of every job in the node store: committed / restorable, memory used" },
+	{ "ls", cmd_ls, "steps and ranks held for a job, one line each" },
+	{ "inspect", cmd_inspect, "regions of a step: dtype, shape, kind, codec, checksums" },
+	{ "verify", cmd_verify, "recompute every checksum of a step in the node store" },
+};
+
+static const struct cmd benches[] = {
+	{ "snapshot", cmd_bench_snapshot, "save/commit through snapsmp vs memcpy vs torch.save" },
+	{ "codec", cmd_bench_codec, "our codecs vs lz4 vs ZFP on a tensor file" },
+	{ "ec", cmd_bench_ec, "erasure coding vs raw ISA-L and MPI" },
+	{ "flush", cmd_bench_flush, "flush to HDF5 vs fio vs h5py" },
+};
+
+static void usage(FILE *f)
+{
+	fprintf(f, "usage: snaptool COMMAND [options]   (snaptool COMMAND --help for each)\n\ncommands:\n");
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		fprintf(f, "  %-16s %s\n", cmds[i].name, cmds[i].help);
+	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
+		fprintf(f, "  bench %-10s %s\n", benches[i].name, benches[i].help);
+	fprintf(f, "\nThe store and job come from --store/--job or SNAP_STORE/SNAP_JOB.\n"
+		   "exit codes: 0 success, 1 failed, 2 usage error, 3 data lost or corrupt\n");
+}
+
 int main(int argc, char **argv)
 {
-	if (argc >= 3 && strcmp(argv[1], "bench") == 0) {
-		if (strcmp(argv[2], "codec") == 0) return cmd_bench_codec(argc - 2, argv + 2);
-		if (strcmp(argv[2], "ec") == 0) return cmd_bench_ec(argc - 2, argv + 2);
-		if (strcmp(argv[2], "flush") == 0) return cmd_bench_flush(argc - 2, argv + 2);
+	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+		usage(argc < 2 ? stderr : stdout);
+		return argc < 2 ? ST_USAGE : ST_OK;
 	}
-	fprintf(stderr, "usage: snaptool bench codec|ec|flush ...\n");
+	if (!strcmp(argv[1], "bench")) {
+		for (size_t i = 0; argc >= 3 && i < sizeof(benches) / sizeof(benches[0]); i++)
+			if (!strcmp(argv[2], benches[i].name))
+				return benches[i].fn(argc - 2, argv + 2);
+		usage(stderr);
+		return ST_USAGE;
+	}
+	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
+		if (!strcmp(argv[1], cmds[i].name))
+			return cmds[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "snaptool: unknown command \"%s\"\n", argv[1]);
+	usage(stderr);
 	return ST_USAGE;
 }

@@ -1,0 +1,293 @@
+/*
+ * snaptool bench snapshot: the cost of a snapshot as a trainer sees it,
+ * through a real snapsmp, side by side with the physical limit (one
+ * single-threaded memcpy of the same bytes) and what users would do instead
+ * (torch.save of the same bytes to the same filesystem).
+ *
+ * A private snapsmp serves a fresh store under /dev/shm; N rank processes
+ * each snapshot size/N bytes. Per iteration we take the slowest rank (the
+ * job waits for it), then report the median over iterations.
+ */
+#include <errno.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "snaptool.h"
+
+#define MAX_ITERS 64
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/* snapsmp next to this binary (build tree or install), else on PATH. */
+static void find_smp(char *out, size_t cap)
+{
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	const char *env = getenv("SNAPSMP");
+	if (env && *env) {
+		snprintf(out, cap, "%s", env);
+		return;
+	}
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			const char *cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
+			for (int i = 0; i < 2; i++) {
+				int k = snprintf(out, cap, cand[i], self);
+				if (k > 0 && (size_t)k < cap && access(out, X_OK) == 0)
+					return;
+			}
+		}
+	}
+	snprintf(out, cap, "snapsmp");
+}
+
+/*
+ * One rank: open, register, warm up, then time `iters` save/wait cycles.
+ * Ranks meet at a barrier before each save, as a training step's allreduce
+ * makes them do; without it a fast rank would measure the wait for a slow
+ * rank's commit (slot backpressure), not the cost of a save.
+ */
+static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int iters, int wfd,
+		    pthread_barrier_t *bar)
+{
+	struct snap_config cfg;
+	snap_config_init(&cfg);
+	snprintf(cfg.store, sizeof(cfg.store), "%s", store);
+	snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", store);
+	snprintf(cfg.job, sizeof(cfg.job), "bench");
+	cfg.rank = rank;
+	cfg.world_size = ranks;
+	cfg.mem_limit = UINT64_MAX;
+	/* As deployed: the node's cores shared by its ranks' copy threads. */
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cfg.copy_threads = cores / ranks > 1 ? (unsigned)(cores / ranks) : 1;
+	snap_ctx *ctx;
+	float *buf = malloc(bytes);
+	if (!buf || snap_open(&cfg, &ctx)) {
+		fprintf(stderr, "bench rank %d: %s\n", rank, ctx ? snap_errmsg(ctx) : "out of memory");
+		return 1;
+	}
+	for (uint64_t i = 0; i < bytes / 4; i++)
+		buf[i] = (float)i * 1e-3f;
+	struct snap_region r = { .name = "weights", .ptr = buf, .bytes = bytes / 4 * 4, .dtype = SNAP_DTYPE_F32 };
+	int rc = snap_register(ctx, &r);
+	double res[2 * MAX_ITERS];
+	for (int it = -2; it < iters; it++) {
+		pthread_barrier_wait(bar);
+		if (rc)
+			continue;   /* keep meeting the others so nobody hangs */
+		uint64_t t0 = snap_now_ns();
+		rc = snap_save(ctx, (uint64_t)(it + 3));
+		uint64_t t1 = snap_now_ns();
+		if (!rc)
+			rc = snap_wait(ctx);
+		uint64_t t2 = snap_now_ns();
+		if (it >= 0) {
+			res[2 * it] = (t1 - t0) / 1e9;
+			res[2 * it + 1] = (t2 - t0) / 1e9;
+		}
+	}
+	if (rc)
+		fprintf(stderr, "bench rank %d: %s\n", rank, snap_errmsg(ctx));
+	snap_close(ctx);
+	free(buf);
+	if (!rc && write(wfd, res, sizeof(double) * 2 * (size_t)iters) != (ssize_t)(sizeof(double) * 2 * (size_t)iters))
+		rc = 1;
+	return rc ? 1 : 0;
+}
+
+static double bench_memcpy(uint64_t bytes, int iters)
+{
+	uint8_t *src = malloc(bytes), *dst = malloc(bytes);
+	double t[MAX_ITERS];
+	if (!src || !dst)
+		return -1;
+	memset(src, 1, bytes);
+	memset(dst, 0, bytes);   /* fault in, as the slot is pre-faulted */
+	for (int i = 0; i < iters; i++) {
+		uint64_t t0 = snap_now_ns();
+		memcpy(dst, src, bytes);
+		t[i] = (snap_now_ns() - t0) / 1e9;
+		src[i % bytes]++;
+	}
+	free(src);
+	free(dst);
+	return median(t, iters);
+}
+
+/* torch.save of the same bytes to the same filesystem; -1 if unavailable. */
+static double bench_torch(const char *dir, uint64_t bytes, int iters)
+{
+	char cmd[1024];
+	snprintf(cmd, sizeof(cmd),
+		 "/usr/bin/python3 -c 'import sys,time,torch,statistics\n"
+		 "t=torch.arange(%" PRIu64 ",dtype=torch.float32)*1e-3\n"
+		 "r=[]\n"
+		 "for i in range(%d):\n"
+		 "  a=time.perf_counter(); torch.save({\"weights\":t},\"%s/t.pt\"); r.append(time.perf_counter()-a)\n"
+		 "print(statistics.median(r))' 2>/dev/null",
+		 bytes / 4, iters < 5 ? iters : 5, dir);
+	FILE *p = popen(cmd, "r");
+	double v = -1;
+	if (!p)
+		return -1;
+	if (fscanf(p, "%lf", &v) != 1)
+		v = -1;
+	if (pclose(p) != 0)
+		v = -1;
+	return v;
+}
+
+int cmd_bench_snapshot(int argc, char **argv)
+{
+	uint64_t size = 256ull << 20;
+	int ranks = 2, iters = 10, json = 0, c;
+	static const struct option lo[] = { { "size", required_argument, NULL, 's' },
+					    { "ranks", required_argument, NULL, 'r' },
+					    { "iters", required_argument, NULL, 'i' },
+					    { "json", no_argument, NULL, 'j' },
+					    { "help", no_argument, NULL, 'h' },
+					    { NULL, 0, NULL, 0 } };
+	const char *usage = "usage: snaptool bench snapshot [--size BYTES] [--ranks N] [--iters K] [--json]\n"
+			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save.\n";
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's':
+			if (snap_parse_size(optarg, &size) || size < 4096) {
+				fprintf(stderr, "--size: expected a size >= 4096\n");
+				return ST_USAGE;
+			}
+			break;
+		case 'r': ranks = atoi(optarg); break;
+		case 'i': iters = atoi(optarg); break;
+		case 'j': json = 1; break;
+		case 'h': printf("%s", usage); return ST_OK;
+		default: fprintf(stderr, "%s", usage); return ST_USAGE;
+		}
+	}
+	if (ranks < 1 || ranks > 64 || iters < 1 || iters > MAX_ITERS) {
+		fprintf(stderr, "--ranks must be 1..64 and --iters 1..%d\n", MAX_ITERS);
+		return ST_USAGE;
+	}
+	char store[128], smp[PATH_MAX];
+	snprintf(store, sizeof(store), "/dev/shm/snapbench-%d", (int)getpid());
+	find_smp(smp, sizeof(smp));
+	pid_t spid = fork();
+	if (spid == 0) {
+		execl(smp, "snapsmp", "--store", store, "--quiet", "--mem-limit", "1T", (char *)NULL);
+		execlp("snapsmp", "snapsmp", "--store", store, "--quiet", "--mem-limit", "1T", (char *)NULL);
+		_exit(127);
+	}
+	int pfd[2];
+	if (spid < 0 || pipe(pfd) != 0) {
+		fprintf(stderr, "bench snapshot: cannot start snapsmp (%s)\n", strerror(errno));
+		return ST_FAIL;
+	}
+	uint64_t per = size / (uint64_t)ranks / 4096 * 4096;
+	pthread_barrier_t *bar = mmap(NULL, sizeof(*bar), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	pthread_barrierattr_t ba;
+	pthread_barrierattr_init(&ba);
+	pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
+	if (bar == MAP_FAILED || pthread_barrier_init(bar, &ba, (unsigned)ranks) != 0) {
+		fprintf(stderr, "bench snapshot: cannot create a shared barrier\n");
+		return ST_FAIL;
+	}
+	pid_t kids[64];
+	for (int r = 0; r < ranks; r++) {
+		kids[r] = fork();
+		if (kids[r] == 0) {
+			close(pfd[0]);
+			_exit(run_rank(store, r, ranks, per, iters, pfd[1], bar));
+		}
+	}
+	close(pfd[1]);
+	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, res[2 * MAX_ITERS];
+	int ok = 1;
+	for (int r = 0; r < ranks; r++) {
+		size_t want = sizeof(double) * 2 * (size_t)iters, got = 0;
+		while (got < want) {
+			ssize_t n = read(pfd[0], (char *)res + got, want - got);
+			if (n <= 0)
+				break;
+			got += (size_t)n;
+		}
+		if (got < want) {
+			ok = 0;
+			break;
+		}
+		for (int i = 0; i < iters; i++) {
+			block[i] = res[2 * i] > block[i] ? res[2 * i] : block[i];
+			commit[i] = res[2 * i + 1] > commit[i] ? res[2 * i + 1] : commit[i];
+		}
+	}
+	close(pfd[0]);
+	for (int r = 0; r < ranks; r++) {
+		int st;
+		waitpid(kids[r], &st, 0);
+		ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+	}
+	kill(spid, SIGTERM);
+	waitpid(spid, NULL, 0);
+	if (!ok) {
+		fprintf(stderr, "bench snapshot: a rank failed (see above)\n");
+		char cmd[256];
+		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
+		if (system(cmd) != 0)
+			fprintf(stderr, "could not remove %s\n", store);
+		return ST_FAIL;
+	}
+	uint64_t total = per * (uint64_t)ranks;
+	double b = median(block, iters), cm = median(commit, iters);
+	double mc = bench_memcpy(total, iters);
+	double ts = bench_torch(store, total, iters);
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", store);
+
+	if (json) {
+		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"save_block_s\":%.6g,\"commit_s\":%.6g,\"memcpy_s\":%.6g,"
+		       "\"torch_save_s\":", total, ranks, b, cm, mc);
+		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
+		return ST_OK;
+	}
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	printf("snapshot of %.1f MiB over %d ranks (%ld copy threads each, %ld cores), median of %d, slowest rank\n",
+	       total / 1048576.0, ranks, cores / ranks > 1 ? cores / ranks : 1, cores, iters);
+	printf("  %-28s %10s %10s %12s\n", "", "seconds", "GB/s", "vs memcpy");
+	printf("  %-28s %10.6f %10s %11.2f%%\n", "snap_save blocks", b, "-", 100 * b / mc);
+	printf("  %-28s %10.4f %10.2f %11.2fx\n", "save -> committed", cm, total / cm / 1e9, cm / mc);
+	printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, 1 thread", mc, total / mc / 1e9, 1.0);
+	if (ts < 0)
+		printf("  %-28s %10s\n", "torch.save to /dev/shm", "unavailable");
+	else
+		printf("  %-28s %10.4f %10.2f %11.2fx   (commit is %.1fx faster)\n", "torch.save to /dev/shm", ts,
+		       total / ts / 1e9, ts / mc, ts / cm);
+	return ST_OK;
+}
