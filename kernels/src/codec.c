@@ -34,14 +34,14 @@ int snap_codec_check(const struct snap_codec_params *p)
 {
 	struct snapc_dt dt;
 	uint32_t l;
-	float s, i;
+	struct snapc_lyq q;
 	if (!p || snapc_dt_of(p->dtype, &dt) || block_log2(p->block_elems, &l))
 		return SNAP_EINVAL;
 	switch (p->codec) {
 	case SNAP_CODEC_LOSSLESS:
 		return 0;
 	case SNAP_CODEC_LOSSY_ABS:
-		return snapc_step(p->bound, &s, &i) ? SNAP_ERANGE : 0;
+		return snapc_step(p->bound, &q) ? SNAP_ERANGE : 0;
 	case SNAP_CODEC_LOSSY_REL:
 		return p->bound > 0.0 && p->bound < 1.0e300 ? 0 : SNAP_ERANGE;
 	default:
@@ -250,7 +250,7 @@ static int plan_compress(const struct snap_codec_params *p, const void *src,
 		pl->param = p->bound;
 	}
 	if (pl->codec != SNAP_CODEC_LOSSLESS &&
-	    snapc_step(pl->bound, &pl->q.step, &pl->q.inv)) {
+	    snapc_step(pl->bound, &pl->q)) {
 		if (pl->codec == SNAP_CODEC_LOSSY_ABS)
 			return SNAP_ERANGE;
 		pl->codec = SNAP_CODEC_LOSSLESS; /* degenerate range: keep it exact */
@@ -336,7 +336,7 @@ static int plan_stream(const uint8_t *s, size_t len, struct plan *pl)
 	if (pl->codec == SNAP_CODEC_LOSSLESS) {
 		if (u != 0 || snapc_ld64(s + 16) != 0)
 			return SNAP_ECORRUPT;
-	} else if (snapc_step(pl->bound, &pl->q.step, &pl->q.inv) || !(pl->param > 0.0)) {
+	} else if (snapc_step(pl->bound, &pl->q) || !(pl->param > 0.0)) {
 		return SNAP_ECORRUPT;
 	}
 	pl->q.bound = pl->bound;

@@ -51,9 +51,15 @@ SNAP_HD int snapc_dt_of(int dtype, struct snapc_dt *d)
 
 SNAP_HD uint32_t snapc_bits(uint32_t v) /* bits needed for v (0 -> 0) */
 {
+#if defined(__CUDA_ARCH__)
+	return 32u - (uint32_t)__clz(v);
+#elif defined(__GNUC__)
+	return v ? 32u - (uint32_t)__builtin_clz(v) : 0u;
+#else
 	uint32_t n = 0;
 	while (v) { n++; v >>= 1; }
 	return n;
+#endif
 }
 
 SNAP_HD float snapc_u2f(uint32_t u) { float f; memcpy(&f, &u, 4); return f; }
@@ -126,16 +132,58 @@ SNAP_HD uint32_t snapc_from_f32(float f, uint32_t esize, uint32_t E)
 
 /* ---- lossy: quantization decision ------------------------------------ */
 
-/* |x - r| <= bound, decided without trusting a rounded subtraction: the
- * difference is computed with its exact error (TwoSum); an inexact
- * difference is accepted only far inside the bound. */
-SNAP_HD int snapc_within(float x, float r, double bound)
+/* Quantizer constants, all derived from the header's bound by snapc_step:
+ * step = largest float <= 2*bound, inv = 1/step, bf = largest float <= bound,
+ * hbf = largest float <= bound/2. */
+struct snapc_lyq {
+	float step, inv, bf, hbf;
+	double bound;
+};
+
+SNAP_HD float snapc_down(double v) /* largest float <= v (v >= 0, finite) */
 {
-	double a = (double)x, b = -(double)r;
-	double s = a + b, bp = s - a, ap = s - bp;
-	double e = (a - ap) + (b - bp);
-	double as = fabs(s);
-	return as <= bound && (e == 0.0 || as <= 0.5 * bound);
+	float f = (float)v;
+	if ((double)f > v)
+		f = nextafterf(f, 0.0f);
+	return f;
+}
+
+SNAP_HD int snapc_step(double bound, struct snapc_lyq *q)
+{
+	if (!(bound > 0.0) || !(bound < 1.0e300))
+		return -1;
+	float f = snapc_down(2.0 * bound);
+	if (!(f >= 1.17549435e-38f) || !(f <= 3.40282347e38f))
+		return -1;
+	q->step = f;
+	q->inv = 1.0f / f;
+	q->bf = snapc_down(bound);
+	q->hbf = snapc_down(0.5 * bound);
+	q->bound = bound;
+	return 0;
+}
+
+/* Round to nearest even for |y| < 2^30 without libm (rintf is a call on
+ * baseline x86-64): adding 2^23 pushes the fraction out in the FPU's
+ * rounding; floats >= 2^23 are integers already. */
+SNAP_HD float snapc_rint(float y)
+{
+	float a = fabsf(y);
+	float r = (a + 8388608.0f) - 8388608.0f;
+	return a < 8388608.0f ? copysignf(r, y) : y;
+}
+
+/* |x - r| <= bound, decided exactly: TwoSum gives s + e == x - r exactly;
+ * an exact difference (e == 0) is compared with the largest float <= bound
+ * (equivalent for a float s); an inexact one is accepted only if |s| is
+ * within half the bound. Inf/NaN compare false. */
+SNAP_HD int snapc_within(float x, float r, const struct snapc_lyq *q)
+{
+	float nr = -r, s = x + nr;
+	float bp = s - x, ap = s - bp;
+	float e = (x - ap) + (nr - bp);
+	float as = fabsf(s);
+	return (as <= q->bf && e == 0.0f) || as <= q->hbf;
 }
 
 /* Decoded value of quantum q, as element bits. */
@@ -146,41 +194,24 @@ SNAP_HD uint32_t snapc_dequant(int64_t q, float step, uint32_t esize, uint32_t E
 
 /* Quantum for element bits v, or SNAPC_QOUT when v must be an outlier.
  * Tries round(x/step) then its two neighbours; the first whose decoded value
- * is within the bound wins. */
-SNAP_HD int32_t snapc_quant(uint32_t v, float step, float inv, double bound,
+ * (in the element's dtype) is within the bound wins. */
+SNAP_HD int32_t snapc_quant(uint32_t v, const struct snapc_lyq *qp,
 			    uint32_t esize, uint32_t E)
 {
 	float x = snapc_to_f32(v, esize, E);
-	float y = x * inv;
+	float y = x * qp->inv;
 	if (!(fabsf(y) < 1073741824.0f)) /* NaN, Inf, too large */
 		return SNAPC_QOUT;
-	int32_t q0 = (int32_t)rintf(y);
+	int32_t q0 = (int32_t)snapc_rint(y);
 	for (int t = 0; t < 3; t++) {
 		int32_t q = q0 + (t == 0 ? 0 : t == 1 ? -1 : 1);
 		if (q <= -SNAPC_QLIM || q >= SNAPC_QLIM)
 			continue;
-		float r = snapc_to_f32(snapc_dequant(q, step, esize, E), esize, E);
-		if (snapc_within(x, r, bound))
+		float r = snapc_to_f32(snapc_dequant(q, qp->step, esize, E), esize, E);
+		if (snapc_within(x, r, qp))
 			return q;
 	}
 	return SNAPC_QOUT;
-}
-
-/* Quantization step for an absolute bound: the largest float <= 2*bound.
- * Returns 0 when the bound gives no usable step (not a normal float). */
-SNAP_HD int snapc_step(double bound, float *step, float *inv)
-{
-	if (!(bound > 0.0) || !(bound < 1.0e300))
-		return -1;
-	double two = 2.0 * bound;
-	float f = (float)two;
-	if ((double)f > two)
-		f = nextafterf(f, 0.0f);
-	if (!(f >= 1.17549435e-38f) || !(f <= 3.40282347e38f))
-		return -1;
-	*step = f;
-	*inv = 1.0f / f;
-	return 0;
 }
 
 /* ---- lossless: exponent table choice --------------------------------- */
@@ -264,6 +295,26 @@ SNAP_HD void snapc_pack32(const uint32_t *in, uint32_t m, uint32_t w, uint8_t *d
 		dst[o++] = (uint8_t)acc;
 		acc >>= 8;
 		nb = nb > 8 ? nb - 8 : 0;
+	}
+}
+
+/* snapc_pack32 for a full chunk of 32 values (4*w bytes), without the
+ * unpredictable flush branch: every step stores the pending word (always
+ * inside the 4*w bytes) and advances only when it is full. */
+SNAP_HD void snapc_pack32_full(const uint32_t *in, uint32_t w, uint8_t *dst)
+{
+	uint64_t acc = 0;
+	uint32_t nb = 0, o = 0;
+	if (w == 0)
+		return;
+	for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
+		acc |= (uint64_t)in[j] << nb;
+		nb += w;
+		snapc_st32(dst + o, (uint32_t)acc);
+		uint32_t full = nb >= 32;
+		o += 4 * full;
+		acc >>= 32 * full;
+		nb -= 32 * full;
 	}
 }
 

@@ -15,10 +15,6 @@ int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 int snapc_ll_decode(const uint8_t *src, size_t len, uint32_t n,
 		    const struct snapc_dt *dt, uint8_t *dst);
 
-struct snapc_lyq {
-	float step, inv;
-	double bound;
-};
 int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 		    const struct snapc_lyq *qp, uint8_t *dst, size_t cap,
 		    size_t *len);

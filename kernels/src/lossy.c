@@ -11,19 +11,156 @@
  * A block that would not shrink is stored raw. Layout: docs/codec-format.md.
  */
 #include <string.h>
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
 
 #include "snap/codec.h"
 #include "codec_impl.h"
 
 #define MAXG (SNAP_CODEC_BLOCK_MAX / SNAPC_GROUP)
 
+/* Same bytes as snapc_pack32_full. Eight values of w bits fill exactly w
+ * bytes, so the group is packed as four independent 8-value chains (the
+ * single shift/or chain is latency-bound) into scratch, then copied. */
+static void pack32_4way(const uint32_t *in, uint32_t w, uint8_t *dst, int spill_ok)
+{
+	uint8_t lb[4][40];
+	uint64_t acc[4] = {0, 0, 0, 0};
+	uint32_t nb[4] = {0, 0, 0, 0}, o[4] = {0, 0, 0, 0};
+	if (w == 0)
+		return;
+	for (uint32_t t = 0; t < 8; t++) {
+		for (uint32_t c = 0; c < 4; c++) {
+			acc[c] |= (uint64_t)in[8 * c + t] << nb[c];
+			nb[c] += w;
+			snapc_st32(lb[c] + o[c], (uint32_t)acc[c]);
+			uint32_t full = nb[c] >= 32;
+			o[c] += 4 * full;
+			acc[c] >>= 32 * full;
+			nb[c] -= 32 * full;
+		}
+	}
+	/* spill_ok: at least 32 bytes of later groups' codes follow, which are
+	 * written after this one, so fixed-size copies may overrun into them. */
+	for (uint32_t c = 0; c < 4; c++) {
+		snapc_st32(lb[c] + o[c], (uint32_t)acc[c]);
+		if (spill_ok)
+			memcpy(dst + c * w, lb[c], 32);
+		else
+			memcpy(dst + c * w, lb[c], w);
+	}
+}
+
+/* Quanta of m <= 32 values. f32 takes a branch-free first pass the compiler
+ * vectorises (round(x/step) accepted as is); values it rejects, and the
+ * 16-bit dtypes, go through snapc_quant, which makes the same first choice
+ * and then tries the neighbours. */
+struct gstat {
+	int32_t lo, hi;
+	uint32_t nout;
+};
+
+static void group_stat(const int32_t *q, uint32_t m, struct gstat *st)
+{
+	int32_t lo = INT32_MAX, hi = INT32_MIN;
+	uint32_t nout = 0;
+	for (uint32_t i = 0; i < m; i++) {
+		int32_t qi = q[i], out = qi == SNAPC_QOUT;
+		nout += (uint32_t)out;
+		lo = out ? lo : qi < lo ? qi : lo;
+		hi = out ? hi : qi > hi ? qi : hi;
+	}
+	st->lo = lo;
+	st->hi = hi;
+	st->nout = nout;
+}
+
+static void quant_group(const uint8_t *src, uint32_t m, const struct snapc_dt *dt,
+			const struct snapc_lyq *qp, int32_t *q, struct gstat *st)
+{
+	if (dt->esize == 4) {
+		int32_t ok[SNAPC_GROUP], redo = 0;
+		uint32_t j = 0;
+		const float inv = qp->inv, step = qp->step, bf = qp->bf, hbf = qp->hbf;
+#if defined(__SSE2__)
+		/* The same operations as below, four lanes at a time. */
+		const __m128 vinv = _mm_set1_ps(inv), vstep = _mm_set1_ps(step);
+		const __m128 vbf = _mm_set1_ps(bf), vhbf = _mm_set1_ps(hbf);
+		const __m128 lim = _mm_set1_ps(1073741824.0f), c23 = _mm_set1_ps(8388608.0f);
+		const __m128 sgn = _mm_set1_ps(-0.0f), zero = _mm_setzero_ps();
+		const __m128i qout = _mm_set1_epi32(SNAPC_QOUT), qmax = _mm_set1_epi32(INT32_MAX);
+		__m128i vlo = qmax, vhi = qout;
+		for (; j + 4 <= m; j += 4) {
+			__m128 vx = _mm_loadu_ps((const float *)(const void *)(src + 4 * j));
+			__m128 y = _mm_mul_ps(vx, vinv);
+			__m128 a = _mm_andnot_ps(sgn, y);
+			__m128 r0 = _mm_sub_ps(_mm_add_ps(a, c23), c23);
+			r0 = _mm_or_ps(r0, _mm_and_ps(y, sgn));
+			__m128 small = _mm_cmplt_ps(a, c23);
+			__m128 rq = _mm_or_ps(_mm_and_ps(small, r0), _mm_andnot_ps(small, y));
+			__m128 nr = _mm_xor_ps(_mm_mul_ps(rq, vstep), sgn);
+			__m128 s = _mm_add_ps(vx, nr);
+			__m128 bp = _mm_sub_ps(s, vx), ap = _mm_sub_ps(s, bp);
+			__m128 e = _mm_add_ps(_mm_sub_ps(vx, ap), _mm_sub_ps(nr, bp));
+			__m128 as = _mm_andnot_ps(sgn, s);
+			__m128 good = _mm_and_ps(_mm_cmplt_ps(a, lim),
+				_mm_or_ps(_mm_and_ps(_mm_cmple_ps(as, vbf), _mm_cmpeq_ps(e, zero)),
+					  _mm_cmple_ps(as, vhbf)));
+			__m128i gi = _mm_castps_si128(good);
+			__m128i qi = _mm_cvttps_epi32(_mm_and_ps(rq, good));
+			qi = _mm_or_si128(_mm_and_si128(gi, qi), _mm_andnot_si128(gi, qout));
+			_mm_storeu_si128((__m128i *)(q + j), qi);
+			_mm_storeu_si128((__m128i *)(ok + j), gi);
+			redo |= _mm_movemask_ps(good) != 0xf;
+			/* min/max of the accepted lanes (SSE2 has no pminsd) */
+			__m128i ql = _mm_or_si128(_mm_and_si128(gi, qi), _mm_andnot_si128(gi, qmax));
+			__m128i lt = _mm_cmplt_epi32(ql, vlo), gt = _mm_cmpgt_epi32(qi, vhi);
+			vlo = _mm_or_si128(_mm_and_si128(lt, ql), _mm_andnot_si128(lt, vlo));
+			vhi = _mm_or_si128(_mm_and_si128(gt, qi), _mm_andnot_si128(gt, vhi));
+		}
+		if (j == m && !redo) {
+			int32_t l[4], h[4];
+			_mm_storeu_si128((__m128i *)l, vlo);
+			_mm_storeu_si128((__m128i *)h, vhi);
+			st->lo = l[0]; st->hi = h[0];
+			for (int t = 1; t < 4; t++) {
+				st->lo = l[t] < st->lo ? l[t] : st->lo;
+				st->hi = h[t] > st->hi ? h[t] : st->hi;
+			}
+			st->nout = 0;
+			return;
+		}
+#endif
+		for (; j < m; j++) {
+			float x = snapc_u2f(snapc_ld32(src + 4 * j));
+			float y = x * inv, a = fabsf(y);
+			float rq = snapc_rint(y), r = rq * step;
+			float nr = -r, s = x + nr, bp = s - x, ap = s - bp;
+			float e = (x - ap) + (nr - bp), as = fabsf(s);
+			int32_t good = (a < 1073741824.0f) & (((as <= bf) & (e == 0.0f)) | (as <= hbf));
+			float rs = good ? rq : 0.0f;
+			q[j] = good ? (int32_t)rs : SNAPC_QOUT;
+			ok[j] = good;
+			redo |= !good;
+		}
+		if (redo)
+			for (uint32_t j = 0; j < m; j++)
+				if (!ok[j])
+					q[j] = snapc_quant(snapc_ldel(src, j, 4), qp, 4, 8);
+		group_stat(q, m, st);
+		return;
+	}
+	for (uint32_t j = 0; j < m; j++)
+		q[j] = snapc_quant(snapc_ldel(src, j, dt->esize), qp, dt->esize, dt->E);
+	group_stat(q, m, st);
+}
+
 int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 		    const struct snapc_lyq *qp, uint8_t *dst, size_t cap,
 		    size_t *len)
 {
-	const uint32_t es = dt->esize, E = dt->E;
-	const float step = qp->step, inv = qp->inv;
-	const double bound = qp->bound;
+	const uint32_t es = dt->esize;
 	int32_t q[SNAP_CODEC_BLOCK_MAX];
 	int32_t gmin[MAXG];
 	uint32_t gw[MAXG];
@@ -33,17 +170,10 @@ int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 
 	for (uint32_t g = 0; g < ng; g++) {
 		uint32_t i0 = g * SNAPC_GROUP, i1 = i0 + SNAPC_GROUP < n ? i0 + SNAPC_GROUP : n;
-		int32_t lo = INT32_MAX, hi = INT32_MIN;
-		for (uint32_t i = i0; i < i1; i++) {
-			int32_t qi = snapc_quant(snapc_ldel(src, i, es), step, inv, bound, es, E);
-			q[i] = qi;
-			if (qi == SNAPC_QOUT) {
-				nout++;
-				continue;
-			}
-			lo = qi < lo ? qi : lo;
-			hi = qi > hi ? qi : hi;
-		}
+		struct gstat st;
+		quant_group(src + (size_t)i0 * es, i1 - i0, dt, qp, q + i0, &st);
+		int32_t lo = st.lo, hi = st.hi;
+		nout += st.nout;
 		if (lo <= hi) {
 			gmin[g] = lo;
 			gw[g] = snapc_bits((uint32_t)(hi - lo));
@@ -95,25 +225,24 @@ int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 	}
 	p += ((size_t)ng * wb + 7) / 8;
 	uint8_t *oi = p + 4 * sum_w, *ov = oi + 2 * (size_t)nout;
+	const uint8_t *codes_end = oi;
+	for (uint32_t i = n; i < ng * SNAPC_GROUP; i++)
+		q[i] = SNAPC_QOUT; /* padding codes 0, like outliers */
 	for (uint32_t g = 0; g < ng; g++) {
-		uint32_t i0 = g * SNAPC_GROUP;
-		for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
-			uint32_t i = i0 + j;
-			if (i >= n || q[i] == SNAPC_QOUT) {
-				buf[j] = 0;
-				if (i < n) {
-					oi[0] = (uint8_t)i;
-					oi[1] = (uint8_t)(i >> 8);
-					oi += 2;
-					memcpy(ov, src + (size_t)i * es, es);
-					ov += es;
-				}
-			} else {
-				buf[j] = (uint32_t)(q[i] - gmin[g]);
-			}
-		}
-		snapc_pack32(buf, SNAPC_GROUP, gw[g], p);
+		const int32_t *qg = q + g * SNAPC_GROUP, gm = gmin[g];
+		for (uint32_t j = 0; j < SNAPC_GROUP; j++)
+			buf[j] = qg[j] == SNAPC_QOUT ? 0 : (uint32_t)(qg[j] - gm);
+		pack32_4way(buf, gw[g], p, p + 4 * gw[g] + 32 <= codes_end);
 		p += 4 * gw[g];
+	}
+	for (uint32_t i = 0; nout && i < n; i++) {
+		if (q[i] != SNAPC_QOUT)
+			continue;
+		oi[0] = (uint8_t)i;
+		oi[1] = (uint8_t)(i >> 8);
+		oi += 2;
+		memcpy(ov, src + (size_t)i * es, es);
+		ov += es;
 	}
 	*len = (size_t)size;
 	return 0;
