@@ -15,7 +15,7 @@ const char *snap_strerror(int err)
 	case SNAP_ECORRUPT: return "checksum mismatch: data is corrupt or torn";
 	case SNAP_EPROTO: return "protocol error";
 	case SNAP_ESMP: return "snapshot daemon (snapsmp) unreachable";
-	case SNAP_EBUSY: return "busy: no free slot yet";
+	case SNAP_EBUSY: return "busy: slot, rank or store in use";
 	case SNAP_EUNFENCED: return "previous snapshot not fenced (call snap_fence first)";
 	case SNAP_ENOSPC: return "memory budget or store space exhausted";
 	case SNAP_EMISMATCH: return "registered regions do not match the snapshot";

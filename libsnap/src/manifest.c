@@ -198,9 +198,9 @@ int snap_layout_decode(struct snap_rbuf *r, struct snap_layout *lay, char *err, 
 	memset(lay, 0, sizeof(*lay));
 	lay->chunk_size = snap_get_u64(r);
 	lay->nregions = snap_get_u32(r);
-	/* A region takes at least 32 encoded bytes: bound the allocation by the input. */
+	/* A region takes at least 28 encoded bytes: bound the allocation by the input. */
 	if (r->bad || lay->chunk_size < 4096 || lay->chunk_size > (1ull << 31) ||
-	    lay->nregions > SNAP_MAX_REGIONS || lay->nregions > snap_rbuf_left(r) / 32) {
+	    lay->nregions > SNAP_MAX_REGIONS || lay->nregions > snap_rbuf_left(r) / 28) {
 		snap_fmt(err, errlen, "layout header is malformed (chunk size %" PRIu64 ", %u regions)",
 			 lay->chunk_size, lay->nregions);
 		lay->nregions = 0;

@@ -22,7 +22,7 @@ enum snap_error {
 	SNAP_ECORRUPT = -5,      /* checksum mismatch or torn data */
 	SNAP_EPROTO = -6,        /* malformed or unexpected protocol message */
 	SNAP_ESMP = -7,          /* snapsmp unreachable or connection lost */
-	SNAP_EBUSY = -8,         /* resource busy (no free slot yet) */
+	SNAP_EBUSY = -8,         /* busy: no free slot yet, rank or store in use */
 	SNAP_EUNFENCED = -9,     /* previous save was not fenced */
 	SNAP_ENOSPC = -10,       /* memory budget or store space exhausted */
 	SNAP_EMISMATCH = -11,    /* layout differs from the snapshot's */

@@ -1,0 +1,257 @@
+/*
+ * The C API against a real snapsmp: the save/fence/wait/restore contract,
+ * the errors users hit (unfenced save, frozen layout, steps going back,
+ * layout mismatch, unknown job, memory budget, a second process for a rank),
+ * and corruption of a committed slot.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <glob.h>
+#include <stdint.h>
+#include <sys/stat.h>
+
+#include "../check.h"
+#include "harness.h"
+#include "internal.h"
+#include "manifest.h"
+
+#define N (256 * 1024)   /* floats: 1 MiB, several 256 KiB chunks */
+
+static float w[N];
+static uint8_t rng[100];
+
+static void fill(uint64_t step)
+{
+	for (int i = 0; i < N; i++)
+		w[i] = (float)step + (float)i * 1e-3f;
+	memset(rng, (int)step, sizeof(rng));
+}
+
+static int is_step(uint64_t step)
+{
+	for (int i = 0; i < N; i++)
+		if (w[i] != (float)step + (float)i * 1e-3f)
+			return 0;
+	for (size_t i = 0; i < sizeof(rng); i++)
+		if (rng[i] != (uint8_t)step)
+			return 0;
+	return 1;
+}
+
+static snap_ctx *open_job(const struct smp_proc *p, const char *job, int with_regions)
+{
+	struct snap_config c;
+	smp_cfg(&c, p, job, 0, 1);
+	c.chunk_size = 256 * 1024;
+	snap_ctx *ctx;
+	int rc = snap_open(&c, &ctx);
+	if (rc) {
+		fprintf(stderr, "open %s: %s\n", job, snap_errmsg(ctx));
+		snap_close(ctx);
+		return NULL;
+	}
+	if (with_regions) {
+		struct snap_region a = { .name = "w", .ptr = w, .bytes = sizeof(w), .dtype = SNAP_DTYPE_F32,
+					 .kind = SNAP_KIND_PARAM, .ndim = 1, .shape = { N }, .global_shape = { N } };
+		struct snap_region b = { .name = "rng", .ptr = rng, .bytes = sizeof(rng), .dtype = SNAP_DTYPE_U8,
+					 .kind = SNAP_KIND_RNG };
+		CHECK_RC(snap_register(ctx, &a), 0);
+		CHECK_RC(snap_register(ctx, &b), 0);
+	}
+	return ctx;
+}
+
+/* Slot file of `job` rank 0 holding `step`, found through its manifest. */
+static int slot_of(const char *store, const char *job, uint64_t step, char *path, size_t cap)
+{
+	for (int i = 0; i < 2; i++) {
+		char m[512];
+		snprintf(m, sizeof(m), "%s/%s/rank-00000/slot-%d.man", store, job, i);
+		FILE *f = fopen(m, "rb");
+		if (!f)
+			continue;
+		uint8_t buf[4096];
+		size_t n = fread(buf, 1, sizeof(buf), f);
+		fclose(f);
+		struct snap_manifest man;
+		char err[128];
+		if (snap_manifest_decode(buf, n, &man, err, sizeof(err)) == 0) {
+			uint64_t s = man.step;
+			snap_manifest_free(&man);
+			if (s == step) {
+				snprintf(path, cap, "%s/%s/rank-00000/slot-%d", store, job, i);
+				return 0;
+			}
+		}
+	}
+	return -1;
+}
+
+static void flip_byte(const char *path, off_t off)
+{
+	int fd = open(path, O_RDWR);
+	uint8_t b;
+	CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
+	b ^= 0x40;
+	CHECK(pwrite(fd, &b, 1, off) == 1);
+	close(fd);
+}
+
+static void test_cycle(struct smp_proc *p)
+{
+	snap_ctx *ctx = open_job(p, "a", 1);
+	uint64_t step = 0;
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	CHECK_RC(snap_latest(ctx, &step), SNAP_ENOENT);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ENOENT);
+
+	fill(1);
+	CHECK_RC(snap_save(ctx, 1), 0);
+	CHECK_RC(snap_save(ctx, 2), SNAP_EUNFENCED);
+	CHECK(strstr(snap_errmsg(ctx), "snap_fence") != NULL);
+	struct snap_region late = { .name = "late", .ptr = w, .bytes = 4, .dtype = SNAP_DTYPE_F32 };
+	CHECK_RC(snap_register(ctx, &late), SNAP_ESTATE);
+	CHECK_RC(snap_fence(ctx), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	CHECK_RC(snap_latest(ctx, &step), 0);
+	CHECK(step == 1);
+
+	fill(2);
+	CHECK_RC(snap_save(ctx, 2), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	CHECK_RC(snap_save(ctx, 2), SNAP_EINVAL);   /* steps must increase */
+
+	fill(99);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, &got), 0);
+	CHECK(got == 2 && is_step(2));
+	CHECK_RC(snap_restore(ctx, 1, &got), 0);     /* both slots hold a step */
+	CHECK(got == 1 && is_step(1));
+
+	fill(3);
+	CHECK_RC(snap_save(ctx, 3), 0);              /* overwrites step 1's slot */
+	CHECK_RC(snap_wait(ctx), 0);
+	CHECK_RC(snap_restore(ctx, 1, &got), SNAP_ENOENT);
+	CHECK_RC(snap_close(ctx), 0);
+}
+
+static void test_mismatch_and_unknown_job(struct smp_proc *p)
+{
+	/* Same job and rank, but "w" registered with another size. */
+	snap_ctx *ctx = open_job(p, "a", 0);
+	static float small[100];
+	for (int i = 0; i < 100; i++)
+		small[i] = -1;
+	struct snap_region a = { .name = "w", .ptr = small, .bytes = sizeof(small), .dtype = SNAP_DTYPE_F32 };
+	struct snap_region b = { .name = "rng", .ptr = rng, .bytes = sizeof(rng), .dtype = SNAP_DTYPE_U8 };
+	CHECK_RC(snap_register(ctx, &a), 0);
+	CHECK_RC(snap_register(ctx, &b), 0);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_EMISMATCH);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\"") != NULL);
+	CHECK(small[0] == -1 && small[99] == -1);   /* untouched */
+	snap_close(ctx);
+
+	ctx = open_job(p, "nosuch", 1);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ENOENT);
+	CHECK(strstr(snap_errmsg(ctx), "nosuch") != NULL);
+	snap_close(ctx);
+}
+
+static void test_one_process_per_rank(struct smp_proc *p)
+{
+	snap_ctx *a = open_job(p, "a", 1), *b;
+	struct snap_config c;
+	smp_cfg(&c, p, "a", 0, 1);
+	c.timeout_ms = 200;
+	CHECK_RC(snap_open(&c, &b), SNAP_EBUSY);
+	CHECK(strstr(snap_errmsg(b), "already connected") != NULL);
+	snap_close(b);
+	snap_close(a);
+}
+
+static void test_corrupt_chunk(struct smp_proc *p)
+{
+	char path[512];
+	CHECK_RC(slot_of(p->store, "a", 3, path, sizeof(path)), 0);
+	flip_byte(path, 300 * 1024);   /* inside chunk 1 of "w" */
+	snap_ctx *ctx = open_job(p, "a", 1);
+	fill(77);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
+	CHECK(is_step(77));                          /* memory untouched */
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(ctx, 2, &got), 0);    /* the other step still restores */
+	CHECK(got == 2 && is_step(2));
+	snap_close(ctx);
+	flip_byte(path, 300 * 1024);                 /* repair for later tests */
+}
+
+static void test_budget(const char *store)
+{
+	struct smp_proc p;
+	const char *extra[] = { "--mem-limit", "1M", NULL };
+	CHECK_RC(smp_start(&p, store, extra), 0);
+	snap_ctx *ctx = open_job(&p, "big", 1);   /* 2 slots x ~1 MiB > 1 MiB */
+	fill(1);
+	CHECK_RC(snap_save(ctx, 1), SNAP_ENOSPC);
+	CHECK(strstr(snap_errmsg(ctx), "SNAP_MEM_LIMIT") != NULL);
+	snap_close(ctx);
+	smp_stop(&p, SIGTERM);
+}
+
+static void test_restart_keeps_steps(struct smp_proc *p)
+{
+	CHECK(WIFEXITED(smp_stop(p, SIGKILL)) == 0);   /* crash */
+	CHECK_RC(smp_start(p, p->store, NULL), 0);
+	snap_ctx *ctx = open_job(p, "a", 1);
+	uint64_t got = 0;
+	fill(0);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, &got), 0);
+	CHECK(got == 3 && is_step(3));
+	snap_close(ctx);
+	int st = smp_stop(p, SIGTERM);
+	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	CHECK(access(p->socket, F_OK) != 0);          /* clean shutdown removes it */
+}
+
+static void test_bad_store_root(void)
+{
+
+	/* A path under a regular file can never be created, even by root. */
+	CHECK(smp_run_fail("/proc/self/status/store") == 1);
+	CHECK(smp_run_fail("relative/store") == 2);
+	/* A second daemon on the same store refuses to start. */
+	struct smp_proc a;
+	char store[128];
+	snprintf(store, sizeof(store), "/dev/shm/snaptest-lock-%d", (int)getpid());
+	CHECK_RC(smp_start(&a, store, NULL), 0);
+	CHECK(smp_run_fail(store) == 1);
+	smp_stop(&a, SIGTERM);
+	rm_rf(store);
+}
+
+int main(void)
+{
+	struct smp_proc p;
+	char store[128];
+	snprintf(store, sizeof(store), "/dev/shm/snaptest-api-%d", (int)getpid());
+	rm_rf(store);
+	if (smp_start(&p, store, NULL) != 0) {
+		fprintf(stderr, "cannot start %s\n", SNAPSMP_PATH);
+		return 1;
+	}
+	test_cycle(&p);
+	test_mismatch_and_unknown_job(&p);
+	test_one_process_per_rank(&p);
+	test_corrupt_chunk(&p);
+	test_restart_keeps_steps(&p);
+	char store2[160];
+	snprintf(store2, sizeof(store2), "%s-budget", store);
+	test_budget(store2);
+	test_bad_store_root();
+	rm_rf(store);
+	rm_rf(store2);
+	return check_done("test_api");
+}
