@@ -1,0 +1,186 @@
+/* GPU twin equality: for every dtype, codec and array kind, the CUDA kernels
+ * must write the same bytes as the C twin, the GPU must decode C streams to
+ * the C twin's output, and corrupted streams must be refused on the GPU too.
+ * Also prints GPU throughput on the real weights when given a file.
+ * Exits 77 (ctest SKIP) when no usable GPU is present.
+ * Usage: test_codec_gpu [weights.f32] */
+#include <cuda_runtime_api.h>
+
+#include "snap/codec.h"
+#include "testutil.h"
+
+#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
+	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+	exit(1); } } while (0)
+
+static const int dtypes[] = { SNAP_DTYPE_F32, SNAP_DTYPE_BF16, SNAP_DTYPE_F16 };
+
+/* Compress on the GPU; returns the stream (malloc'd) and its length. */
+static uint8_t *gpu_compress(const struct snap_codec_params *p, const void *in,
+			     size_t n, size_t *len, float *ms)
+{
+	size_t es = snap_dtype_size(p->dtype), cap = snap_codec_bound(p, n);
+	size_t sl = snap_codec_cuda_scratch_size(p, n);
+	void *d_in, *d_out, *d_sc;
+	uint64_t *d_len, hlen = 0;
+	CU(cudaMalloc(&d_in, n * es + 1));
+	CU(cudaMalloc(&d_out, cap));
+	CU(cudaMalloc(&d_sc, sl + 1));
+	CU(cudaMalloc((void **)&d_len, 8));
+	CU(cudaMemcpy(d_in, in, n * es, cudaMemcpyHostToDevice));
+	cudaEvent_t e0, e1;
+	CU(cudaEventCreate(&e0));
+	CU(cudaEventCreate(&e1));
+	CU(cudaEventRecord(e0, 0));
+	int rc = snap_codec_cuda_compress(p, d_in, n, d_out, cap, d_sc, sl, d_len, NULL);
+	CU(cudaEventRecord(e1, 0));
+	CHECK(rc == 0, "cuda compress rc %d", rc);
+	CU(cudaDeviceSynchronize());
+	if (ms)
+		CU(cudaEventElapsedTime(ms, e0, e1));
+	CU(cudaMemcpy(&hlen, d_len, 8, cudaMemcpyDeviceToHost));
+	uint8_t *s = malloc(cap);
+	CHECK(hlen <= cap, "gpu length %llu > cap", (unsigned long long)hlen);
+	if (hlen > cap) hlen = 0;
+	CU(cudaMemcpy(s, d_out, hlen, cudaMemcpyDeviceToHost));
+	*len = hlen;
+	cudaFree(d_in); cudaFree(d_out); cudaFree(d_sc); cudaFree(d_len);
+	cudaEventDestroy(e0); cudaEventDestroy(e1);
+	return s;
+}
+
+/* Decode on the GPU; returns the device status (0 or SNAP_E*). */
+static int gpu_decompress(const uint8_t *s, size_t len, void *out, size_t out_bytes, float *ms)
+{
+	struct snap_codec_info info;
+	int rc = snap_codec_inspect(s, len, &info);
+	if (rc)
+		return rc;
+	void *d_s, *d_o, *d_sc;
+	int *d_st, st = 1;
+	size_t sl = snap_codec_cuda_decode_scratch_size(&info);
+	CU(cudaMalloc(&d_s, len + 1));
+	CU(cudaMalloc(&d_o, out_bytes + 1));
+	CU(cudaMalloc(&d_sc, sl + 8));
+	CU(cudaMalloc((void **)&d_st, sizeof(int)));
+	CU(cudaMemcpy(d_s, s, len, cudaMemcpyHostToDevice));
+	cudaEvent_t e0, e1;
+	CU(cudaEventCreate(&e0));
+	CU(cudaEventCreate(&e1));
+	CU(cudaEventRecord(e0, 0));
+	rc = snap_codec_cuda_decompress(&info, d_s, len, d_o, out_bytes, d_sc, sl, d_st, NULL);
+	CU(cudaEventRecord(e1, 0));
+	CU(cudaDeviceSynchronize());
+	if (ms)
+		CU(cudaEventElapsedTime(ms, e0, e1));
+	if (rc == 0) {
+		CU(cudaMemcpy(&st, d_st, sizeof(int), cudaMemcpyDeviceToHost));
+		rc = st;
+		if (out_bytes)
+			CU(cudaMemcpy(out, d_o, out_bytes, cudaMemcpyDeviceToHost));
+	}
+	cudaFree(d_s); cudaFree(d_o); cudaFree(d_sc); cudaFree(d_st);
+	cudaEventDestroy(e0); cudaEventDestroy(e1);
+	return rc;
+}
+
+static void twin(int dt, int gen, size_t n, uint32_t B, int codec, double bound)
+{
+	size_t es = snap_dtype_size(dt);
+	float *f = malloc((n ? n : 1) * 4);
+	uint8_t *in = malloc(n * es + 1);
+	tu_gen(gen, f, n);
+	snap_codec_convert(dt, in, SNAP_DTYPE_F32, f, n);
+	struct snap_codec_params p = { codec, dt, bound, B };
+	size_t cap = snap_codec_bound(&p, n), lc = 0, lg = 0;
+	uint8_t *sc = malloc(cap);
+	CHECK(snap_codec_compress(&p, in, n, sc, cap, &lc) == 0, "cpu compress");
+	uint8_t *sg = gpu_compress(&p, in, n, &lg, NULL);
+	CHECK(lc == lg && memcmp(sc, sg, lc) == 0,
+	      "dt=%d gen=%s n=%zu B=%u codec=%d: GPU stream differs (%zu vs %zu bytes)",
+	      dt, tu_gen_name[gen], n, B, codec, lg, lc);
+	uint8_t *oc = malloc(n * es + 1), *og = malloc(n * es + 1);
+	CHECK(snap_codec_decompress(sg, lg, oc, n * es, NULL) == 0, "cpu decodes gpu stream");
+	int rc = gpu_decompress(sc, lc, og, n * es, NULL);
+	CHECK(rc == 0 && memcmp(oc, og, n * es) == 0,
+	      "dt=%d gen=%s n=%zu codec=%d: GPU decode differs (rc %d)", dt, tu_gen_name[gen], n, codec, rc);
+	/* Corruptions the C decoder refuses must be refused on the GPU. */
+	for (int r = 0; r < 20 && lc > 60; r++) {
+		uint8_t *m = malloc(lc);
+		memcpy(m, sc, lc);
+		m[48 + tu_next() % (lc - 48)] ^= (uint8_t)(1 + tu_next() % 255);
+		int crc = snap_codec_decompress(m, lc, oc, n * es, NULL);
+		int grc = gpu_decompress(m, lc, og, n * es, NULL);
+		CHECK((crc == 0) == (grc == 0), "flip: C rc %d, GPU rc %d", crc, grc);
+		if (crc == 0 && grc == 0)
+			CHECK(memcmp(oc, og, n * es) == 0, "flip: outputs differ");
+		free(m);
+	}
+	free(f); free(in); free(sc); free(sg); free(oc); free(og);
+}
+
+static void real_data(const char *path)
+{
+	FILE *fp = fopen(path, "rb");
+	if (!fp)
+		return;
+	fseek(fp, 0, SEEK_END);
+	size_t n = (size_t)ftell(fp) / 4;
+	fseek(fp, 0, SEEK_SET);
+	float *f = malloc(n * 4);
+	if (fread(f, 4, n, fp) != n) { fclose(fp); free(f); return; }
+	fclose(fp);
+	uint8_t *in = malloc(n * 4), *o = malloc(n * 4);
+	printf("%-6s %-9s %8s %10s %12s  (GPU kernel time, events)\n", "dtype", "codec", "ratio",
+	       "comp GB/s", "decomp GB/s");
+	for (int d = 0; d < 3; d++) {
+		int dt = dtypes[d];
+		size_t es = snap_dtype_size(dt);
+		snap_codec_convert(dt, in, SNAP_DTYPE_F32, f, n);
+		for (int c = 0; c < 2; c++) {
+			struct snap_codec_params p = { c ? SNAP_CODEC_LOSSY_ABS : SNAP_CODEC_LOSSLESS, dt, 1e-3, 0 };
+			size_t lg, lc, cap = snap_codec_bound(&p, n);
+			float mc = 0, md = 0;
+			uint8_t *sg = gpu_compress(&p, in, n, &lg, NULL);
+			free(sg);
+			sg = gpu_compress(&p, in, n, &lg, &mc); /* warm */
+			uint8_t *sc = malloc(cap);
+			snap_codec_compress(&p, in, n, sc, cap, &lc);
+			CHECK(lc == lg && memcmp(sc, sg, lc) == 0, "real data dt=%d codec=%d differs", dt, p.codec);
+			CHECK(gpu_decompress(sg, lg, o, n * es, &md) == 0, "real data gpu decode");
+			printf("%-6s %-9s %8.3f %10.2f %12.2f\n", dt == 7 ? "f32" : dt == 6 ? "bf16" : "f16",
+			       c ? "lossy" : "lossless", (double)(n * es) / lg, n * es / (mc * 1e6),
+			       n * es / (md * 1e6));
+			free(sg); free(sc);
+		}
+	}
+	free(f); free(in); free(o);
+}
+
+int main(int argc, char **argv)
+{
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+		printf("SKIP: no usable CUDA device\n");
+		return 77;
+	}
+	const size_t lens[] = { 0, 1, 33, 255, 257, 4095, 4097, 3 * 4096 + 17, 100000 };
+	for (int d = 0; d < 3; d++)
+		for (int g = 0; g < GEN_COUNT; g++)
+			for (size_t li = 0; li < sizeof(lens) / sizeof(*lens); li++) {
+				size_t n = lens[li];
+				uint32_t B = n < 300 ? 256 : 0;
+				twin(dtypes[d], g, n, B, SNAP_CODEC_LOSSLESS, 0);
+				twin(dtypes[d], g, n, B, SNAP_CODEC_LOSSY_ABS, 1e-3);
+				twin(dtypes[d], g, n, 16384, SNAP_CODEC_LOSSY_REL, 1e-2);
+				twin(dtypes[d], g, n, B, SNAP_CODEC_LOSSY_ABS, 0.5);
+			}
+	if (argc > 1)
+		real_data(argv[1]);
+	if (tu_failures) {
+		fprintf(stderr, "%d failures\n", tu_failures);
+		return 1;
+	}
+	printf("GPU twin tests passed\n");
+	return 0;
+}
