@@ -232,8 +232,9 @@ int snap_ec_encode_group_local(int k, int m, uint32_t chunk_size, const void *co
 	mt.len = (uint64_t *)len;
 	if ((rc = ec_code_init(&code, k, m)))
 		return ec_errf(err, errlen, rc, "ec: out of memory");
-	/* The same kernel as a mesh parity holder: one output row over k
-	 * zero-padded source pieces. Only padded pieces are copied. */
+	/* The same kernel as a mesh decoder: all m rows of a (chunk, stripe)
+	 * unit over its k zero-padded source pieces. Only padded pieces are
+	 * copied. */
 	uint8_t *pad = calloc((size_t)k + 1, chunk);
 	const uint8_t **src = malloc(sizeof(*src) * (size_t)k);
 	if (!pad || !src) {
@@ -262,14 +263,11 @@ int snap_ec_encode_group_local(int k, int m, uint32_t chunk_size, const void *co
 					src[t] = b;
 				}
 			}
-			for (int p = 0; p < m; p++) {
-				int h = (s + p) % n;
-				uint8_t *dst = (uint8_t *)parity[h] + (uint64_t)p * mt.seg_len +
-					       (uint64_t)q * chunk;
-				ec_encode_data((int)clen, k, 1,
-					       code.enc_tbls + (size_t)32 * (size_t)k * (size_t)p,
-					       (unsigned char **)src, &dst);
-			}
+			unsigned char *dst[SNAP_EC_MAX_GROUP];
+			for (int p = 0; p < m; p++)
+				dst[p] = (uint8_t *)parity[(s + p) % n] + (uint64_t)p * mt.seg_len +
+					 (uint64_t)q * chunk;
+			ec_encode_data((int)clen, k, m, code.enc_tbls, (unsigned char **)src, dst);
 		}
 	}
 	free(pad);

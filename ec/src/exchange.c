@@ -1,12 +1,15 @@
 /*
  * exchange.c - the pipelined MPI engine shared by encode and rebuild.
  *
- * Work is cut into units (chunk q, stripe s), u = q * n + s. In a unit the
- * owners of "erased" slots (encode: the m parity rows; rebuild: lost or
- * corrupt pieces) each receive the k surviving source pieces and run one
- * ISA-L row encode. Sources are sent straight from the caller's buffers;
- * only pieces that straddle two iovecs are staged. Pieces that are wholly
- * zero padding are never sent: the receiver substitutes a zero chunk.
+ * Work is cut into units (chunk q, stripe s), u = q * n + s. A unit has
+ * "erased" slots (encode: the m parity rows; rebuild: lost or corrupt
+ * pieces). One member, the decoder, receives the k surviving source pieces,
+ * computes all erased rows with one multi-row ISA-L call and forwards each
+ * row to its owner: k + m - 1 transfers per unit instead of k * m when every
+ * owner gathers the sources itself, and each source is read once.
+ * Sources are sent straight from the caller's buffers and rows land straight
+ * in them; only pieces that straddle two iovecs are staged. Pieces that are
+ * wholly zero padding are never sent: the decoder substitutes a zero chunk.
  *
  * Deadlock freedom: every node posts units in the same order and waits on
  * unit u only after posting up to u + window - 1, so the lowest unit anyone
@@ -20,24 +23,35 @@
 
 #include "ec_internal.h"
 
+/* Tags name the unit (mod EC_TAGS > max window), so a row forwarded late
+ * never matches a piece of a later unit between the same two nodes. */
+#define EC_TAGS 16384
+
 struct unit_slot {
 	int active;
 	uint32_t q;
 	int s;
-	int out;          /* my slot to compute, -1 if none */
+	int ne;            /* erased slots in this unit */
+	int is_dec;        /* I compute every erased row of this unit */
+	int my_er;         /* my erased slot's position in er[], -1 if none */
 	int nrecv, nsend;
 	MPI_Request *rreq; /* [k] */
 	MPI_Request *sreq; /* [m] */
 	int *surv;         /* [k] survivor slots */
+	int *er;           /* [m] erased slots */
 	uint64_t *rlen;    /* [k] bytes expected from each survivor */
-	uint8_t *rbuf;     /* k * chunk, allocated on first use */
-	uint8_t *tmp;      /* chunk: staging for a send or a decoded data piece */
+	const uint8_t *own_src; /* decoder's own source piece */
+	uint8_t *row_dst;  /* where my received row landed */
+	uint8_t *rbuf;     /* k * chunk, decoder only, allocated on first use */
+	uint8_t *obuf;     /* m * chunk, decoder only */
+	uint8_t *tmp;      /* chunk: staging / landing for a data piece that
+			    * straddles iovecs; allocated on first use */
 };
 
 struct tbl_cache {
-	int valid, out;
-	int *surv;
-	uint8_t *tbls; /* 32 * k */
+	int valid, ne;
+	int *key;      /* [k + m]: survivors then erased slots */
+	uint8_t *tbls; /* 32 * k * m */
 };
 
 struct engine {
@@ -80,6 +94,12 @@ static uint64_t piece_len(const struct engine *e, int s, uint32_t q, int slot)
 	return ec_valid(e->mt, slot_node(e, s, slot), slot, q);
 }
 
+static uint64_t piece_off(const struct snap_ec_meta *mt, int slot, uint32_t q)
+{
+	int k = mt->k;
+	return (uint64_t)(slot < k ? slot : slot - k) * mt->seg_len + (uint64_t)q * mt->chunk_size;
+}
+
 static int fail(struct engine *e, int code, const char *what)
 {
 	if (!e->rc) {
@@ -89,30 +109,43 @@ static int fail(struct engine *e, int code, const char *what)
 	return code;
 }
 
-static uint8_t *alloc_rbuf(struct engine *e, struct unit_slot *u)
+static uint8_t *get_tmp(struct engine *e, struct unit_slot *u)
 {
-	if (!u->rbuf)
-		u->rbuf = malloc((size_t)e->k * e->mt->chunk_size);
-	return u->rbuf;
+	if (!u->tmp && !(u->tmp = malloc(e->mt->chunk_size)))
+		fail(e, SNAP_ENOMEM, "out of memory for a staging buffer");
+	return u->tmp;
 }
 
-/* Post the receives and sends of unit (s, q) into slot u. */
-static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q)
+/* Post the receives and sends of unit (s, q). One member, the decoder,
+ * gathers the k sources and computes every erased row at once (ISA-L's
+ * multi-row kernel reads each source once); it forwards each row to its
+ * owner. Encode: the decoder is parity row 0's holder, rotating with s.
+ * Rebuild: a survivor rotating with (s, q), so a replacement's link only
+ * carries its own bytes. */
+static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int tag)
 {
 	const struct snap_ec_meta *mt = e->mt;
 	struct ec_xchg *x = e->x;
-	int k = e->k, mine = my_slot(e, s), ns = 0, nerased = 0;
-	int erased[SNAP_EC_MAX_GROUP];
+	int k = e->k, mine = my_slot(e, s), ns = 0;
 	uint64_t clen = ec_chunk_len(mt, q);
 	u->active = 1;
 	u->q = q;
 	u->s = s;
-	u->out = -1;
+	u->ne = 0;
+	u->is_dec = 0;
+	u->my_er = -1;
 	u->nrecv = u->nsend = 0;
+	u->own_src = NULL;
+	u->row_dst = NULL;
 	for (int slot = 0; slot < e->n; slot++) {
 		if (is_erased(e, s, q, slot)) {
-			if (slot >= k || piece_len(e, s, q, slot))
-				erased[nerased++] = slot;
+			if (slot >= k || piece_len(e, s, q, slot)) {
+				if (slot == mine)
+					u->my_er = u->ne;
+				if (u->ne < e->m)
+					u->er[u->ne] = slot;
+				u->ne++;
+			}
 		} else if (ns < k) {
 			u->surv[ns++] = slot;
 		}
@@ -120,82 +153,123 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q)
 	if (mine < k && x->mode == EC_MODE_ENCODE && x->my_crc) {
 		/* CRC of my data piece while it is being touched anyway */
 		uint64_t v = piece_len(e, s, q, mine);
-		uint64_t off = (uint64_t)mine * mt->seg_len + (uint64_t)q * mt->chunk_size;
 		uint32_t c = (v == 0 && clen == mt->chunk_size) ? e->zero_crc
-			     : ec_crc_padded(ec_iov_crc(x->data, off, v, 0), NULL, 0, clen - v);
+			     : ec_crc_padded(ec_iov_crc(x->data, piece_off(mt, mine, q), v, 0), NULL, 0, clen - v);
 		x->my_crc[(size_t)mine * mt->nchunks + q] = c;
 	}
-	if (nerased == 0)
+	if (u->ne == 0)
 		return;
-	if (ns < k) {
-		fail(e, SNAP_ELOST, "unit has fewer than k survivors (plan not validated)");
+	if (ns < k || u->ne > e->m) {
+		u->ne = 0;
+		fail(e, SNAP_ELOST, "unit has more than m erasures (plan not validated)");
 		return;
 	}
-	int out = -1;
-	for (int i = 0; i < nerased; i++)
-		if (erased[i] == mine)
-			out = mine;
-	if (out >= 0) {
-		u->out = out;
-		if (!alloc_rbuf(e, u)) {
-			fail(e, SNAP_ENOMEM, "out of memory for receive buffers");
-			return;
+	int dec = x->mode == EC_MODE_ENCODE ? slot_node(e, s, u->er[0])
+					    : slot_node(e, s, u->surv[(s + (int)q) % k]);
+	int surv_me = -1;
+	for (int i = 0; i < k; i++)
+		if (u->surv[i] == mine)
+			surv_me = i;
+	uint64_t mylen = piece_len(e, s, q, mine);
+	const uint8_t *src = NULL;
+	if (surv_me >= 0 && mylen) {
+		if (mine >= k) {
+			src = x->parity + piece_off(mt, mine, q);
+		} else if (!(src = ec_iov_contig(x->data, piece_off(mt, mine, q), mylen))) {
+			uint8_t *t = get_tmp(e, u);
+			if (t)
+				ec_iov_read(x->data, piece_off(mt, mine, q), t, mylen);
+			src = t;
 		}
+	}
+	if (x->me == dec) {
+		u->is_dec = 1;
+		u->own_src = src;
+		if (!u->rbuf && !(u->rbuf = malloc((size_t)k * mt->chunk_size)))
+			fail(e, SNAP_ENOMEM, "out of memory for receive buffers");
+		if (!u->obuf && !(u->obuf = malloc((size_t)e->m * mt->chunk_size)))
+			fail(e, SNAP_ENOMEM, "out of memory for row buffers");
 		for (int i = 0; i < k; i++) {
 			u->rlen[i] = piece_len(e, s, q, u->surv[i]);
-			if (!u->rlen[i])
+			if (!u->rlen[i] || i == surv_me || !u->rbuf)
 				continue;
 			if (MPI_Irecv(u->rbuf + (size_t)i * mt->chunk_size, (int)u->rlen[i], MPI_BYTE,
-				      slot_node(e, s, u->surv[i]), s, x->comm,
+				      slot_node(e, s, u->surv[i]), tag, x->comm,
 				      &u->rreq[u->nrecv++]) != MPI_SUCCESS)
 				fail(e, SNAP_EIO, "MPI_Irecv failed");
 		}
 		return;
 	}
-	int surv_me = 0;
-	for (int i = 0; i < k; i++)
-		surv_me |= u->surv[i] == mine;
-	uint64_t len = piece_len(e, s, q, mine);
-	if (!surv_me || !len)
-		return;
-	const uint8_t *src;
-	if (mine >= k) {
-		src = x->parity + (uint64_t)(mine - k) * mt->seg_len + (uint64_t)q * mt->chunk_size;
-	} else {
-		uint64_t off = (uint64_t)mine * mt->seg_len + (uint64_t)q * mt->chunk_size;
-		src = ec_iov_contig(x->data, off, len);
-		if (!src) {
-			ec_iov_read(x->data, off, u->tmp, len);
-			src = u->tmp;
-		}
+	if (surv_me >= 0 && mylen && src &&
+	    MPI_Isend(src, (int)mylen, MPI_BYTE, dec, tag, x->comm, &u->sreq[u->nsend++]) != MPI_SUCCESS)
+		fail(e, SNAP_EIO, "MPI_Isend failed");
+	if (u->my_er >= 0) {
+		uint64_t len = piece_len(e, s, q, mine);
+		uint8_t *dst = mine >= k ? x->parity + piece_off(mt, mine, q)
+					 : ec_iov_contig(x->data, piece_off(mt, mine, q), len);
+		if (!dst)
+			dst = get_tmp(e, u);
+		u->row_dst = dst;
+		if (dst && MPI_Irecv(dst, (int)len, MPI_BYTE, dec, tag, x->comm,
+				     &u->rreq[u->nrecv++]) != MPI_SUCCESS)
+			fail(e, SNAP_EIO, "MPI_Irecv failed");
 	}
-	for (int i = 0; i < nerased; i++)
-		if (MPI_Isend(src, (int)len, MPI_BYTE, slot_node(e, s, erased[i]), s, x->comm,
-			      &u->sreq[u->nsend++]) != MPI_SUCCESS)
-			fail(e, SNAP_EIO, "MPI_Isend failed");
 }
 
-static const uint8_t *row_tables(struct engine *e, int s, const int *surv, int out)
+static const uint8_t *row_tables(struct engine *e, const struct unit_slot *u)
 {
 	struct ec_xchg *x = e->x;
-	int k = e->k;
+	int k = e->k, ne = u->ne;
 	if (x->mode == EC_MODE_ENCODE)
-		return x->code->enc_tbls + (size_t)32 * (size_t)k * (size_t)(out - k);
-	struct tbl_cache *c = &e->cache[s];
-	if (c->valid && c->out == out && memcmp(c->surv, surv, sizeof(int) * (size_t)k) == 0)
+		return x->code->enc_tbls;
+	struct tbl_cache *c = &e->cache[u->s];
+	if (c->valid && c->ne == ne && memcmp(c->key, u->surv, sizeof(int) * (size_t)k) == 0 &&
+	    memcmp(c->key + k, u->er, sizeof(int) * (size_t)ne) == 0)
 		return c->tbls;
-	uint8_t coef[SNAP_EC_MAX_GROUP];
-	if (ec_code_row(x->code, surv, out, coef))
-		return NULL;
-	ec_init_tables(k, 1, coef, c->tbls);
-	memcpy(c->surv, surv, sizeof(int) * (size_t)k);
-	c->out = out;
+	uint8_t coef[SNAP_EC_MAX_GROUP * SNAP_EC_MAX_GROUP];
+	for (int i = 0; i < ne; i++)
+		if (ec_code_row(x->code, u->surv, u->er[i], coef + (size_t)i * (size_t)k))
+			return NULL;
+	ec_init_tables(k, ne, coef, c->tbls);
+	memcpy(c->key, u->surv, sizeof(int) * (size_t)k);
+	memcpy(c->key + k, u->er, sizeof(int) * (size_t)ne);
+	c->ne = ne;
 	c->valid = 1;
 	return c->tbls;
 }
 
-/* Wait for slot u's traffic and compute its output piece, if any. */
-static void complete(struct engine *e, struct unit_slot *u)
+/* A finished row of mine: land it, then record or check its CRC. */
+static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8_t *buf)
+{
+	const struct snap_ec_meta *mt = e->mt;
+	struct ec_xchg *x = e->x;
+	uint64_t clen = ec_chunk_len(mt, u->q);
+	uint64_t len = slot < e->k ? ec_valid(mt, x->me, slot, u->q) : clen;
+	uint8_t *direct = slot >= e->k ? x->parity + piece_off(mt, slot, u->q)
+				       : ec_iov_contig(x->data, piece_off(mt, slot, u->q), len);
+	if (buf != direct) {
+		if (slot >= e->k)
+			memcpy(direct, buf, len);
+		else
+			ec_iov_write(x->data, piece_off(mt, slot, u->q), buf, len);
+	}
+	uint32_t c = ec_crc_padded(0, buf, len, clen - len);
+	if (x->mode == EC_MODE_ENCODE) {
+		x->my_crc[(size_t)slot * mt->nchunks + u->q] = c;
+	} else if (c != *ec_meta_crc(mt, x->me, slot, u->q)) {
+		char what[160];
+		snprintf(what, sizeof(what), "rebuilt %s %d chunk %u of group index %d fails its CRC32C",
+			 slot < e->k ? "data segment" : "parity row", slot < e->k ? slot : slot - e->k,
+			 u->q, x->me);
+		fail(e, SNAP_ECORRUPT, what);
+	}
+	x->chunks_written++;
+	x->bytes_written += len;
+}
+
+/* Wait for slot u's sources, compute and forward (decoder), or land the
+ * row I own (owner). */
+static void complete(struct engine *e, struct unit_slot *u, int tag)
 {
 	const struct snap_ec_meta *mt = e->mt;
 	struct ec_xchg *x = e->x;
@@ -205,46 +279,55 @@ static void complete(struct engine *e, struct unit_slot *u)
 	u->active = 0;
 	if (u->nrecv && MPI_Waitall(u->nrecv, u->rreq, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
 		fail(e, SNAP_EIO, "MPI receive failed");
-	if (u->out >= 0 && !e->rc) {
-		uint64_t clen = ec_chunk_len(mt, u->q);
-		const uint8_t *src[SNAP_EC_MAX_GROUP];
-		for (int i = 0; i < k; i++) {
-			uint8_t *b = u->rbuf + (size_t)i * mt->chunk_size;
-			if (u->rlen[i] == 0) {
-				src[i] = e->zero;
-				continue;
-			}
-			if (u->rlen[i] < clen)
-				memset(b + u->rlen[i], 0, clen - u->rlen[i]);
-			src[i] = b;
-		}
-		const uint8_t *tb = row_tables(e, u->s, u->surv, u->out);
-		int out = u->out;
-		uint8_t *dst = out >= k ? x->parity + (uint64_t)(out - k) * mt->seg_len +
-						 (uint64_t)u->q * mt->chunk_size
-				       : u->tmp;
-		if (!tb) {
+	uint64_t clen = ec_chunk_len(mt, u->q);
+	if (u->is_dec && u->ne) {
+		/* sends of my own source went nowhere: I am the decoder */
+		const uint8_t *tb = row_tables(e, u);
+		if (!tb)
 			fail(e, SNAP_ENOMEM, "out of memory for decode tables");
-		} else {
-			ec_encode_data((int)clen, k, 1, (unsigned char *)tb, (unsigned char **)src, &dst);
-			uint32_t c = snap_ec_crc32c(0, dst, clen);
-			if (x->mode == EC_MODE_ENCODE) {
-				x->my_crc[(size_t)out * mt->nchunks + u->q] = c;
-			} else if (c != *ec_meta_crc(mt, x->me, out, u->q)) {
-				char what[160];
-				snprintf(what, sizeof(what),
-					 "rebuilt %s %d chunk %u of group index %d fails its CRC32C",
-					 out < k ? "data segment" : "parity row", out < k ? out : out - k,
-					 u->q, x->me);
-				fail(e, SNAP_ECORRUPT, what);
+		if (!e->rc) {
+			const uint8_t *src[SNAP_EC_MAX_GROUP];
+			uint8_t *dst[SNAP_EC_MAX_GROUP];
+			for (int i = 0; i < k; i++) {
+				uint8_t *b = u->rbuf + (size_t)i * mt->chunk_size;
+				if (u->rlen[i] == 0) {
+					src[i] = e->zero;
+				} else if (slot_node(e, u->s, u->surv[i]) == x->me) {
+					if (u->rlen[i] < clen) { /* pad my own short piece */
+						memcpy(b, u->own_src, u->rlen[i]);
+						memset(b + u->rlen[i], 0, clen - u->rlen[i]);
+						src[i] = b;
+					} else {
+						src[i] = u->own_src;
+					}
+				} else {
+					if (u->rlen[i] < clen)
+						memset(b + u->rlen[i], 0, clen - u->rlen[i]);
+					src[i] = b;
+				}
 			}
-			if (out < k)
-				ec_iov_write(x->data,
-					     (uint64_t)out * mt->seg_len + (uint64_t)u->q * mt->chunk_size,
-					     dst, ec_valid(mt, x->me, out, u->q));
-			x->chunks_written++;
-			x->bytes_written += out < k ? ec_valid(mt, x->me, out, u->q) : clen;
+			for (int j = 0; j < u->ne; j++) /* my own parity row: in place */
+				dst[j] = (u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
+						 ? x->parity + piece_off(mt, u->er[j], u->q)
+						 : u->obuf + (size_t)j * mt->chunk_size;
+			ec_encode_data((int)clen, k, u->ne, (unsigned char *)tb, (unsigned char **)src, dst);
+			for (int j = 0; j < u->ne; j++) {
+				int slot = u->er[j], owner = slot_node(e, u->s, slot);
+				uint64_t len = piece_len(e, u->s, u->q, slot);
+				for (uint64_t b = len; b < clen; b++)
+					if (dst[j][b]) { /* padding must decode to zeros */
+						fail(e, SNAP_ECORRUPT, "rebuilt padding is not zero");
+						break;
+					}
+				if (owner == x->me)
+					own_row(e, u, slot, dst[j]);
+				else if (MPI_Isend(dst[j], (int)len, MPI_BYTE, owner, tag, x->comm,
+						   &u->sreq[u->nsend++]) != MPI_SUCCESS)
+					fail(e, SNAP_EIO, "MPI_Isend failed");
+			}
 		}
+	} else if (u->my_er >= 0 && u->row_dst && !e->rc) {
+		own_row(e, u, u->er[u->my_er], u->row_dst);
 	}
 	if (u->nsend && MPI_Waitall(u->nsend, u->sreq, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
 		fail(e, SNAP_EIO, "MPI send failed");
@@ -274,16 +357,16 @@ int ec_xchg_run(struct ec_xchg *x)
 		u->sreq = calloc((size_t)e.m, sizeof(MPI_Request));
 		u->surv = calloc((size_t)e.k, sizeof(int));
 		u->rlen = calloc((size_t)e.k, sizeof(uint64_t));
-		u->tmp = malloc(mt->chunk_size);
-		if (!u->rreq || !u->sreq || !u->surv || !u->rlen || !u->tmp) {
+		u->er = calloc((size_t)e.m, sizeof(int));
+		if (!u->rreq || !u->sreq || !u->surv || !u->rlen || !u->er) {
 			fail(&e, SNAP_ENOMEM, "out of memory for the exchange");
 			goto out;
 		}
 	}
 	for (int s = 0; s < e.n; s++) {
-		e.cache[s].surv = calloc((size_t)e.k, sizeof(int));
-		e.cache[s].tbls = malloc((size_t)32 * (size_t)e.k);
-		if (!e.cache[s].surv || !e.cache[s].tbls) {
+		e.cache[s].key = calloc((size_t)e.n, sizeof(int));
+		e.cache[s].tbls = malloc((size_t)32 * (size_t)e.k * (size_t)e.m);
+		if (!e.cache[s].key || !e.cache[s].tbls) {
 			fail(&e, SNAP_ENOMEM, "out of memory for the exchange");
 			goto out;
 		}
@@ -293,11 +376,11 @@ int ec_xchg_run(struct ec_xchg *x)
 	for (uint64_t un = 0; un < units; un++) {
 		struct unit_slot *u = &e.slots[un % w];
 		if (un >= w)
-			complete(&e, u);
-		post(&e, u, (int)(un % (uint64_t)e.n), (uint32_t)(un / (uint64_t)e.n));
+			complete(&e, u, (int)((un - w) % EC_TAGS));
+		post(&e, u, (int)(un % (uint64_t)e.n), (uint32_t)(un / (uint64_t)e.n), (int)(un % EC_TAGS));
 	}
 	for (uint64_t un = units > w ? units - w : 0; un < units; un++)
-		complete(&e, &e.slots[un % w]);
+		complete(&e, &e.slots[un % w], (int)(un % EC_TAGS));
 out:
 	if (e.slots)
 		for (uint32_t i = 0; i < w; i++) {
@@ -306,11 +389,13 @@ out:
 			free(e.slots[i].surv);
 			free(e.slots[i].rlen);
 			free(e.slots[i].rbuf);
+			free(e.slots[i].obuf);
+			free(e.slots[i].er);
 			free(e.slots[i].tmp);
 		}
 	if (e.cache)
 		for (int s = 0; s < e.n; s++) {
-			free(e.cache[s].surv);
+			free(e.cache[s].key);
 			free(e.cache[s].tbls);
 		}
 	free(e.slots);

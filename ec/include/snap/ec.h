@@ -54,7 +54,7 @@ extern "C" {
 #endif
 
 #define SNAP_EC_MAX_GROUP 255              /* GF(2^8) Cauchy: k + m <= 255 */
-#define SNAP_EC_DEFAULT_CHUNK (1u << 20)   /* CRC and pipeline unit */
+#define SNAP_EC_DEFAULT_CHUNK (256u << 10) /* CRC and pipeline unit */
 #define SNAP_EC_MIN_CHUNK 64u
 #define SNAP_EC_MAX_CHUNK (1u << 28)
 #define SNAP_EC_APP_MAX (64u << 10)        /* per-node opaque blob in the meta */
