@@ -320,7 +320,7 @@ static int plan_stream(const uint8_t *s, size_t len, struct plan *pl)
 		return SNAP_EFORMAT;
 	pl->codec = s[5];
 	if (pl->codec < SNAP_CODEC_LOSSLESS || pl->codec > SNAP_CODEC_LOSSY_REL ||
-	    snapc_dt_of(s[6], &pl->dt) || s[7] < 8 || (1u << s[7]) > SNAP_CODEC_BLOCK_MAX)
+	    snapc_dt_of(s[6], &pl->dt) || s[7] < 8 || s[7] > 14)
 		return SNAP_EFORMAT;
 	pl->log2B = s[7];
 	pl->B = 1u << pl->log2B;

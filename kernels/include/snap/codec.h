@@ -49,7 +49,7 @@ extern "C" {
 #define SNAP_CODEC_HEADER_BYTES 48
 #define SNAP_CODEC_BLOCK_DEFAULT 4096u
 #define SNAP_CODEC_BLOCK_MIN 256u
-#define SNAP_CODEC_BLOCK_MAX 16384u
+#define SNAP_CODEC_BLOCK_MAX 16384u /* 2^14 */
 
 /* What to produce. dtype: SNAP_DTYPE_F32, _BF16 or _F16. codec: one of the
  * SNAP_CODEC_LOSSLESS/_LOSSY_ABS/_LOSSY_REL ids of snap/types.h. bound: the
