@@ -81,6 +81,7 @@ static void close_conn(struct smp *m, struct conn *c)
 	if (c->rank && c->rank->conn == c) {
 		snap_store_release_owner(m->store, c->rank, c);
 		c->rank->conn = NULL;
+		c->job->connected--;
 		say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
 	}
 	close(c->fd);
@@ -114,6 +115,9 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 		snap_fmt(err, ERRLEN, "job %s rank %u is already connected (pid %u)", job, rank, rk->pid);
 		return SNAP_EBUSY;
 	}
+	/* The first rank of a job to connect while none is connected starts a new incarnation. */
+	if (j->connected++ == 0)
+		snap_store_new_generation(j);
 	rk->conn = c;
 	rk->pid = pid;
 	j->world = world;
@@ -192,6 +196,10 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 	int have = snap_store_latest(m->store, j, &latest) == 0;
 	if (want == SNAP_STEP_LATEST) {
 		if (!have) {
+			/* Starting fresh: no older incarnation's partial step may join the new timeline. */
+			int rc = snap_store_rewind(m->store, j, 0, 0, err, ERRLEN);
+			if (rc)
+				return rc;
 			snap_fmt(err, ERRLEN, "job %s has no step committed by all of its ranks in store %s", j->name,
 				 m->store->root);
 			return SNAP_ENOENT;
@@ -212,7 +220,7 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 			return SNAP_ENOENT;
 		}
 	}
-	return 0;
+	return snap_store_rewind(m->store, j, 1, want, err, ERRLEN);
 }
 
 static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)

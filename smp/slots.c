@@ -1,10 +1,12 @@
 /*
  * Slot policy: which step is restorable, which slot a new save may
  * overwrite, and the commit that publishes a manifest. Retention rule: a
- * save never overwrites the job's newest restorable step, the rank's newest
- * committed step, a slot being written, or a slot pinned by a reader. With
- * two slots per rank that makes a fast rank wait (EBUSY) until the slower
- * ranks commit; a third slot removes the wait.
+ * save may overwrite a committed step only if a newer step is restorable
+ * (committed by every rank of the job); never a slot being written or one
+ * pinned by a reader. So the newest restorable step and everything newer
+ * (which may yet become restorable) survive. With two slots per rank a fast
+ * rank waits (EBUSY) at step s+1 until every rank has committed s; a third
+ * slot lets it run one more step ahead.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -19,6 +21,57 @@
 
 #include "internal.h"
 #include "store.h"
+
+/* Make a committed slot free again: unlink its manifest first. */
+static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, const char *why,
+		    char *err, size_t errlen)
+{
+	struct store_slot *sl = &r->slots[i];
+	if (sl->refs) {
+		snap_fmt(err, errlen, "step %" PRIu64 " of job %s rank %u is being read; retry", sl->step, j->name,
+			 r->rank);
+		return SNAP_EBUSY;
+	}
+	char mp[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, i, 1, mp, sizeof(mp));
+	if (unlink(mp) != 0 && errno != ENOENT) {
+		snap_fmt(err, errlen, "cannot withdraw manifest %s: %s", mp, strerror(errno));
+		return SNAP_EIO;
+	}
+	if (s->log) {
+		char msg[320];
+		snprintf(msg, sizeof(msg), "job %s rank %u: withdrew step %" PRIu64 " (generation %" PRIu64 "): %s",
+			 j->name, r->rank, sl->step, sl->man.gen, why);
+		s->log(msg);
+	}
+	snap_manifest_free(&sl->man);
+	free(sl->man_bytes);
+	sl->man_bytes = NULL;
+	sl->state = SLOT_FREE;
+	return 0;
+}
+
+void snap_store_new_generation(struct store_job *j)
+{
+	j->gen++;
+}
+
+int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
+		      size_t errlen)
+{
+	for (uint32_t k = 0; k < j->nranks; k++) {
+		struct store_rank *r = j->ranks[k];
+		for (uint32_t i = 0; r && i < s->nslots; i++) {
+			const struct store_slot *sl = &r->slots[i];
+			if (sl->state != SLOT_COMMITTED || sl->man.gen >= j->gen || (has_base && sl->step <= base))
+				continue;
+			int rc = withdraw(s, j, r, i, "an older incarnation's step past the restored one", err, errlen);
+			if (rc)
+				return rc;
+		}
+	}
+	return 0;
+}
 
 struct store_slot *snap_store_find(const struct snap_store *s, struct store_rank *r, uint64_t step, uint32_t *slot)
 {
@@ -123,28 +176,27 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 		snap_fmt(err, errlen, "job %s rank %u: REGISTER a layout before the first save", j->name, r->rank);
 		return SNAP_EPROTO;
 	}
-	uint64_t latest = 0, newest = 0;
-	int have_latest = snap_store_latest(s, j, &latest) == 0, have_newest = 0;
-	for (uint32_t i = 0; i < s->nslots; i++) {
-		const struct store_slot *sl = &r->slots[i];
-		if (sl->state == SLOT_COMMITTED) {
-			if (sl->step >= step) {
-				snap_fmt(err, errlen, "step %" PRIu64 " is not newer than committed step %" PRIu64
-					 " of job %s rank %u; steps must increase", step, sl->step, j->name, r->rank);
-				return SNAP_EINVAL;
-			}
-			if (!have_newest || sl->step > newest)
-				newest = sl->step;
-			have_newest = 1;
-		}
-	}
+	/*
+	 * Saving step s continues a timeline at s: this rank's committed steps
+	 * >= s belong to a timeline a restore abandoned, and so do other
+	 * ranks' steps >= s from older generations.
+	 */
+	int rc = snap_store_rewind(s, j, 1, step - 1, err, errlen);
+	for (uint32_t i = 0; !rc && i < s->nslots; i++)
+		if (r->slots[i].state == SLOT_COMMITTED && r->slots[i].step >= step)
+			rc = withdraw(s, j, r, i, "a save of the same or an older step", err, errlen);
+	if (rc)
+		return rc;
+	uint64_t latest = 0;
+	int have_latest = snap_store_latest(s, j, &latest) == 0;
 	int best = -1;
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		const struct store_slot *sl = &r->slots[i];
 		if (sl->state == SLOT_WRITING || sl->refs)
 			continue;
-		if (sl->state == SLOT_COMMITTED &&
-		    ((have_latest && sl->step == latest) || (have_newest && sl->step == newest)))
+		/* Only a step older than a restorable one may go: anything newer
+		 * may still become the job's restorable step. */
+		if (sl->state == SLOT_COMMITTED && !(have_latest && sl->step < latest))
 			continue;
 		if (best < 0 || sl->state == SLOT_FREE ||
 		    (r->slots[best].state == SLOT_COMMITTED && sl->step < r->slots[best].step))
@@ -153,8 +205,8 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 			break;
 	}
 	if (best < 0) {
-		snap_fmt(err, errlen, "no free slot for job %s rank %u: the %u slots hold the newest restorable step "
-			 "and the newest committed step, or are being written; waiting for other ranks to commit",
+		snap_fmt(err, errlen, "no free slot for job %s rank %u: its %u slots hold steps not older than the "
+			 "newest restorable one, or are being written; waiting for the other ranks to commit",
 			 j->name, r->rank, s->nslots);
 		return SNAP_EBUSY;
 	}
@@ -280,7 +332,7 @@ int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_ra
 	clock_gettime(CLOCK_REALTIME, &now);
 	struct snap_manifest m = {
 		.rank = r->rank, .world = j->world, .step = step, .slot = slot,
-		.wall_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec,
+		.wall_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, .gen = j->gen,
 		.layout = r->layout, .crc = (uint32_t *)crc,
 	};
 	snprintf(m.job, sizeof(m.job), "%s", j->name);

@@ -151,6 +151,8 @@ static void scan_slot(struct snap_store *s, struct store_job *j, struct store_ra
 	if (rc == 0) {
 		sl->state = SLOT_COMMITTED;
 		sl->step = sl->man.step;
+		if (sl->man.gen > j->gen)
+			j->gen = sl->man.gen;
 		sl->man_bytes = buf;
 		sl->man_len = (uint32_t)got;
 		return;

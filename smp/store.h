@@ -48,6 +48,8 @@ struct store_job {
 	struct store_rank **ranks;     /* indexed by rank, sparse */
 	uint32_t nranks;               /* array length */
 	uint32_t world;                /* from the newest HELLO */
+	uint64_t gen;                  /* current generation, see snap_store_new_generation */
+	uint32_t connected;            /* ranks with a live connection */
 	struct store_job *next;
 };
 
@@ -92,6 +94,22 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
 		      uint32_t slot, uint64_t step, const uint32_t *crc, uint32_t ncrc, int verify,
 		      char *err, size_t errlen);
+
+/*
+ * Generations keep two incarnations of a job from mixing. A job's ranks
+ * reconnecting after all of them were gone is a new incarnation: call this,
+ * and manifests committed from then on carry the new number.
+ */
+void snap_store_new_generation(struct store_job *j);
+
+/*
+ * A restore of step `base` (or none: has_base == 0) starts a new timeline:
+ * withdraw every rank's committed steps newer than base that an older
+ * generation committed, so they can never combine with the new timeline's
+ * steps into a "restorable" step that no incarnation ever had.
+ */
+int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
+		      size_t errlen);
 
 /* Free every slot `owner` was writing (its trainer went away). */
 void snap_store_release_owner(const struct snap_store *s, struct store_rank *r, void *owner);

@@ -687,6 +687,9 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 			run_restore_phase(ctx, 1);
 			if (restored)
 				*restored = man.step;
+			/* The next save continues from here (see the timeline rule in slots.c). */
+			ctx->last_step = man.step;
+			ctx->have_last_step = 1;
 		}
 		ctx->rman = NULL;
 	}

@@ -296,6 +296,7 @@ int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w)
 	snap_put_u64(w, m->step);
 	snap_put_u32(w, m->slot);
 	snap_put_u64(w, m->wall_ns);
+	snap_put_u64(w, m->gen);
 	snap_layout_encode(w, &m->layout);
 	for (uint32_t i = 0; i < m->layout.ncrc; i++)
 		snap_put_u32(w, m->crc[i]);
@@ -341,6 +342,7 @@ int snap_manifest_decode(const void *buf, size_t len, struct snap_manifest *m, c
 	m->step = snap_get_u64(&r);
 	m->slot = snap_get_u32(&r);
 	m->wall_ns = snap_get_u64(&r);
+	m->gen = snap_get_u64(&r);
 	if (r.bad || !snap_job_name_ok(m->job) || m->world == 0 || m->rank >= m->world) {
 		snap_fmt(err, errlen, "manifest header fields are invalid (job, rank %u, world %u)", m->rank, m->world);
 		return SNAP_EPROTO;

@@ -45,6 +45,7 @@ struct snap_manifest {
 	uint64_t step;
 	uint32_t slot;
 	uint64_t wall_ns;               /* CLOCK_REALTIME at commit, for humans */
+	uint64_t gen;                   /* job generation (incarnation) that committed it */
 	struct snap_layout layout;
 	uint32_t *crc;                  /* layout.ncrc entries */
 };

@@ -86,7 +86,7 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	/* As deployed: the node's cores shared by its ranks' copy threads. */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.copy_threads = cores / ranks > 1 ? (unsigned)(cores / ranks) : 1;
-	snap_ctx *ctx;
+	snap_ctx *ctx = NULL;
 	float *buf = malloc(bytes);
 	if (!buf || snap_open(&cfg, &ctx)) {
 		fprintf(stderr, "bench rank %d: %s\n", rank, ctx ? snap_errmsg(ctx) : "out of memory");

@@ -133,8 +133,11 @@ int snap_register(snap_ctx *ctx, const struct snap_region *region);
  * Returns once the copy is queued: it blocks only for one round trip to
  * snapsmp to get a free slot, longer only when every slot is pinned
  * (another rank has not yet committed the step this rank's older slot is
- * needed for; bounded by timeout_ms, then SNAP_EBUSY). Steps must increase.
- * Fails with SNAP_EUNFENCED if the previous save was not fenced.
+ * needed for; bounded by timeout_ms, then SNAP_EBUSY). Steps must increase
+ * within a context, and after snap_restore() continue from the restored
+ * step: saving step s withdraws this rank's committed steps >= s (they
+ * belong to the timeline the restore abandoned). Fails with SNAP_EUNFENCED
+ * if the previous save was not fenced.
  */
 int snap_save(snap_ctx *ctx, uint64_t step);
 

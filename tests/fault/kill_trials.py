@@ -1,0 +1,184 @@
+#!/usr/bin/python3
+"""SIGKILL fault injection with real processes: a multi-rank example trainer
+and snapsmp are killed at random moments; every restart must restore a step
+that is committed by every rank, bit-exact, and never older than the newest
+step the ranks had reported committed.
+
+Modes:
+  trainer  kill one random rank at a random moment (during copy, commit or
+           between steps), then the rest of the job (as MPI would), restart.
+  smp      kill snapsmp at a random moment, then the trainers, restart both.
+
+The trainer's state is a deterministic function of (rank, region, step) and
+it checks a restored state itself (exit 3 on mismatch). This script checks
+the step number against the logs:
+  lower bound L = min over ranks of the newest step each rank logged as
+                  committed since the job's last restore (a restore of p
+                  starts a new timeline: older steps past p are withdrawn);
+                  every rank committed L, so L or newer is restorable:
+                  retention never drops it before a newer one;
+  upper bound U = max over ranks of that + 1 (a commit may land just before
+                  the kill, after the daemon published it but before the
+                  trainer wrote its log line).
+"""
+import argparse
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+
+def parse_log(path):
+    """(restored step or None, newest committed step or None) of one run."""
+    restored, committed = None, None
+    try:
+        with open(path) as f:
+            for line in f:
+                parts = line.split()
+                if len(parts) != 2 or not parts[1].isdigit():
+                    continue  # a line torn by the kill
+                if parts[0] == "restored":
+                    restored = int(parts[1])
+                elif parts[0] == "fresh":
+                    restored = 0
+                elif parts[0] == "committed":
+                    committed = int(parts[1])
+    except FileNotFoundError:
+        pass
+    return restored, committed
+
+
+class Job:
+    def __init__(self, args, store):
+        self.args, self.store = args, store
+        self.smp = None
+        self.procs = []
+
+    def start_smp(self):
+        sock = os.path.join(self.store, "smp.sock")
+        self.smp = subprocess.Popen([self.args.snapsmp, "--store", self.store, "--quiet"])
+        deadline = time.time() + 10
+        while not os.path.exists(sock):
+            if time.time() > deadline or self.smp.poll() is not None:
+                raise RuntimeError("snapsmp did not start")
+            time.sleep(0.002)
+
+    def kill_smp(self):
+        if self.smp and self.smp.poll() is None:
+            self.smp.send_signal(signal.SIGKILL)
+        if self.smp:
+            self.smp.wait()
+
+    def start_trainers(self, logdir, trial):
+        self.procs = []
+        for r in range(self.args.ranks):
+            env = dict(os.environ, SNAP_STORE=self.store, SNAP_JOB="kt", SNAP_RANK=str(r),
+                       SNAP_WORLD_SIZE=str(self.args.ranks), SNAP_TIMEOUT_MS="3000",
+                       SNAP_COPY_THREADS="1")
+            log = os.path.join(logdir, f"t{trial}-r{r}.log")
+            err = open(os.path.join(logdir, f"t{trial}-r{r}.err"), "w")
+            p = subprocess.Popen([self.args.trainer, "--steps", "100000000", "--bytes", self.args.bytes,
+                                  "--resume", "--quiet", "--log", log], env=env, stdout=subprocess.DEVNULL,
+                                 stderr=err)
+            err.close()
+            self.procs.append((p, log))
+
+    def kill_trainers(self):
+        for p, _ in self.procs:
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+        for p, _ in self.procs:
+            p.wait()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--mode", choices=["trainer", "smp"], required=True)
+    ap.add_argument("--trials", type=int, default=200)
+    ap.add_argument("--ranks", type=int, default=3)
+    ap.add_argument("--bytes", default="2M")
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    args.snapsmp = os.path.join(args.build, "smp", "snapsmp")
+    args.trainer = os.path.join(args.build, "integration", "trainer")
+    seed = args.seed if args.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    store = f"/dev/shm/snaptest-kill-{args.mode}-{os.getpid()}"
+    logdir = f"/tmp/snaptest-kill-{args.mode}-{os.getpid()}"
+    shutil.rmtree(store, ignore_errors=True)
+    os.makedirs(logdir, exist_ok=True)
+    print(f"kill_trials: mode={args.mode} trials={args.trials} ranks={args.ranks} seed={seed}")
+
+    job = Job(args, store)
+    job.start_smp()
+    newest = [0] * args.ranks          # newest committed step per rank, current timeline
+    failures, restores, steps_seen = 0, 0, 0
+    # Trial t runs trainers that restore what trial t-1 left, then get killed.
+    for t in range(args.trials + 1):
+        lo, hi = min(newest), max(newest) + 1
+        job.start_trainers(logdir, t)
+        if t == args.trials:
+            time.sleep(0.5)   # last run: let the restore finish, then stop
+        else:
+            time.sleep(rng.uniform(0.005, 0.12))
+        if args.mode == "trainer" or t == args.trials:
+            victim = rng.randrange(args.ranks)
+            p = job.procs[victim][0]
+            if p.poll() is None:
+                p.send_signal(signal.SIGKILL)
+            time.sleep(rng.uniform(0, 0.02))
+            job.kill_trainers()
+        else:
+            job.kill_smp()
+            time.sleep(rng.uniform(0, 0.02))
+            job.kill_trainers()
+            job.start_smp()
+        results = [parse_log(log) for _, log in job.procs]
+        for r, (p, log) in enumerate(job.procs):
+            if p.returncode not in (-signal.SIGKILL, 0, 1):
+                # 3 = restored state differs from the step; anything else is a crash
+                print(f"trial {t} rank {r}: trainer exited {p.returncode}; see {log[:-4]}.err")
+                failures += 1
+        restored_set = {res for res, _ in results if res is not None}
+        if len(restored_set) > 1:
+            print(f"trial {t}: ranks restored different steps {sorted(restored_set)}")
+            failures += 1
+        for r, (restored, _) in enumerate(results):
+            if restored is None:
+                continue
+            restores += 1
+            if restored == 0 and t > 0 and lo > 0:
+                print(f"trial {t} rank {r}: started fresh although step {lo} was committed by all ranks")
+                failures += 1
+            elif restored and not (lo <= restored <= hi):
+                print(f"trial {t} rank {r}: restored step {restored}, expected within [{lo}, {hi}]")
+                failures += 1
+        if restored_set:
+            # A restore starts a new timeline for the whole job: snapsmp withdraws
+            # the older incarnation's steps past it on every rank.
+            newest = [max(restored_set)] * args.ranks
+        for r, (_, committed) in enumerate(results):
+            if committed is not None:
+                newest[r] = committed
+                steps_seen = max(steps_seen, committed)
+    job.kill_smp()
+    print(f"kill_trials: {args.trials} kills, {restores} verified restores, newest step {steps_seen}, "
+          f"{failures} failures (seed {seed})")
+    if failures == 0:
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(logdir, ignore_errors=True)
+    else:
+        print(f"kept {store} and {logdir} for inspection")
+    if restores < args.trials // 2:
+        print("too few restores were checked: the trials did not exercise recovery")
+        failures += 1
+    print(f"{args.trials - min(failures, args.trials)} passed, {min(failures, args.trials)} failed")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
