@@ -24,13 +24,13 @@
  * fails is an erasure, repaired like a lost node when the stripe has at most m
  * erasures in that chunk.
  *
- * Exchange. Point-to-point MPI, pipelined by (chunk, stripe) units: the k
- * source pieces of a unit go to the node that computes one output row
- * (encode: parity holder; rebuild: owner of the lost piece), which runs one
- * ISA-L ec_encode_data over them. At most `window` units are in flight; per
- * node that is at most window * (k + 2) * chunk_size bytes of buffers, plus
- * one zero chunk. See ec/README.md for why this beat a reduce-scatter of
- * partial products.
+ * Exchange. Point-to-point MPI, pipelined by (chunk, stripe) units. In each
+ * unit one member (the decoder) gathers the k source pieces, computes every
+ * missing row (encode: the m parity rows; rebuild: lost or corrupt pieces)
+ * with one ISA-L ec_encode_data call and forwards each row to its owner:
+ * k + m - 1 transfers per unit. At most `window` units are in flight; per
+ * node that is at most window * (k + m + 1) * chunk_size bytes of buffers,
+ * plus one zero chunk. See ec/README.md for the measured alternatives.
  *
  * Collective calls (marked [collective]) must be called by every member of the
  * group communicator in the same order. Every call returns 0 or a negative
@@ -161,7 +161,7 @@ void snap_ec_meta_free(struct snap_ec_meta *meta);
 /*
  * Local scrub, no MPI: check this member's data and parity against the
  * CRCs in its meta. Returns 0 if every chunk matches, SNAP_ECORRUPT if some
- * do not (*nbad gets the count; errbuf names the first ones), SNAP_EINVAL
+ * do not (*nbad gets the count; errbuf names the first one), SNAP_EINVAL
  * if the buffers do not have the meta's lengths.
  */
 int snap_ec_verify(const struct snap_ec_meta *meta, const struct iovec *iov, int iovcnt,
