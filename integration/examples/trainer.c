@@ -71,12 +71,13 @@ static void logline(int fd, const char *fmt, uint64_t v)
 
 static void usage(void)
 {
-	fprintf(stderr, "usage: trainer --steps N [--bytes B] [--resume] [--log FILE] [--compute-us US] [--quiet]\n");
+	fprintf(stderr, "usage: trainer --steps N [--bytes B] [--resume | --restore-step S] [--log FILE] [--compute-us US]"
+			" [--quiet]\n");
 }
 
 int main(int argc, char **argv)
 {
-	uint64_t steps = 10, bytes = 1 << 20, compute_us = 0;
+	uint64_t steps = 10, bytes = 1 << 20, compute_us = 0, want = SNAP_STEP_LATEST;
 	int resume = 0, quiet = 0, logfd = -1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
@@ -90,6 +91,10 @@ int main(int argc, char **argv)
 			compute_us = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--resume"))
 			resume = 1;
+		else if (!strcmp(argv[i], "--restore-step") && i + 1 < argc) {
+			want = strtoull(argv[++i], NULL, 10);
+			resume = 1;
+		}
 		else if (!strcmp(argv[i], "--quiet"))
 			quiet = 1;
 		else if (!strcmp(argv[i], "--log") && i + 1 < argc) {
@@ -139,7 +144,7 @@ int main(int argc, char **argv)
 	uint64_t start = 1;
 	if (resume) {
 		uint64_t got;
-		rc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
+		rc = snap_restore(ctx, want, &got);
 		if (rc == 0) {
 			int bad = check(bufs, sizes, cfg.rank, got, scratch);
 			if (bad >= 0) {
