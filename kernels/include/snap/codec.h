@@ -97,7 +97,8 @@ int snap_codec_compress(const struct snap_codec_params *p, const void *src,
  * only). Blocks go to threads in contiguous ranges, each written at its
  * worst-case offset and then moved down, so dst_cap must be at least
  * snap_codec_bound() (else SNAP_EOVERFLOW). The stream is byte-identical to
- * the single-threaded one. SNAP_ENOMEM if a thread cannot be started. */
+ * the single-threaded one. A thread that cannot be started leaves its share
+ * to the calling thread. */
 int snap_codec_compress_mt(const struct snap_codec_params *p, const void *src,
 			   size_t count, void *dst, size_t dst_cap,
 			   size_t *out_len, unsigned nthreads);
