@@ -1,0 +1,25 @@
+#!/usr/bin/env bash
+# The README's test command. Installs what it needs (apt-get), then:
+#   1. a gcc build with -Werror (and the CUDA kernels when nvcc is present,
+#      compiled and linked only), and every ctest test;
+#   2. a clang build with AddressSanitizer + UndefinedBehaviorSanitizer, and
+#      every ctest test again (GPU tests skip themselves without a GPU).
+# Usage: scripts/test.sh [ctest args...]   e.g. scripts/test.sh -R fault
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/install-deps.sh
+
+# Debian's Open MPI refuses root without these; CI runs as root.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+jobs=$(nproc)
+
+echo "== gcc, -Werror, RelWithDebInfo =="
+cmake -S . -B build/gcc -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
+cmake --build build/gcc -j"$jobs"
+(cd build/gcc && ctest --output-on-failure "$@")
+
+echo "== clang, -Werror, ASan + UBSan =="
+cmake -S . -B build/asan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSNAP_SANITIZE=ON -DSNAP_CUDA=OFF >/dev/null
+cmake --build build/asan -j"$jobs"
+(cd build/asan && ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+   ctest --output-on-failure "$@")
