@@ -126,23 +126,23 @@ int main(int argc, char **argv)
 
 	/* The RNG state is small, as in real jobs; the rest splits `bytes`. */
 	size_t sizes[NREG] = { bytes / 2 / 4 * 4, bytes / 2 / 4 * 4, 64 };
-	uint8_t *bufs[NREG], *scratch = malloc(bytes + 64);
-	for (int i = 0; i < NREG; i++) {
+	uint8_t *bufs[NREG] = { NULL }, *scratch = malloc(bytes + 64);
+	int exit_code = 0;
+	for (int i = 0; i < NREG && !exit_code; i++) {
 		bufs[i] = malloc(sizes[i]);
-		if (!bufs[i] || !scratch) {
-			fprintf(stderr, "trainer: out of memory\n");
-			return 1;
-		}
 		struct snap_region r = { .name = names[i], .ptr = bufs[i], .bytes = sizes[i], .dtype = dtypes[i],
 					 .kind = kinds[i] };
-		if ((rc = snap_register(ctx, &r))) {
+		if (!bufs[i] || !scratch) {
+			fprintf(stderr, "trainer: out of memory\n");
+			exit_code = 1;
+		} else if (snap_register(ctx, &r)) {
 			fprintf(stderr, "trainer rank %d: %s\n", cfg.rank, snap_errmsg(ctx));
-			return 1;
+			exit_code = 1;
 		}
 	}
 
 	uint64_t start = 1;
-	if (resume) {
+	if (resume && !exit_code) {
 		uint64_t got;
 		rc = snap_restore(ctx, want, &got);
 		if (rc == 0) {
@@ -150,23 +150,25 @@ int main(int argc, char **argv)
 			if (bad >= 0) {
 				fprintf(stderr, "trainer rank %d: MISMATCH: region %s after restoring step %" PRIu64 "\n",
 					cfg.rank, names[bad], got);
-				return 3;
+				exit_code = 3;
+			} else {
+				logline(logfd, "restored %" PRIu64 "\n", got);
+				if (!quiet)
+					printf("rank %d: restored step %" PRIu64 " (verified bit-exact)\n", cfg.rank, got);
+				start = got + 1;
 			}
-			logline(logfd, "restored %" PRIu64 "\n", got);
-			if (!quiet)
-				printf("rank %d: restored step %" PRIu64 " (verified bit-exact)\n", cfg.rank, got);
-			start = got + 1;
 		} else if (rc == SNAP_ENOENT) {
 			logline(logfd, "fresh %" PRIu64 "\n", 0);
 			if (!quiet)
 				printf("rank %d: nothing to restore, starting fresh\n", cfg.rank);
 		} else {
 			fprintf(stderr, "trainer rank %d: restore failed: %s\n", cfg.rank, snap_errmsg(ctx));
-			return rc == SNAP_ECORRUPT ? 3 : 1;
+			exit_code = rc == SNAP_ECORRUPT ? 3 : 1;
 		}
 	}
 
-	for (uint64_t s = start; s <= steps; s++) {
+	rc = 0;
+	for (uint64_t s = start; s <= steps && !exit_code; s++) {
 		if ((rc = snap_fence(ctx)))
 			break;
 		for (int i = 0; i < NREG; i++)
@@ -183,11 +185,16 @@ int main(int argc, char **argv)
 		if (!quiet)
 			printf("rank %d: step %" PRIu64 " committed\n", cfg.rank, s);
 	}
-	if (rc)
+	if (rc) {
 		fprintf(stderr, "trainer rank %d: %s\n", cfg.rank, snap_errmsg(ctx));
-	int crc = snap_close(ctx);
+		exit_code = 1;
+	}
+	if (snap_close(ctx) && !exit_code)
+		exit_code = 1;
 	for (int i = 0; i < NREG; i++)
 		free(bufs[i]);
 	free(scratch);
-	return rc || crc ? 1 : 0;
+	if (logfd >= 0)
+		close(logfd);
+	return exit_code;
 }

@@ -90,7 +90,7 @@ static int slot_of(const char *store, const char *job, uint64_t step, char *path
 static void flip_byte(const char *path, off_t off)
 {
 	int fd = open(path, O_RDWR);
-	uint8_t b;
+	uint8_t b = 0;
 	CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
 	b ^= 0x40;
 	CHECK(pwrite(fd, &b, 1, off) == 1);
