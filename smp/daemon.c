@@ -26,40 +26,31 @@
 
 #include "buf.h"
 #include "daemon.h"
+#include "rehydrate.h"
+#include "snap/io.h"
+#include "smp_internal.h"
 #include "internal.h"
 #include "wire.h"
 
 #define MAX_CONNS 4096
-#define ERRLEN 768
-
-struct conn {
-	int fd;
-	uint8_t *buf;
-	size_t len, cap;
-	struct store_job *job;
-	struct store_rank *rank;
-	uint32_t pid;
-	int dead;
-	struct conn *next;
-};
-
-struct smp {
-	const struct snap_config *cfg;
-	struct snap_store *store;
-	int lfd, sigfd;
-	struct conn *conns;
-	unsigned nconns;
-	int quiet;
-};
+#define ERRLEN SMP_ERRLEN
 
 void snap_smp_log(const char *msg)
 {
 	fprintf(stderr, "snapsmp[%d]: %s\n", (int)getpid(), msg);
 }
 
-static void say(struct smp *m, const char *fmt, ...) SNAP_PRINTF(2, 3);
+void snap_smp_logf(const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	snap_smp_log(msg);
+}
 
-static void say(struct smp *m, const char *fmt, ...)
+void say(struct smp *m, const char *fmt, ...)
 {
 	if (m->quiet)
 		return;
@@ -71,7 +62,7 @@ static void say(struct smp *m, const char *fmt, ...)
 	snap_smp_log(msg);
 }
 
-static void reply_err(struct conn *c, uint16_t type, int rc, const char *msg)
+void reply_err(struct conn *c, uint16_t type, int rc, const char *msg)
 {
 	snap_wire_send(c->fd, type | SNAP_MSG_REPLY, rc, msg, (uint32_t)strlen(msg), -1);
 }
@@ -185,6 +176,8 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, char *e
 	int rc = snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, ncrc, m->cfg->verify_commit, err,
 				   ERRLEN);
 	free(crc);
+	if (rc == 0)
+		persist_on_commit(m, c->job);
 	return rc;
 }
 
@@ -195,6 +188,12 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 	struct store_job *j = c->job;
 	int have = snap_store_latest(m->store, j, &latest) == 0;
 	if (want == SNAP_STEP_LATEST) {
+		if (!have && m->cfg->flush_dir[0]) {
+			/* Nothing restorable in memory: fall back to the newest persisted step. */
+			int rc = snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, ERRLEN);
+			if (rc != SNAP_ENOENT)
+				return rc ? rc : snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, ERRLEN);
+		}
 		if (!have) {
 			/* Starting fresh: no older incarnation's partial step may join the new timeline. */
 			int rc = snap_store_rewind(m->store, j, 0, 0, err, ERRLEN);
@@ -247,9 +246,11 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 	struct snap_rbuf r;
 	struct snap_wbuf out = { 0 };
 	char err[ERRLEN] = "";
-	int fd = -1, rc;
+	int fd = -1, rc, deferred = 0;
 	snap_rbuf_init(&r, payload, h->len);
-	if (h->type != SNAP_MSG_HELLO && !c->job) {
+	if (h->type == SNAP_MSG_FLUSH) {
+		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
+	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;
 	} else {
@@ -277,7 +278,9 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 		rc = SNAP_ENOMEM;
 		snap_fmt(err, ERRLEN, "snapsmp is out of memory");
 	}
-	if (rc == 0) {
+	if (rc == 0 && deferred) {
+		/* answered when the flush ends (persist_collect) */
+	} else if (rc == 0) {
 		if (snap_wire_send(c->fd, h->type | SNAP_MSG_REPLY, 0, out.p, (uint32_t)out.len, fd) != 0)
 			close_conn(m, c);
 	} else {
@@ -409,6 +412,37 @@ static int listen_on(struct smp *m, char *err, size_t errlen)
 	return 0;
 }
 
+/* The newest step each job already has on disk, so a restart does not re-flush it. */
+static void load_persisted(struct smp *m)
+{
+	for (struct store_job *j = m->store->jobs; m->flusher && j; j = j->next) {
+		struct snap_io_err e = { 0 };
+		uint64_t step;
+		if (snap_io_newest_step(m->cfg->flush_dir, j->name, &step, &e) == 0) {
+			j->has_persisted = 1;
+			j->persisted = step;
+		}
+		j->last_flush_ns = snap_now_ns();
+	}
+}
+
+static int on_signal(struct smp *m)
+{
+	struct signalfd_siginfo si;
+	if (read(m->sigfd, &si, sizeof(si)) != sizeof(si))
+		return 0;
+	if (si.ssi_signo == SIGUSR1) {
+		persist_all(m, "SIGUSR1 (preemption notice)");
+		return 0;
+	}
+	if (m->draining)
+		return 1;   /* a second signal: stop now */
+	say(m, "signal %u: shutting down%s", si.ssi_signo, m->flusher ? " after flushing the newest steps" : "");
+	m->draining = 1;
+	persist_all(m, "shutdown");
+	return !persist_busy(m);
+}
+
 int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen)
 {
 	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .quiet = quiet };
@@ -420,22 +454,27 @@ int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t err
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
 	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
 	m.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (m.sigfd < 0 || (rc = listen_on(&m, err, errlen))) {
+	if (m.sigfd < 0 || (rc = listen_on(&m, err, errlen)) ||
+	    (cfg->flush_dir[0] && (rc = snap_flusher_start(&m.flusher, cfg, err, errlen)))) {
 		if (!rc)
 			snap_fmt(err, errlen, "signalfd: %s", strerror(errno));
 		rc = rc ? rc : SNAP_EIO;
 		goto out;
 	}
-	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)", cfg->store,
-	    cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used);
+	load_persisted(&m);
+	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
+	    cfg->store, cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
+	    cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
 
 	struct pollfd *pfd = NULL;
 	struct conn **pc = NULL;
+	enum { FIXED = 3 };   /* signalfd, listening socket, flusher */
 	for (int stop = 0; !stop;) {
-		unsigned n = 2 + m.nconns;
+		unsigned n = FIXED + m.nconns;
 		struct pollfd *np = realloc(pfd, n * sizeof(*pfd));
 		struct conn **nc = realloc(pc, n * sizeof(*pc));
 		if (np)
@@ -448,29 +487,30 @@ int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t err
 			break;
 		}
 		pfd[0] = (struct pollfd){ .fd = m.sigfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = m.lfd, .events = POLLIN };
-		unsigned k = 2;
+		pfd[1] = (struct pollfd){ .fd = m.draining ? -1 : m.lfd, .events = POLLIN };
+		pfd[2] = (struct pollfd){ .fd = m.flusher ? snap_flusher_fd(m.flusher) : -1, .events = POLLIN };
+		unsigned k = FIXED;
 		for (struct conn *c = m.conns; c; c = c->next, k++) {
 			pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
 			pc[k] = c;
 		}
-		if (poll(pfd, k, -1) < 0 && errno != EINTR) {
+		if (poll(pfd, k, persist_timeout_ms(&m)) < 0 && errno != EINTR) {
 			snap_fmt(err, errlen, "poll: %s", strerror(errno));
 			rc = SNAP_EIO;
 			break;
 		}
-		if (pfd[0].revents) {
-			struct signalfd_siginfo si;
-			if (read(m.sigfd, &si, sizeof(si)) == sizeof(si)) {
-				say(&m, "signal %u: shutting down", si.ssi_signo);
-				stop = 1;
-			}
-		}
-		for (unsigned i = 2; i < k; i++)
+		if (pfd[0].revents && on_signal(&m))
+			stop = 1;
+		for (unsigned i = FIXED; i < k; i++)
 			if (pfd[i].revents && !pc[i]->dead)
 				on_readable(&m, pc[i]);
 		if (pfd[1].revents)
 			on_accept(&m);
+		if (pfd[2].revents)
+			persist_collect(&m);
+		persist_tick(&m);
+		if (m.draining && !persist_busy(&m))
+			stop = 1;
 		for (struct conn **pp = &m.conns; *pp;) {
 			if ((*pp)->dead) {
 				struct conn *d = *pp;
@@ -498,6 +538,7 @@ out:
 	}
 	if (m.sigfd >= 0)
 		close(m.sigfd);
+	snap_flusher_stop(m.flusher);
 	snap_store_close(m.store);
 	return rc;
 }

@@ -4,6 +4,7 @@
 
 #include <stddef.h>
 
+#include "internal.h"
 #include "snap/snap.h"
 #include "store.h"
 
@@ -12,5 +13,6 @@ int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t err
 
 /* "snapsmp[pid]: msg" on stderr. */
 void snap_smp_log(const char *msg);
+void snap_smp_logf(const char *fmt, ...) SNAP_PRINTF(1, 2);
 
 #endif

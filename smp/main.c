@@ -17,10 +17,19 @@ static void usage(FILE *f)
 		"  --mem-limit SIZE   bytes of slots this daemon may hold (SNAP_MEM_LIMIT, default 1/4 of RAM)\n"
 		"  --slots N          slots per rank, >= 2 (SNAP_SLOTS, default 2)\n"
 		"  --verify-commit    recompute every chunk CRC at commit (SNAP_VERIFY_COMMIT=1)\n"
+		"  --flush-dir DIR    persist restorable steps to HDF5 under DIR (SNAP_FLUSH_DIR)\n"
+		"  --flush-every F    flush every F-th new restorable step (SNAP_FLUSH_EVERY, 0 = off)\n"
+		"  --flush-interval T flush the newest restorable step every T seconds (SNAP_FLUSH_INTERVAL)\n"
+		"  --flush-keep N     persisted steps kept per job (SNAP_FLUSH_KEEP, default 2)\n"
+		"  --flush-codec C    none or lz4 (SNAP_FLUSH_CODEC, default none)\n"
+		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
+		"                     (SNAP_ALLOW_OLDER=1)\n"
 		"  -q, --quiet        log nothing but fatal errors\n"
 		"  -h, --help         this text\n\n"
-		"SIGTERM or SIGINT shut it down cleanly; SIGKILL is safe too: the store is\n"
-		"rescanned on the next start. Exit codes: 0 clean shutdown, 1 error, 2 usage.\n");
+		"SIGUSR1 is a preemption notice: flush the newest restorable step of every job\n"
+		"now. SIGTERM or SIGINT flush the same (with a flush directory), then shut down\n"
+		"cleanly; a second one stops at once. SIGKILL is safe too: the store is rescanned\n"
+		"on the next start. Exit codes: 0 clean shutdown, 1 error, 2 usage.\n");
 }
 
 int main(int argc, char **argv)
@@ -36,6 +45,9 @@ int main(int argc, char **argv)
 		{ "store", required_argument, NULL, 's' },  { "socket", required_argument, NULL, 'k' },
 		{ "mem-limit", required_argument, NULL, 'm' }, { "slots", required_argument, NULL, 'n' },
 		{ "verify-commit", no_argument, NULL, 'v' }, { "quiet", no_argument, NULL, 'q' },
+		{ "flush-dir", required_argument, NULL, 'F' }, { "flush-every", required_argument, NULL, 'E' },
+		{ "flush-interval", required_argument, NULL, 'I' }, { "flush-keep", required_argument, NULL, 'K' },
+		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
 	};
 	int quiet = 0, socket_set = 0, o;
@@ -58,6 +70,17 @@ int main(int argc, char **argv)
 			cfg.slots = (unsigned)atoi(optarg);
 			break;
 		case 'v': cfg.verify_commit = 1; break;
+		case 'F': snprintf(cfg.flush_dir, sizeof(cfg.flush_dir), "%s", optarg); break;
+		case 'E': cfg.flush_every = (unsigned)atoi(optarg); break;
+		case 'I': cfg.flush_interval = (unsigned)atoi(optarg); break;
+		case 'K': cfg.flush_keep = (unsigned)atoi(optarg); break;
+		case 'C':
+			if (snap_flush_codec_parse(optarg, &cfg.flush_codec)) {
+				fprintf(stderr, "snapsmp: --flush-codec %s: expected none or lz4\n", optarg);
+				return 2;
+			}
+			break;
+		case 'O': cfg.allow_older = 1; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;

@@ -50,6 +50,20 @@ struct store_job {
 	uint32_t world;                /* from the newest HELLO */
 	uint64_t gen;                  /* current generation, see snap_store_new_generation */
 	uint32_t connected;            /* ranks with a live connection */
+	/* persistence, kept by the daemon */
+	int flushing;                  /* a flush of flush_step is under way */
+	uint64_t flush_step;
+	int want_latest;               /* flush the newest restorable step after this one */
+	int want_step_set;             /* ...and/or this explicitly requested step */
+	uint64_t want_step;
+	int has_persisted;
+	uint64_t persisted;            /* newest step this daemon persisted */
+	int has_seen;
+	uint64_t seen;                 /* newest restorable step seen */
+	unsigned since_flush;          /* new restorable steps since the last flush */
+	uint64_t last_flush_ns;
+	int has_disk;                  /* restore from disk: the step chosen ... */
+	uint64_t disk_step, disk_gen;  /* ... for generation disk_gen */
 	struct store_job *next;
 };
 

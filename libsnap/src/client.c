@@ -699,6 +699,27 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	return rc;
 }
 
+int snap_flush(snap_ctx *ctx, uint64_t step, int wait)
+{
+	if (!ctx)
+		return SNAP_EINVAL;
+	int rc = ensure_connected(ctx);
+	if (rc)
+		return rc;
+	struct snap_wbuf w = { 0 };
+	snap_put_str(&w, ctx->cfg.job);
+	snap_put_u64(&w, step);
+	snap_put_u8(&w, wait ? 1 : 0);
+	void *rep;
+	uint32_t rlen;
+	pthread_mutex_lock(&ctx->sock_mu);
+	rc = roundtrip(ctx, ctx->err, SNAP_MSG_FLUSH, &w, &rep, &rlen, NULL, "flush");
+	pthread_mutex_unlock(&ctx->sock_mu);
+	snap_wbuf_free(&w);
+	free(rep);
+	return rc;
+}
+
 /* ---- close --------------------------------------------------------------- */
 
 int snap_close(snap_ctx *ctx)

@@ -39,6 +39,17 @@ int snap_parse_size(const char *s, uint64_t *out)
 	return 0;
 }
 
+int snap_flush_codec_parse(const char *s, int *codec)
+{
+	if (!strcmp(s, "none"))
+		*codec = 0;
+	else if (!strcmp(s, "lz4"))
+		*codec = 1;
+	else
+		return SNAP_EINVAL;
+	return 0;
+}
+
 int snap_job_name_ok(const char *job)
 {
 	size_t n = strlen(job);
@@ -64,6 +75,7 @@ int snap_config_init(struct snap_config *cfg)
 	cfg->chunk_size = 4ull << 20;
 	cfg->timeout_ms = 30000;
 	cfg->populate = 1;
+	cfg->flush_keep = 2;
 	return 0;
 }
 
@@ -133,6 +145,11 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	static const char *const timeout_var[] = { "SNAP_TIMEOUT_MS", NULL };
 	static const char *const verify_var[] = { "SNAP_VERIFY_COMMIT", NULL };
 	static const char *const populate_var[] = { "SNAP_POPULATE", NULL };
+	static const char *const every_var[] = { "SNAP_FLUSH_EVERY", NULL };
+	static const char *const interval_var[] = { "SNAP_FLUSH_INTERVAL", NULL };
+	static const char *const keep_var[] = { "SNAP_FLUSH_KEEP", NULL };
+	static const char *const older_var[] = { "SNAP_ALLOW_OLDER", NULL };
+	int every = (int)cfg->flush_every, interval = (int)cfg->flush_interval, keep = (int)cfg->flush_keep;
 	int socket_set = getenv("SNAP_SOCKET") && *getenv("SNAP_SOCKET");
 	int rc = 0, slots = (int)cfg->slots, threads = (int)cfg->copy_threads, timeout = (int)cfg->timeout_ms;
 
@@ -148,8 +165,21 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	    (rc = env_size("SNAP_CHUNK_SIZE", &cfg->chunk_size, 4096, err, errlen)) ||
 	    (rc = env_int(timeout_var, &timeout, 0, 1 << 30, err, errlen)) ||
 	    (rc = env_int(verify_var, &cfg->verify_commit, 0, 1, err, errlen)) ||
-	    (rc = env_int(populate_var, &cfg->populate, 0, 1, err, errlen)))
+	    (rc = env_int(populate_var, &cfg->populate, 0, 1, err, errlen)) ||
+	    (rc = env_str("SNAP_FLUSH_DIR", cfg->flush_dir, sizeof(cfg->flush_dir), err, errlen)) ||
+	    (rc = env_int(every_var, &every, 0, 1 << 30, err, errlen)) ||
+	    (rc = env_int(interval_var, &interval, 0, 1 << 30, err, errlen)) ||
+	    (rc = env_int(keep_var, &keep, 1, 1 << 20, err, errlen)) ||
+	    (rc = env_int(older_var, &cfg->allow_older, 0, 1, err, errlen)))
 		return rc;
+	cfg->flush_every = (unsigned)every;
+	cfg->flush_interval = (unsigned)interval;
+	cfg->flush_keep = (unsigned)keep;
+	const char *codec = getenv("SNAP_FLUSH_CODEC");
+	if (codec && *codec && (rc = snap_flush_codec_parse(codec, &cfg->flush_codec))) {
+		snap_fmt(err, errlen, "SNAP_FLUSH_CODEC=\"%s\": expected none or lz4", codec);
+		return rc;
+	}
 	cfg->slots = (unsigned)slots;
 	cfg->copy_threads = (unsigned)threads;
 	cfg->timeout_ms = (unsigned)timeout;
@@ -174,6 +204,10 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
 		snap_fmt(err, errlen, "rank %d is outside world size %d", cfg->rank, cfg->world_size);
+		return SNAP_EINVAL;
+	}
+	if (cfg->flush_dir[0] && cfg->flush_dir[0] != '/') {
+		snap_fmt(err, errlen, "flush directory \"%s\" must be an absolute path", cfg->flush_dir);
 		return SNAP_EINVAL;
 	}
 	if (cfg->slots < 2 || cfg->copy_threads < 1 || cfg->chunk_size < 4096 || cfg->chunk_size > (1ull << 31)) {

@@ -22,6 +22,8 @@ uint32_t snap_crc32c(const void *buf, size_t len);
 uint32_t snap_crc32c_update(uint32_t crc, const void *buf, size_t len);
 
 int snap_job_name_ok(const char *job);
+/* "none" -> 0, "lz4" -> 1. */
+int snap_flush_codec_parse(const char *s, int *codec);
 int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
 
 /* Monotonic clock in nanoseconds. */

@@ -25,6 +25,7 @@ enum snap_msg_type {
 	SNAP_MSG_COMMIT = 4,    /* u32 slot, u64 step, u32 ncrc, u32 crc[ncrc] -> (empty) */
 	SNAP_MSG_LATEST = 5,    /* (empty) -> u64 step */
 	SNAP_MSG_RESTORE = 6,   /* u64 step (UINT64_MAX = latest) -> manifest bytes + fd (read-only) */
+	SNAP_MSG_FLUSH = 7,     /* str job, u64 step, u8 wait -> [u64 step, u64 bytes, u64 ns]; no HELLO needed */
 	SNAP_MSG_REPLY = 0x8000,
 };
 

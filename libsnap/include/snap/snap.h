@@ -74,6 +74,14 @@ struct snap_config {
 	unsigned timeout_ms;          /* SNAP_TIMEOUT_MS: connect and slot wait, default 30000 */
 	int verify_commit;            /* SNAP_VERIFY_COMMIT: snapsmp re-checks CRCs at commit (0) */
 	int populate;                 /* SNAP_POPULATE: pre-fault slot mappings at register (1) */
+	/* Persistence (snapsmp): lazy flush of restorable steps to HDF5. */
+	char flush_dir[SNAP_PATH_MAX];/* SNAP_FLUSH_DIR: "" disables flushing */
+	unsigned flush_every;         /* SNAP_FLUSH_EVERY: flush every F-th new restorable step (0: off) */
+	unsigned flush_interval;      /* SNAP_FLUSH_INTERVAL: seconds between flushes (0: off) */
+	unsigned flush_keep;          /* SNAP_FLUSH_KEEP: persisted steps kept per job (2) */
+	int flush_codec;              /* SNAP_FLUSH_CODEC: "none" (0) or "lz4" (1) */
+	int allow_older;              /* SNAP_ALLOW_OLDER: restore may fall back to an older
+	                                 persisted step when the newest is damaged (0) */
 };
 
 /* Fill every field with its default. Always returns 0. */
@@ -170,6 +178,15 @@ int snap_latest(snap_ctx *ctx, uint64_t *step);
  * receives the step restored. Requires the previous save to be fenced.
  */
 int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
+
+/*
+ * Ask snapsmp to persist `step` (or SNAP_STEP_LATEST, the newest restorable
+ * step) to its flush directory (HDF5) now. With wait != 0, returns once the
+ * step is persisted (every rank's file complete, fsynced and sealed) or the
+ * flush failed. SNAP_EUNSUPPORTED if snapsmp runs without a flush directory.
+ * Flushing never blocks saves: it reads the snapshot in the node store.
+ */
+int snap_flush(snap_ctx *ctx, uint64_t step, int wait);
 
 /* The message for the last error on ctx ("" if none). Valid until the next call. */
 const char *snap_errmsg(const snap_ctx *ctx);

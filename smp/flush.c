@@ -1,0 +1,236 @@
+/* The flush thread; see flush.h. */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "flush.h"
+#include "internal.h"
+#include "snap/io.h"
+
+struct snap_flusher {
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct flush_req *todo, *done;    /* FIFO in, LIFO out (order does not matter) */
+	int stop;
+	int pipe[2];                      /* one byte per finished request */
+	struct snap_io_writer *writer;
+	char dir[SNAP_PATH_MAX];
+	unsigned keep;
+};
+
+void snap_flush_req_free(struct flush_req *req)
+{
+	if (!req)
+		return;
+	for (uint32_t i = 0; req->ranks && i < req->world; i++)
+		snap_manifest_free(&req->ranks[i].man);
+	free(req->ranks);
+	free(req);
+}
+
+/* Map a rank's slot read-only and check every chunk against its manifest. */
+static int map_and_check(const struct flush_rank *fr, const uint8_t **base, char *err, size_t errlen)
+{
+	const struct snap_layout *lay = &fr->man.layout;
+	*base = NULL;
+	if (lay->slot_bytes == 0)
+		return 0;
+	int fd = open(fr->path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0) {
+		snap_fmt(err, errlen, "cannot open slot file %s: %s", fr->path, strerror(errno));
+		return SNAP_EIO;
+	}
+	const uint8_t *p = mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	if (p == MAP_FAILED) {
+		snap_fmt(err, errlen, "cannot map slot file %s: %s", fr->path, strerror(errno));
+		return SNAP_EIO;
+	}
+	for (uint32_t r = 0; r < lay->nregions; r++) {
+		const struct snap_man_region *g = &lay->regions[r];
+		for (uint32_t c = 0; c < g->nchunks; c++) {
+			uint64_t off = (uint64_t)c * lay->chunk_size;
+			uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
+			if (snap_crc32c(p + g->offset + off, n) != fr->man.crc[g->first_crc + c]) {
+				snap_fmt(err, errlen, "rank %u region \"%s\" chunk %u fails its CRC32C check in %s; "
+					 "not persisting a corrupt snapshot", fr->man.rank, g->name, c, fr->path);
+				munmap((void *)p, lay->slot_bytes);
+				return SNAP_ECORRUPT;
+			}
+		}
+	}
+	*base = p;
+	return 0;
+}
+
+static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct flush_rank *fr)
+{
+	const struct snap_layout *lay = &fr->man.layout;
+	const uint8_t *base;
+	int rc = map_and_check(fr, &base, q->err, sizeof(q->err));
+	if (rc)
+		return rc;
+	struct snap_io_region *regs = calloc(lay->nregions ? lay->nregions : 1, sizeof(*regs));
+	if (!regs) {
+		if (base)
+			munmap((void *)base, lay->slot_bytes);
+		return SNAP_ENOMEM;
+	}
+	for (uint32_t i = 0; i < lay->nregions; i++) {
+		const struct snap_man_region *g = &lay->regions[i];
+		struct snap_io_region *o = &regs[i];
+		o->name = g->name;
+		o->dtype = g->dtype;
+		o->kind = g->kind;
+		o->data = base + g->offset;
+		o->bytes = g->bytes;
+		if (g->ndim == 0) {   /* a flat tensor: one dimension, unsharded */
+			o->ndim = 1;
+			o->shape[0] = o->global_shape[0] = g->bytes / snap_dtype_size(g->dtype);
+		} else {
+			o->ndim = g->ndim;
+			memcpy(o->shape, g->shape, sizeof(o->shape));
+			memcpy(o->global_shape, g->global_shape, sizeof(o->global_shape));
+			memcpy(o->shard_offset, g->shard_offset, sizeof(o->shard_offset));
+		}
+	}
+	struct snap_io_err e = { 0 };
+	struct snap_io_write_stats st = { 0 };
+	rc = snap_io_write_rank(f->writer, f->dir, q->job, q->step, fr->man.rank, q->world, regs, lay->nregions, &st,
+				&e);
+	if (rc)
+		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
+	q->bytes += st.raw_bytes;
+	free(regs);
+	if (base)
+		munmap((void *)base, lay->slot_bytes);
+	return rc;
+}
+
+static void run(struct snap_flusher *f, struct flush_req *q)
+{
+	uint64_t t0 = snap_now_ns();
+	struct snap_io_err e = { 0 };
+	q->rc = 0;
+	for (uint32_t r = 0; r < q->world && !q->rc; r++)
+		q->rc = write_rank(f, q, &q->ranks[r]);
+	if (!q->rc && (q->rc = snap_io_step_seal(f->dir, q->job, q->step, q->world, &e)))
+		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
+	if (!q->rc && snap_io_retain(f->dir, q->job, f->keep, &e) < 0)
+		snap_fmt(q->err, sizeof(q->err), "persisted, but retention failed: %s", e.msg);
+	q->seconds = (snap_now_ns() - t0) / 1e9;
+}
+
+static void *thread_main(void *arg)
+{
+	struct snap_flusher *f = arg;
+	pthread_mutex_lock(&f->mu);
+	for (;;) {
+		struct flush_req *q = f->todo;
+		if (!q) {
+			if (f->stop)
+				break;
+			pthread_cond_wait(&f->cv, &f->mu);
+			continue;
+		}
+		f->todo = q->next;
+		pthread_mutex_unlock(&f->mu);
+		run(f, q);
+		pthread_mutex_lock(&f->mu);
+		q->next = f->done;
+		f->done = q;
+		char b = 1;
+		if (write(f->pipe[1], &b, 1) != 1)
+			(void)0;   /* the pipe holds 64 KiB of notifications; a full one still wakes the loop */
+	}
+	pthread_mutex_unlock(&f->mu);
+	return NULL;
+}
+
+int snap_flusher_start(struct snap_flusher **fp, const struct snap_config *cfg, char *err, size_t errlen)
+{
+	struct snap_flusher *f = calloc(1, sizeof(*f));
+	if (!f)
+		return SNAP_ENOMEM;
+	struct snap_io_opts o = { .codec = cfg->flush_codec ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE };
+	struct snap_io_err e = { 0 };
+	f->writer = snap_io_writer_new(&o, &e);
+	if (!f->writer || pipe2(f->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {
+		snap_fmt(err, errlen, "cannot start the flush writer: %s", f->writer ? strerror(errno) : e.msg);
+		snap_io_writer_free(f->writer);
+		free(f);
+		return SNAP_EIO;
+	}
+	snprintf(f->dir, sizeof(f->dir), "%s", cfg->flush_dir);
+	f->keep = cfg->flush_keep ? cfg->flush_keep : 1;
+	pthread_mutex_init(&f->mu, NULL);
+	pthread_cond_init(&f->cv, NULL);
+	if (pthread_create(&f->thread, NULL, thread_main, f) != 0) {
+		snap_fmt(err, errlen, "cannot start the flush thread");
+		close(f->pipe[0]);
+		close(f->pipe[1]);
+		snap_io_writer_free(f->writer);
+		free(f);
+		return SNAP_EIO;
+	}
+	*fp = f;
+	return 0;
+}
+
+void snap_flusher_submit(struct snap_flusher *f, struct flush_req *req)
+{
+	pthread_mutex_lock(&f->mu);
+	req->next = NULL;
+	struct flush_req **pp = &f->todo;
+	while (*pp)
+		pp = &(*pp)->next;
+	*pp = req;
+	pthread_cond_signal(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+}
+
+int snap_flusher_fd(const struct snap_flusher *f)
+{
+	return f->pipe[0];
+}
+
+struct flush_req *snap_flusher_done(struct snap_flusher *f)
+{
+	char b[64];
+	while (read(f->pipe[0], b, sizeof(b)) > 0)
+		;
+	pthread_mutex_lock(&f->mu);
+	struct flush_req *q = f->done;
+	if (q)
+		f->done = q->next;
+	pthread_mutex_unlock(&f->mu);
+	return q;
+}
+
+void snap_flusher_stop(struct snap_flusher *f)
+{
+	if (!f)
+		return;
+	pthread_mutex_lock(&f->mu);
+	f->stop = 1;
+	pthread_cond_signal(&f->cv);
+	pthread_mutex_unlock(&f->mu);
+	pthread_join(f->thread, NULL);
+	for (struct flush_req *q; (q = f->done);) {
+		f->done = q->next;
+		snap_flush_req_free(q);
+	}
+	close(f->pipe[0]);
+	close(f->pipe[1]);
+	snap_io_writer_free(f->writer);
+	pthread_mutex_destroy(&f->mu);
+	pthread_cond_destroy(&f->cv);
+	free(f);
+}

@@ -1,0 +1,59 @@
+/*
+ * flush.h - snapsmp's background flush: one thread that writes restorable
+ * steps to HDF5 (io/) while the daemon keeps serving trainers.
+ *
+ * The daemon owns the store; the flush thread never touches it. For each
+ * flush the daemon pins the step's slots (refs, so retention cannot recycle
+ * them), hands over a self-contained request (slot file paths and manifest
+ * copies), and unpins when the result comes back through the notification
+ * descriptor. The thread re-checks every chunk's CRC32C against the manifest
+ * before writing, so a bit flip in the store is never persisted; it then
+ * writes one file per rank, seals the step (persisted) and applies retention.
+ */
+#ifndef SNAP_FLUSH_H
+#define SNAP_FLUSH_H
+
+#include <stdint.h>
+
+#include "manifest.h"
+#include "store.h"
+
+struct flush_rank {
+	uint32_t slot;
+	char path[SNAP_FILE_MAX];
+	struct snap_manifest man;
+};
+
+struct flush_req {
+	char job[SNAP_JOB_MAX + 1];
+	uint64_t step;
+	uint32_t world;
+	struct flush_rank *ranks;          /* world entries */
+	/* result, filled by the thread */
+	int rc;
+	char err[640];
+	uint64_t bytes;
+	double seconds;
+	struct flush_req *next;
+};
+
+struct snap_flusher;
+
+/* Start the thread. flush_dir must be set in cfg. */
+int snap_flusher_start(struct snap_flusher **fp, const struct snap_config *cfg, char *err, size_t errlen);
+
+/* Queue a request (takes ownership). */
+void snap_flusher_submit(struct snap_flusher *f, struct flush_req *req);
+
+/* Readable when finished requests are waiting; drain it with snap_flusher_done. */
+int snap_flusher_fd(const struct snap_flusher *f);
+
+/* Pop one finished request, or NULL. The caller unpins and frees it. */
+struct flush_req *snap_flusher_done(struct snap_flusher *f);
+
+void snap_flush_req_free(struct flush_req *req);
+
+/* Finish the queue, stop and join the thread. NULL is a no-op. */
+void snap_flusher_stop(struct snap_flusher *f);
+
+#endif

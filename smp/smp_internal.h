@@ -1,0 +1,61 @@
+/* smp_internal.h - the daemon's state, shared by daemon.c and persist.c. */
+#ifndef SNAP_SMP_INTERNAL_H
+#define SNAP_SMP_INTERNAL_H
+
+#include <stdint.h>
+
+#include "buf.h"
+#include "flush.h"
+#include "internal.h"
+#include "store.h"
+
+#define SMP_ERRLEN 768
+
+struct conn {
+	int fd;
+	uint8_t *buf;
+	size_t len, cap;
+	struct store_job *job;
+	struct store_rank *rank;
+	uint32_t pid;
+	int dead;
+	/* a FLUSH request waiting for its step to be persisted */
+	int waiting;
+	char wait_job[SNAP_JOB_MAX + 1];
+	uint64_t wait_step;
+	struct conn *next;
+};
+
+struct smp {
+	const struct snap_config *cfg;
+	struct snap_store *store;
+	struct snap_flusher *flusher;  /* NULL without SNAP_FLUSH_DIR */
+	int lfd, sigfd;
+	struct conn *conns;
+	unsigned nconns;
+	int quiet;
+	int draining;                  /* SIGTERM seen: finish flushes, then exit */
+};
+
+void say(struct smp *m, const char *fmt, ...) SNAP_PRINTF(2, 3);
+void reply_err(struct conn *c, uint16_t type, int rc, const char *msg);
+
+/* ---- persist.c: when to flush, and what to tell who asked ---- */
+
+/* After a commit: count new restorable steps, flush every F-th. */
+void persist_on_commit(struct smp *m, struct store_job *j);
+/* Flush `step` (SNAP_STEP_LATEST: the newest restorable) of j now or after the current flush. */
+int persist_request(struct smp *m, struct store_job *j, uint64_t step, char *err, size_t errlen);
+/* SIGUSR1 / SIGTERM: flush the newest restorable step of every job. */
+void persist_all(struct smp *m, const char *why);
+/* The interval timer: milliseconds until the next check (-1: none). */
+int persist_timeout_ms(struct smp *m);
+void persist_tick(struct smp *m);
+/* Finished flushes: unpin, record, answer waiters, start queued ones. */
+void persist_collect(struct smp *m);
+/* A FLUSH message (allowed without HELLO). */
+int persist_on_flush_msg(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err, int *deferred);
+/* Flushes still running or queued. */
+int persist_busy(const struct smp *m);
+
+#endif
