@@ -22,4 +22,17 @@ int snapc_ly_decode(const uint8_t *src, size_t len, uint32_t n,
 		    const struct snapc_dt *dt, const struct snapc_lyq *qp,
 		    uint8_t *dst);
 
+/* Fixed-width packing of one full 32-value chunk (4*w bytes), w = 0..31:
+ * the bytes of snapc_pack32(in, 32, w, dst) / snapc_unpack32(src, 32, w, out). */
+extern void (*const snapc_pack_tab[32])(const uint32_t *, uint8_t *);
+extern void (*const snapc_unpack_tab[32])(const uint8_t *, uint32_t *);
+
+/* SIMD level of the C twin's fast paths, chosen at load time. Every level
+ * writes the same bytes; SCALAR is the plain reference (snapc_quant,
+ * snapc_pack32). snapc_set_isa (tests) picks a level up to the detected one
+ * and returns the level set; not thread-safe against running coders. */
+enum { SNAPC_ISA_SCALAR = 0, SNAPC_ISA_SSE2 = 1, SNAPC_ISA_AVX2 = 2 /* + F16C */ };
+extern int snapc_isa, snapc_isa_detected;
+int snapc_set_isa(int level);
+
 #endif
