@@ -18,7 +18,11 @@ static const struct cmd cmds[] = {
 	{ "status", cmd_status, "steps of every job in the node store: committed / restorable, memory used" },
 	{ "ls", cmd_ls, "steps and ranks held for a job, one line each" },
 	{ "inspect", cmd_inspect, "regions of a step: dtype, shape, kind, codec, checksums" },
-	{ "verify", cmd_verify, "recompute every checksum of a step in the node store" },
+	{ "verify", cmd_verify, "recompute every checksum of a step in the node store and on disk" },
+	{ "flush", cmd_flush, "persist a step to HDF5 now (asks snapsmp) and wait" },
+	{ "recover", cmd_recover, "what is recoverable after failures, and from where" },
+	{ "export", cmd_export, "one consolidated HDF5 file of a persisted step (global shapes)" },
+	{ "gc", cmd_gc, "apply retention to the flush directory" },
 };
 
 static const struct cmd benches[] = {
@@ -35,7 +39,8 @@ static void usage(FILE *f)
 		fprintf(f, "  %-16s %s\n", cmds[i].name, cmds[i].help);
 	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
 		fprintf(f, "  bench %-10s %s\n", benches[i].name, benches[i].help);
-	fprintf(f, "\nThe store and job come from --store/--job or SNAP_STORE/SNAP_JOB.\n"
+	fprintf(f, "\nThe store, job and flush directory come from --store/--job/--flush-dir or\n"
+		   "SNAP_STORE/SNAP_JOB/SNAP_FLUSH_DIR.\n"
 		   "exit codes: 0 success, 1 failed, 2 usage error, 3 data lost or corrupt\n");
 }
 

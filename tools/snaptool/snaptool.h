@@ -19,5 +19,9 @@ int cmd_status(int argc, char **argv);
 int cmd_ls(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_flush(int argc, char **argv);
+int cmd_export(int argc, char **argv);
+int cmd_gc(int argc, char **argv);
+int cmd_recover(int argc, char **argv);
 
 #endif

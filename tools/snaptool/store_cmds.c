@@ -13,72 +13,10 @@
 #include <unistd.h>
 
 #include "internal.h"
+#include "opts.h"
+#include "snap/io.h"
 #include "snaptool.h"
 #include "store.h"
-
-struct opts {
-	struct snap_config cfg;
-	int json, job_set;
-	const char *arg1, *arg2;   /* positional: STEP [REGION] */
-};
-
-static int parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
-{
-	memset(o, 0, sizeof(*o));
-	char err[256];
-	snap_config_init(&o->cfg);
-	if (snap_config_from_env(&o->cfg, err, sizeof(err))) {
-		fprintf(stderr, "snaptool %s: %s\n", argv[0], err);
-		return ST_USAGE;
-	}
-	o->job_set = getenv("SNAP_JOB") != NULL;
-	static const struct option lo[] = { { "store", required_argument, NULL, 's' },
-					    { "job", required_argument, NULL, 'j' },
-					    { "json", no_argument, NULL, 'J' },
-					    { "help", no_argument, NULL, 'h' },
-					    { NULL, 0, NULL, 0 } };
-	int c;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case 's': snprintf(o->cfg.store, sizeof(o->cfg.store), "%s", optarg); break;
-		case 'j':
-			snprintf(o->cfg.job, sizeof(o->cfg.job), "%s", optarg);
-			o->job_set = 1;
-			break;
-		case 'J': o->json = 1; break;
-		case 'h': printf("%s", usage); return -1;
-		default: fprintf(stderr, "%s", usage); return ST_USAGE;
-		}
-	}
-	if (argc - optind < (npos > 0 ? 1 : 0) || argc - optind > (npos < 0 ? -npos : npos)) {
-		fprintf(stderr, "%s", usage);
-		return ST_USAGE;
-	}
-	o->arg1 = optind < argc ? argv[optind] : NULL;
-	o->arg2 = optind + 1 < argc ? argv[optind + 1] : NULL;
-	return 0;
-}
-
-static int open_store(const struct opts *o, struct snap_store **s)
-{
-	char err[512];
-	int rc = snap_store_open(s, o->cfg.store, 64, o->cfg.mem_limit, 1, NULL, err, sizeof(err));
-	if (rc)
-		fprintf(stderr, "snaptool: %s\n", err);
-	return rc ? ST_FAIL : 0;
-}
-
-static int parse_step(const char *s, uint64_t *step)
-{
-	char *end;
-	*step = strtoull(s, &end, 10);
-	if (!*s || *end) {
-		fprintf(stderr, "snaptool: \"%s\" is not a step number\n", s);
-		return ST_USAGE;
-	}
-	return 0;
-}
 
 /* Distinct committed steps of a job, newest first. */
 static size_t job_steps(const struct snap_store *s, const struct store_job *j, uint64_t *out, size_t cap)
@@ -125,11 +63,13 @@ int cmd_status(int argc, char **argv)
 {
 	struct opts o;
 	struct snap_store *s;
-	int rc = parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--job NAME] [--json]\n"
-				       "Steps of every job (or one) in a node store, and memory used.\n", 0);
+	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json]\n"
+				       "Steps of every job (or one) in a node store (restorable = committed by every\n"
+				       "rank, partial = some ranks), memory used against the budget, and the steps\n"
+				       "persisted in the flush directory.\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	if ((rc = open_store(&o, &s)))
+	if ((rc = st_open_store(&o, &s)))
 		return rc;
 	if (o.json)
 		printf("{\"store\":\"%s\",\"mem_used\":%" PRIu64 ",\"mem_limit\":%" PRIu64 ",\"jobs\":[", s->root,
@@ -164,8 +104,24 @@ int cmd_status(int argc, char **argv)
 			else
 				printf("  %-10" PRIu64 " %u/%-6u %-12s %" PRIu64 "\n", steps[i], k, world, state, bytes);
 		}
-		if (o.json)
+		uint64_t disk[64];
+		struct snap_io_err e = { 0 };
+		int nd = o.cfg.flush_dir[0] ? snap_io_list_steps(o.cfg.flush_dir, j->name, disk, 64, &e) : 0;
+		if (o.json) {
+			printf("],\"persisted\":[");
+			for (int i = 0; i < nd && i < 64; i++)
+				printf("%s%" PRIu64, i ? "," : "", disk[i]);
 			printf("]}");
+		} else if (o.cfg.flush_dir[0]) {
+			printf("  persisted in %s:", o.cfg.flush_dir);
+			if (nd < 0)
+				printf(" unreadable: %s", e.msg);
+			else if (nd == 0)
+				printf(" none");
+			for (int i = 0; i < nd && i < 64; i++)
+				printf(" %" PRIu64, disk[i]);
+			printf("\n");
+		}
 	}
 	if (o.json)
 		printf("]}\n");
@@ -177,11 +133,11 @@ int cmd_ls(int argc, char **argv)
 {
 	struct opts o;
 	struct snap_store *s;
-	int rc = parse(argc, argv, &o, "usage: snaptool ls [--store DIR] [--job NAME] [--json]\n"
+	int rc = st_parse(argc, argv, &o, "usage: snaptool ls [--store DIR] [--job NAME] [--json]\n"
 				       "One line per committed snapshot: job, step, rank, slot, bytes.\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	if ((rc = open_store(&o, &s)))
+	if ((rc = st_open_store(&o, &s)))
 		return rc;
 	int first = 1;
 	if (o.json)
@@ -232,16 +188,29 @@ static void print_shape(const struct snap_man_region *g)
 		}
 }
 
+static int print_disk_region(const struct snap_io_region_info *g, void *arg)
+{
+	const char *only = arg;
+	if (only && strcmp(only, g->name))
+		return 0;
+	printf("  %-24s %-5s %-6s bytes=%" PRIu64 " stored=%" PRIu64 " shape=", g->name, snap_dtype_name(g->dtype),
+	       snap_kind_name(g->kind), g->bytes, g->stored_bytes);
+	for (int d = 0; d < g->ndim; d++)
+		printf("%s%" PRIu64, d ? "x" : "[", g->shape[d]);
+	printf("] crc32c=%08x dataset=%s\n", g->crc32c, g->dataset);
+	return 0;
+}
+
 int cmd_inspect(int argc, char **argv)
 {
 	struct opts o;
 	struct snap_store *s;
 	uint64_t step;
-	int rc = parse(argc, argv, &o, "usage: snaptool inspect STEP [REGION] [--store DIR] [--job NAME]\n"
+	int rc = st_parse(argc, argv, &o, "usage: snaptool inspect STEP [REGION] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
 				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk.\n", -2);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	if ((rc = parse_step(o.arg1, &step)) || (rc = open_store(&o, &s)))
+	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
 	struct store_job *j = snap_store_job(s, o.cfg.job, 0);
 	int found = 0;
@@ -268,9 +237,20 @@ int cmd_inspect(int argc, char **argv)
 		}
 	}
 	snap_store_close(s);
+	uint32_t world;
+	struct snap_io_err e = { 0 };
+	if (!found && o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.job, step, &world, &e) == 0) {
+		found = 1;
+		for (uint32_t r = 0; r < world; r++) {
+			printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o.cfg.job, step, r, world,
+			       o.cfg.flush_dir);
+			if (snap_io_list_regions(o.cfg.flush_dir, o.cfg.job, step, r, print_disk_region, (void *)o.arg2, &e))
+				printf("  %s\n", e.msg);
+		}
+	}
 	if (!found) {
-		fprintf(stderr, "snaptool inspect: job %s has no committed step %" PRIu64 " in %s\n", o.cfg.job, step,
-			o.cfg.store);
+		fprintf(stderr, "snaptool inspect: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.job, step,
+			o.cfg.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
 		return ST_FAIL;
 	}
 	return ST_OK;
@@ -281,11 +261,12 @@ int cmd_verify(int argc, char **argv)
 	struct opts o;
 	struct snap_store *s;
 	uint64_t step;
-	int rc = parse(argc, argv, &o, "usage: snaptool verify STEP [--store DIR] [--job NAME]\n"
-				       "Recompute the CRC32C of every chunk of a step on every rank. Exit 3 on a mismatch.\n", 1);
+	int rc = st_parse(argc, argv, &o, "usage: snaptool verify STEP [--store DIR] [--flush-dir DIR] [--job NAME]\n"
+				       "Recompute the CRC32C of every chunk of a step on every rank in the node store, and\n"
+				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch.\n", 1);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	if ((rc = parse_step(o.arg1, &step)) || (rc = open_store(&o, &s)))
+	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
 	struct store_job *j = snap_store_job(s, o.cfg.job, 0);
 	uint32_t ranks = 0, bad = 0, world = 0;
@@ -329,11 +310,20 @@ int cmd_verify(int argc, char **argv)
 		bad += badc > 0;
 	}
 	snap_store_close(s);
-	if (!ranks) {
-		fprintf(stderr, "snaptool verify: job %s has no committed step %" PRIu64 " in %s\n", o.cfg.job, step,
-			o.cfg.store);
+	int disk_rc = SNAP_ENOENT;
+	uint32_t dworld;
+	struct snap_io_err e = { 0 };
+	if (o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.job, step, &dworld, &e) == 0) {
+		size_t dbad = 0;
+		disk_rc = snap_io_verify_step(o.cfg.flush_dir, o.cfg.job, step, &dbad, &e);
+		printf("persisted copy in %s: %s%s\n", o.cfg.flush_dir, disk_rc ? "CORRUPT: " : "ok", disk_rc ? e.msg : "");
+	}
+	if (!ranks && disk_rc == SNAP_ENOENT) {
+		fprintf(stderr, "snaptool verify: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.job, step,
+			o.cfg.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
 		return ST_FAIL;
 	}
-	printf("step %" PRIu64 ": %u of %u ranks present, %u corrupt\n", step, ranks, world, bad);
-	return bad || ranks < world ? ST_LOST : ST_OK;
+	if (ranks)
+		printf("step %" PRIu64 ": %u of %u ranks present in the node store, %u corrupt\n", step, ranks, world, bad);
+	return bad || (ranks && ranks < world) || (disk_rc && disk_rc != SNAP_ENOENT) ? ST_LOST : ST_OK;
 }
