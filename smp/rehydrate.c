@@ -9,6 +9,7 @@
  * only with SNAP_ALLOW_OLDER=1; otherwise the damage is reported, never
  * skipped silently.
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -22,6 +23,38 @@
 #include "snap/io.h"
 
 #define MAX_STEPS 256
+
+/*
+ * The newest step directory holding a MANIFEST: it was sealed once. If it is
+ * not listed as persisted now, a file of it was damaged after the fact
+ * (truncated, deleted) -- unlike a directory without MANIFEST, which is a
+ * flush that never finished and is rightly ignored.
+ */
+static int newest_sealed(const char *dir, const char *job, uint64_t *step)
+{
+	char path[SNAP_PATH_MAX * 2];
+	snprintf(path, sizeof(path), "%s/%s", dir, job);
+	DIR *d = opendir(path);
+	struct dirent *e;
+	int found = 0;
+	while (d && (e = readdir(d))) {
+		char *end;
+		if (strncmp(e->d_name, "step-", 5) || !e->d_name[5])
+			continue;
+		unsigned long long s = strtoull(e->d_name + 5, &end, 10);
+		char man[SNAP_PATH_MAX * 3];
+		if (*end || (found && s <= *step))
+			continue;
+		int k = snprintf(man, sizeof(man), "%s/%s/MANIFEST", path, e->d_name);
+		if (k > 0 && (size_t)k < sizeof(man) && access(man, F_OK) == 0) {
+			*step = s;
+			found = 1;
+		}
+	}
+	if (d)
+		closedir(d);
+	return found;
+}
 
 /* Pick the job's disk step for this generation (cached in the job). */
 static int choose_step(const struct snap_config *cfg, struct store_job *j, uint64_t *step, char *err, size_t errlen)
@@ -37,12 +70,23 @@ static int choose_step(const struct snap_config *cfg, struct store_job *j, uint6
 		snap_fmt(err, errlen, "cannot list persisted steps of job %s in %s: %s", j->name, cfg->flush_dir, e.msg);
 		return n;
 	}
+	char first[600] = "";
+	uint64_t sealed = 0;
+	if (newest_sealed(cfg->flush_dir, j->name, &sealed) && (n == 0 || sealed > steps[0])) {
+		uint32_t world;
+		snap_io_step_world(cfg->flush_dir, j->name, sealed, &world, &e);
+		snprintf(first, sizeof(first), "persisted step %" PRIu64 " is damaged: %s", sealed, e.msg);
+		if (!cfg->allow_older || n == 0) {
+			snap_fmt(err, errlen, "newest %s; nothing was restored%s", first,
+				 n ? " (set SNAP_ALLOW_OLDER=1 to fall back to an older persisted step)" : "");
+			return SNAP_ECORRUPT;
+		}
+	}
 	if (n == 0) {
 		snap_fmt(err, errlen, "job %s has no step committed by all of its ranks in the node store, and none "
 			 "persisted in %s", j->name, cfg->flush_dir);
 		return SNAP_ENOENT;
 	}
-	char first[600] = "";
 	for (int i = 0; i < n && i < MAX_STEPS; i++) {
 		uint32_t world = 0;
 		size_t bad = 0;
