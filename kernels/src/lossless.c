@@ -193,6 +193,50 @@ int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 	return 0;
 }
 
+/* Decode the full chunks of n values (n a multiple of 32): dtab maps codes
+ * below lim to exponents; a code at or above lim must be the escape code
+ * with an escape byte left. 0 or SNAP_ECORRUPT. */
+static inline __attribute__((always_inline)) int
+ll_dchunks(const uint8_t *codes, const uint8_t *rest, uint32_t n, const uint32_t es,
+	   const uint32_t M, const uint32_t E, uint32_t k, const uint8_t *dtab,
+	   uint32_t lim, uint32_t esc, const uint8_t **escpp, const uint8_t *escend,
+	   uint8_t *dst)
+{
+	const uint32_t R = M + 1, mmask = (1u << M) - 1;
+	const uint8_t *escp = *escpp;
+	uint32_t cbuf[SNAPC_GROUP], rbuf[SNAPC_GROUP], ev[SNAPC_GROUP];
+	void (*const uk)(const uint8_t *, uint32_t *) = snapc_unpack_tab[k];
+	void (*const ur)(const uint8_t *, uint32_t *) = snapc_unpack_tab[R];
+	for (uint32_t c0 = 0; c0 < n; c0 += SNAPC_GROUP) {
+		uk(codes + (size_t)c0 * k / 8, cbuf);
+		ur(rest + (size_t)c0 * R / 8, rbuf);
+		uint32_t over = 0;
+		for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
+			over |= (uint32_t)(cbuf[j] >= lim) << j;
+			ev[j] = dtab[cbuf[j] & 0xff];
+		}
+		while (over) {
+			uint32_t j = (uint32_t)__builtin_ctz(over);
+			over &= over - 1;
+			if (cbuf[j] != esc || escp >= escend || (*escp >> E))
+				return SNAP_ECORRUPT;
+			ev[j] = *escp++;
+		}
+		for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
+			uint32_t r = rbuf[j];
+			uint32_t v = ((r >> M) << (M + E)) | (ev[j] << M) | (r & mmask);
+			if (es == 4) {
+				memcpy(dst + 4 * (size_t)(c0 + j), &v, 4);
+			} else {
+				uint16_t h = (uint16_t)v;
+				memcpy(dst + 2 * (size_t)(c0 + j), &h, 2);
+			}
+		}
+	}
+	*escpp = escp;
+	return 0;
+}
+
 int snapc_ll_decode(const uint8_t *src, size_t len, uint32_t n,
 		    const struct snapc_dt *dt, uint8_t *dst)
 {
@@ -225,7 +269,30 @@ int snapc_ll_decode(const uint8_t *src, size_t len, uint32_t n,
 	const uint32_t esc = k ? (1u << k) - 1 : 0;
 
 	uint32_t cbuf[SNAPC_GROUP], rbuf[SNAPC_GROUP];
-	for (uint32_t c0 = 0; c0 < n; c0 += SNAPC_GROUP) {
+	uint32_t c0 = 0;
+	if (snapc_isa > SNAPC_ISA_SCALAR) {
+		uint8_t dtab[256];
+		uint32_t lim, nfull = n / SNAPC_GROUP * SNAPC_GROUP;
+		int rc;
+		memset(dtab, 0, sizeof(dtab));
+		if (k == E) {
+			for (uint32_t i = 0; i < 256; i++) dtab[i] = (uint8_t)i;
+			lim = 256;
+		} else {
+			memcpy(dtab, tab, T);
+			lim = T;
+		}
+		if (es == 4)
+			rc = ll_dchunks(codes, rest, nfull, 4, 23, 8, k, dtab, lim, esc, &escp, escend, dst);
+		else if (E == 8)
+			rc = ll_dchunks(codes, rest, nfull, 2, 7, 8, k, dtab, lim, esc, &escp, escend, dst);
+		else
+			rc = ll_dchunks(codes, rest, nfull, 2, 10, 5, k, dtab, lim, esc, &escp, escend, dst);
+		if (rc)
+			return rc;
+		c0 = nfull;
+	}
+	for (; c0 < n; c0 += SNAPC_GROUP) {
 		uint32_t m = n - c0 < SNAPC_GROUP ? n - c0 : SNAPC_GROUP;
 		snapc_unpack32(codes + (size_t)c0 * k / 8, m, k, cbuf);
 		if (es == 4) {
