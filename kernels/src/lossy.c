@@ -362,6 +362,34 @@ int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 	return 0;
 }
 
+#if defined(SNAPC_HAVE_AVX2)
+/* x' = dtype((float)(gb + code) * step) for a full group; the caller checks
+ * that gb + code fits int32, so the int -> float rounding is the scalar one. */
+static AVX2_FN void dequant_avx2(const uint32_t *codes, int32_t gb, float step,
+				 uint32_t es, uint32_t E, uint8_t *dst)
+{
+	const __m256i vgb = _mm256_set1_epi32(gb), r7fff = _mm256_set1_epi32(0x7fff);
+	const __m256i one = _mm256_set1_epi32(1);
+	const __m256 vstep = _mm256_set1_ps(step);
+	for (uint32_t j = 0; j < SNAPC_GROUP; j += 8) {
+		__m256i c = _mm256_loadu_si256((const __m256i *)(const void *)(codes + j));
+		__m256 r = _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_add_epi32(vgb, c)), vstep);
+		if (es == 4) {
+			_mm256_storeu_ps((float *)(void *)(dst + 4 * j), r);
+		} else if (E == 8) {
+			__m256i u = _mm256_castps_si256(r);
+			__m256i odd = _mm256_and_si256(_mm256_srli_epi32(u, 16), one);
+			u = _mm256_srli_epi32(_mm256_add_epi32(u, _mm256_add_epi32(r7fff, odd)), 16);
+			__m128i h = _mm_packus_epi32(_mm256_castsi256_si128(u), _mm256_extracti128_si256(u, 1));
+			_mm_storeu_si128((__m128i *)(void *)(dst + 2 * j), h);
+		} else {
+			__m128i h = _mm256_cvtps_ph(r, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+			_mm_storeu_si128((__m128i *)(void *)(dst + 2 * j), h);
+		}
+	}
+}
+#endif
+
 int snapc_ly_decode(const uint8_t *src, size_t len, uint32_t n,
 		    const struct snapc_dt *dt, const struct snapc_lyq *qp,
 		    uint8_t *dst)
@@ -395,15 +423,30 @@ int snapc_ly_decode(const uint8_t *src, size_t len, uint32_t n,
 	const uint8_t *p = bases + ((size_t)ng * wb + 7) / 8;
 	const uint8_t *oi = p + 4 * sum_w, *ov = oi + 2 * (size_t)nout;
 	uint32_t offs[SNAPC_GROUP], codes[SNAPC_GROUP];
+	const int fast = snapc_isa > SNAPC_ISA_SCALAR, avx2 = snapc_isa >= SNAPC_ISA_AVX2;
+	(void)avx2;
 	for (uint32_t g0 = 0; g0 < ng; g0 += SNAPC_GROUP) {
 		uint32_t mg = ng - g0 < SNAPC_GROUP ? ng - g0 : SNAPC_GROUP;
-		snapc_unpack32(bases + (size_t)g0 * wb / 8, mg, wb, offs);
+		if (fast && mg == SNAPC_GROUP)
+			snapc_unpack_tab[wb](bases + (size_t)g0 * wb / 8, offs);
+		else
+			snapc_unpack32(bases + (size_t)g0 * wb / 8, mg, wb, offs);
 		for (uint32_t j = 0; j < mg; j++) {
 			uint32_t g = g0 + j, w = gw[g], i0 = g * SNAPC_GROUP;
 			uint32_t m = n - i0 < SNAPC_GROUP ? n - i0 : SNAPC_GROUP;
 			int64_t gb = (int64_t)base + offs[j];
-			snapc_unpack32(p, SNAPC_GROUP, w, codes);
+			if (fast)
+				snapc_unpack_tab[w](p, codes);
+			else
+				snapc_unpack32(p, SNAPC_GROUP, w, codes);
 			p += 4 * w;
+#if defined(SNAPC_HAVE_AVX2)
+			if (avx2 && m == SNAPC_GROUP && gb >= INT32_MIN &&
+			    gb + (int64_t)((1ull << w) - 1) <= INT32_MAX) {
+				dequant_avx2(codes, (int32_t)gb, step, es, E, dst + (size_t)i0 * es);
+				continue;
+			}
+#endif
 			if (es == 4) {
 				for (uint32_t t = 0; t < m; t++) {
 					float r = (float)(gb + codes[t]) * step;
