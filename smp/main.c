@@ -15,7 +15,8 @@ static void usage(FILE *f)
 		"  --store DIR        store root (SNAP_STORE, default /dev/shm/libsnap)\n"
 		"  --socket PATH      Unix socket (SNAP_SOCKET, default STORE/smp.sock)\n"
 		"  --mem-limit SIZE   bytes of slots this daemon may hold (SNAP_MEM_LIMIT, default 1/4 of RAM)\n"
-		"  --slots N          slots per rank, >= 2 (SNAP_SLOTS, default 2)\n"
+		"  --slots N          slots per rank, >= 2 (SNAP_SLOTS, default 2; 3 with --flush-dir, so\n"
+		"                     a save never waits for the flush of the slot it would reuse)\n"
 		"  --verify-commit    recompute every chunk CRC at commit (SNAP_VERIFY_COMMIT=1)\n"
 		"  --flush-dir DIR    persist restorable steps to HDF5 under DIR (SNAP_FLUSH_DIR)\n"
 		"  --flush-every F    flush every F-th new restorable step (SNAP_FLUSH_EVERY, 0 = off)\n"
@@ -50,7 +51,7 @@ int main(int argc, char **argv)
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
 	};
-	int quiet = 0, socket_set = 0, o;
+	int quiet = 0, socket_set = 0, slots_set = getenv("SNAP_SLOTS") != NULL, o;
 	while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
@@ -68,6 +69,7 @@ int main(int argc, char **argv)
 			break;
 		case 'n':
 			cfg.slots = (unsigned)atoi(optarg);
+			slots_set = 1;
 			break;
 		case 'v': cfg.verify_commit = 1; break;
 		case 'F': snprintf(cfg.flush_dir, sizeof(cfg.flush_dir), "%s", optarg); break;
@@ -95,6 +97,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "snapsmp: --store path is too long for a socket path\n");
 		return 2;
 	}
+	/* A flush pins the slots of the step it writes; a third slot lets the
+	 * next saves go on meanwhile. */
+	if (cfg.flush_dir[0] && !slots_set)
+		cfg.slots = 3;
 	if (snap_config_check(&cfg, err, sizeof(err))) {
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;

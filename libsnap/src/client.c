@@ -170,6 +170,25 @@ static int do_register(snap_ctx *ctx)
 	return rc;
 }
 
+/* The daemon decides how many slots a rank has: size the mapping cache to it. */
+static int fit_slots(snap_ctx *ctx, const void *rep, uint32_t rlen)
+{
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, rep, rlen);
+	uint32_t n = snap_get_u32(&r);
+	if (r.bad || n < 2 || n > 64)
+		return fail(ctx, SNAP_EPROTO, "hello: snapsmp announced %u slots per rank", n);
+	if (n <= ctx->nmaps)
+		return 0;
+	struct slot_map *m = realloc(ctx->maps, n * sizeof(*m));
+	if (!m)
+		return fail(ctx, SNAP_ENOMEM, "out of memory");
+	memset(m + ctx->nmaps, 0, (n - ctx->nmaps) * sizeof(*m));
+	ctx->maps = m;
+	ctx->nmaps = n;
+	return 0;
+}
+
 /* Connect and say HELLO, retrying while the daemon starts or a dead
  * predecessor's connection for this rank is still being torn down. */
 static int connect_smp(snap_ctx *ctx)
@@ -197,6 +216,8 @@ static int connect_smp(snap_ctx *ctx)
 			uint32_t rlen;
 			rc = roundtrip(ctx, ctx->err, SNAP_MSG_HELLO, &w, &rep, &rlen, NULL, "hello");
 			snap_wbuf_free(&w);
+			if (rc == 0)
+				rc = fit_slots(ctx, rep, rlen);
 			free(rep);
 			if (rc == 0 && ctx->frozen)
 				rc = do_register(ctx);
