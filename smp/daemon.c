@@ -40,26 +40,29 @@ void snap_smp_log(const char *msg)
 	fprintf(stderr, "snapsmp[%d]: %s\n", (int)getpid(), msg);
 }
 
-void snap_smp_logf(const char *fmt, ...)
+static void vlog(const char *fmt, va_list ap)
 {
 	char msg[1024];
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	snap_smp_log(msg);
+}
+
+void snap_smp_logf(const char *fmt, ...)
+{
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vlog(fmt, ap);
 	va_end(ap);
-	snap_smp_log(msg);
 }
 
 void say(struct smp *m, const char *fmt, ...)
 {
 	if (m->quiet)
 		return;
-	char msg[1024];
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
+	vlog(fmt, ap);
 	va_end(ap);
-	snap_smp_log(msg);
 }
 
 void reply_err(struct conn *c, uint16_t type, int rc, const char *msg)

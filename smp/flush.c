@@ -53,18 +53,14 @@ static int map_and_check(const struct flush_rank *fr, const uint8_t **base, char
 		snap_fmt(err, errlen, "cannot map slot file %s: %s", fr->path, strerror(errno));
 		return SNAP_EIO;
 	}
-	for (uint32_t r = 0; r < lay->nregions; r++) {
-		const struct snap_man_region *g = &lay->regions[r];
-		for (uint32_t c = 0; c < g->nchunks; c++) {
-			uint64_t off = (uint64_t)c * lay->chunk_size;
-			uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-			if (snap_crc32c(p + g->offset + off, n) != fr->man.crc[g->first_crc + c]) {
-				snap_fmt(err, errlen, "rank %u region \"%s\" chunk %u fails its CRC32C check in %s; "
-					 "not persisting a corrupt snapshot", fr->man.rank, g->name, c, fr->path);
-				munmap((void *)p, lay->slot_bytes);
-				return SNAP_ECORRUPT;
-			}
-		}
+	uint32_t bad;
+	if (snap_layout_verify(lay, p, fr->man.crc, &bad)) {
+		uint64_t off, len;
+		const struct snap_man_region *g = snap_layout_chunk(lay, bad, &off, &len);
+		snap_fmt(err, errlen, "rank %u region \"%s\" chunk %u fails its CRC32C check in %s; "
+			 "not persisting a corrupt snapshot", fr->man.rank, g->name, bad - g->first_crc, fr->path);
+		munmap((void *)p, lay->slot_bytes);
+		return SNAP_ECORRUPT;
 	}
 	*base = p;
 	return 0;

@@ -152,14 +152,7 @@ int snap_rehydrate(const struct snap_config *cfg, struct snap_store *s, struct s
 		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, e.msg);
 		goto out;
 	}
-	for (uint32_t i = 0; i < lay->nregions; i++) {
-		const struct snap_man_region *g = &lay->regions[i];
-		for (uint32_t c = 0; c < g->nchunks; c++) {
-			uint64_t off = (uint64_t)c * lay->chunk_size;
-			uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-			crc[g->first_crc + c] = snap_crc32c(base + g->offset + off, n);
-		}
-	}
+	snap_layout_crcs(lay, base, crc);
 	rc = snap_store_commit(s, j, r, owner, *slot, step, crc, lay->ncrc, 0, err, errlen);
 	if (!rc)
 		snap_smp_logf("job %s rank %u: loaded persisted step %" PRIu64 " from %s into the node store", j->name,

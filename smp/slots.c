@@ -263,17 +263,13 @@ static int verify_slot(const char *path, const struct snap_layout *lay, const ui
 		return SNAP_EIO;
 	}
 	int rc = 0;
-	for (uint32_t r = 0; r < lay->nregions && !rc; r++) {
-		const struct snap_man_region *g = &lay->regions[r];
-		for (uint32_t c = 0; c < g->nchunks && !rc; c++) {
-			uint64_t off = (uint64_t)c * lay->chunk_size;
-			uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-			if (snap_crc32c(p + g->offset + off, n) != crc[g->first_crc + c]) {
-				snap_fmt(err, errlen, "region \"%s\" chunk %u: data does not match the CRC the trainer sent",
-					 g->name, c);
-				rc = SNAP_ECORRUPT;
-			}
-		}
+	uint32_t bad;
+	if (snap_layout_verify(lay, p, crc, &bad)) {
+		uint64_t off, len;
+		const struct snap_man_region *g = snap_layout_chunk(lay, bad, &off, &len);
+		snap_fmt(err, errlen, "region \"%s\" chunk %u: data does not match the CRC the trainer sent", g->name,
+			 bad - g->first_crc);
+		rc = SNAP_ECORRUPT;
 	}
 	if (p)
 		munmap((void *)p, lay->slot_bytes);

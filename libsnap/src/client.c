@@ -378,15 +378,11 @@ static void copy_task(void *arg, uint32_t t)
 {
 	snap_ctx *ctx = arg;
 	struct save_rec *rec = &ctx->rec[ctx->cur];
-	/* Task t is chunk t of the whole layout: find its region. */
-	uint32_t r = 0;
-	while (t >= ctx->layout.regions[r].first_crc + ctx->layout.regions[r].nchunks)
-		r++;
-	const struct snap_man_region *g = &ctx->layout.regions[r];
-	uint64_t off = (uint64_t)(t - g->first_crc) * ctx->layout.chunk_size;
-	uint64_t n = g->bytes - off < ctx->layout.chunk_size ? g->bytes - off : ctx->layout.chunk_size;
-	const uint8_t *src = (const uint8_t *)ctx->regs[r].ptr + off;
-	uint8_t *dst = rec->base + g->offset + off;
+	/* Task t is chunk t of the whole layout; regions are in registration order. */
+	uint64_t slot_off, n;
+	const struct snap_man_region *g = snap_layout_chunk(&ctx->layout, t, &slot_off, &n);
+	const uint8_t *src = (const uint8_t *)ctx->regs[g - ctx->layout.regions].ptr + (slot_off - g->offset);
+	uint8_t *dst = rec->base + slot_off;
 	uint32_t crc = 0;
 	for (uint64_t done = 0; done < n; done += SUBBLOCK) {
 		size_t k = n - done < SUBBLOCK ? (size_t)(n - done) : SUBBLOCK;
@@ -595,14 +591,10 @@ int snap_latest(snap_ctx *ctx, uint64_t *step)
 static void restore_task(void *arg, uint32_t t)
 {
 	snap_ctx *ctx = arg;
-	const struct snap_layout *lay = &ctx->rman->layout;
-	uint32_t r = 0;
-	while (t >= lay->regions[r].first_crc + lay->regions[r].nchunks)
-		r++;
-	const struct snap_man_region *g = &lay->regions[r];
-	uint64_t off = (uint64_t)(t - g->first_crc) * lay->chunk_size;
-	uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-	const uint8_t *src = ctx->rbase + g->offset + off;
+	uint64_t slot_off, n;
+	const struct snap_man_region *g = snap_layout_chunk(&ctx->rman->layout, t, &slot_off, &n);
+	uint64_t off = slot_off - g->offset;
+	const uint8_t *src = ctx->rbase + slot_off;
 	if (ctx->rphase == 0) {
 		if (snap_crc32c(src, n) != ctx->rman->crc[t]) {
 			pthread_mutex_lock(&ctx->mu);
@@ -696,14 +688,12 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		ctx->rbad = 0;
 		run_restore_phase(ctx, 0);
 		if (ctx->rbad) {
-			uint32_t t = ctx->rbad - 1, r = 0;
-			while (t >= man.layout.regions[r].first_crc + man.layout.regions[r].nchunks)
-				r++;
-			const struct snap_man_region *g = &man.layout.regions[r];
+			uint32_t t = ctx->rbad - 1;
+			uint64_t slot_off, len;
+			const struct snap_man_region *g = snap_layout_chunk(&man.layout, t, &slot_off, &len);
 			rc = fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u (bytes %" PRIu64 "+%" PRIu64
 				  ") fails its CRC32C check in slot %u; registered memory left untouched", where, g->name,
-				  t - g->first_crc, (uint64_t)(t - g->first_crc) * man.layout.chunk_size,
-				  man.layout.chunk_size, man.slot);
+				  t - g->first_crc, slot_off - g->offset, len, man.slot);
 		} else {
 			run_restore_phase(ctx, 1);
 			if (restored)

@@ -283,6 +283,52 @@ int snap_layout_compare(const struct snap_layout *have, const struct snap_layout
 	return 0;
 }
 
+const struct snap_man_region *snap_layout_chunk(const struct snap_layout *lay, uint32_t t, uint64_t *slot_off,
+						uint64_t *len)
+{
+	/* Binary search: regions' first_crc values increase. */
+	uint32_t lo = 0, hi = lay->nregions;
+	while (hi - lo > 1) {
+		uint32_t mid = lo + (hi - lo) / 2;
+		if (lay->regions[mid].first_crc <= t)
+			lo = mid;
+		else
+			hi = mid;
+	}
+	/* The last region starting at or before t holds it: an empty region
+	 * shares its first_crc with the next one, which the search prefers. */
+	const struct snap_man_region *g = &lay->regions[lo];
+	uint64_t off = (uint64_t)(t - g->first_crc) * lay->chunk_size;
+	*slot_off = g->offset + off;
+	*len = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
+	return g;
+}
+
+void snap_layout_crcs(const struct snap_layout *lay, const uint8_t *base, uint32_t *crc)
+{
+	for (uint32_t t = 0; t < lay->ncrc; t++) {
+		uint64_t off, len;
+		snap_layout_chunk(lay, t, &off, &len);
+		crc[t] = snap_crc32c(base + off, len);
+	}
+}
+
+uint32_t snap_layout_verify(const struct snap_layout *lay, const uint8_t *base, const uint32_t *crc,
+			    uint32_t *first_bad)
+{
+	uint32_t bad = 0;
+	for (uint32_t t = 0; t < lay->ncrc; t++) {
+		uint64_t off, len;
+		snap_layout_chunk(lay, t, &off, &len);
+		if (snap_crc32c(base + off, len) != crc[t]) {
+			if (!bad && first_bad)
+				*first_bad = t;
+			bad++;
+		}
+	}
+	return bad;
+}
+
 int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w)
 {
 	size_t start = w->len;

@@ -65,6 +65,18 @@ void snap_layout_free(struct snap_layout *lay);
 /* 0 if equal; else SNAP_EMISMATCH with a message naming the first difference. */
 int snap_layout_compare(const struct snap_layout *have, const struct snap_layout *want, char *err, size_t errlen);
 
+/* Chunk t of the layout (0 <= t < ncrc): its region and its bytes in the slot. */
+const struct snap_man_region *snap_layout_chunk(const struct snap_layout *lay, uint32_t t, uint64_t *slot_off,
+						uint64_t *len);
+/* CRC32C of every chunk of a slot mapped at base, into crc[lay->ncrc]. */
+void snap_layout_crcs(const struct snap_layout *lay, const uint8_t *base, uint32_t *crc);
+/*
+ * Check every chunk of a slot mapped at base against crc[]. Returns the
+ * number of bad chunks; *first_bad (may be NULL) gets the first one's index.
+ */
+uint32_t snap_layout_verify(const struct snap_layout *lay, const uint8_t *base, const uint32_t *crc,
+			    uint32_t *first_bad);
+
 /* Serialize with header and checksum. Returns 0 or SNAP_ENOMEM. */
 int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w);
 /*

@@ -67,6 +67,37 @@ static void test_layout_rules(void)
 	CHECK_RC(snap_layout_build(&lay, &r, 1, 100, err, sizeof(err)), SNAP_EINVAL);
 }
 
+static void test_chunk_lookup(void)
+{
+	static uint8_t a[10000], b[5000];
+	struct snap_region regs[4] = {
+		{ .name = "e0", .ptr = a, .bytes = 0, .dtype = SNAP_DTYPE_U8 },
+		{ .name = "a", .ptr = a, .bytes = sizeof(a), .dtype = SNAP_DTYPE_U8 },
+		{ .name = "e1", .ptr = a, .bytes = 0, .dtype = SNAP_DTYPE_U8 },
+		{ .name = "b", .ptr = b, .bytes = sizeof(b), .dtype = SNAP_DTYPE_U8 },
+	};
+	struct snap_layout lay;
+	char err[256];
+	CHECK_RC(snap_layout_build(&lay, regs, 4, 4096, err, sizeof(err)), 0);
+	CHECK(lay.ncrc == 5);
+	const char *want[5] = { "a", "a", "a", "b", "b" };
+	uint64_t want_len[5] = { 4096, 4096, 10000 - 8192, 4096, 5000 - 4096 };
+	for (uint32_t t = 0; t < 5; t++) {
+		uint64_t off, len;
+		const struct snap_man_region *g = snap_layout_chunk(&lay, t, &off, &len);
+		CHECK(!strcmp(g->name, want[t]) && len == want_len[t]);
+		CHECK(off == g->offset + (uint64_t)(t - g->first_crc) * 4096);
+	}
+	uint8_t *slot = calloc(1, lay.slot_bytes);
+	uint32_t crc[5], bad = 99;
+	snap_layout_crcs(&lay, slot, crc);
+	CHECK(snap_layout_verify(&lay, slot, crc, &bad) == 0);
+	slot[lay.regions[3].offset + 4096] ^= 1;   /* chunk 4 (b's second) */
+	CHECK(snap_layout_verify(&lay, slot, crc, &bad) == 1 && bad == 4);
+	free(slot);
+	snap_layout_free(&lay);
+}
+
 static void test_manifest_roundtrip_and_damage(void)
 {
 	struct snap_layout lay;
@@ -226,6 +257,7 @@ int main(void)
 {
 	test_crc();
 	test_layout_rules();
+	test_chunk_lookup();
 	test_manifest_roundtrip_and_damage();
 	test_random_garbage();
 	test_wire_header();

@@ -293,15 +293,12 @@ int cmd_verify(int argc, char **argv)
 			continue;
 		}
 		uint32_t badc = 0;
-		for (uint32_t i = 0; i < lay->nregions; i++) {
-			const struct snap_man_region *g = &lay->regions[i];
-			for (uint32_t c = 0; c < g->nchunks; c++) {
-				uint64_t off = (uint64_t)c * lay->chunk_size;
-				uint64_t n = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-				if (snap_crc32c(p + g->offset + off, n) != sl->man.crc[g->first_crc + c]) {
-					printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, g->name, c);
-					badc++;
-				}
+		for (uint32_t t = 0; t < lay->ncrc; t++) {
+			uint64_t off, len;
+			const struct snap_man_region *g = snap_layout_chunk(lay, t, &off, &len);
+			if (snap_crc32c(p + off, len) != sl->man.crc[t]) {
+				printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, g->name, t - g->first_crc);
+				badc++;
 			}
 		}
 		if (p)
