@@ -485,8 +485,10 @@ static int acquire(snap_ctx *ctx, uint64_t step, uint32_t *slot, int *fd)
 			}
 			return 0;
 		}
-		/* EBUSY: every slot is pinned until other ranks commit; wait. */
-		if (rc != SNAP_EBUSY || snap_now_ns() >= deadline)
+		/* EBUSY: every slot is pinned until other ranks commit; wait.
+		 * ESMP: the daemon restarted; nothing was handed out, so
+		 * reconnect (HELLO + REGISTER) and ask again. */
+		if ((rc != SNAP_EBUSY && rc != SNAP_ESMP) || snap_now_ns() >= deadline)
 			return rc;
 		struct timespec ts = { 0, (long)delay_us * 1000L };
 		nanosleep(&ts, NULL);

@@ -226,6 +226,29 @@ static void test_restart_keeps_steps(struct smp_proc *p)
 	CHECK(access(p->socket, F_OK) != 0);          /* clean shutdown removes it */
 }
 
+/* A running trainer survives a daemon crash: the next save reconnects. */
+static void test_live_reconnect(const char *store)
+{
+	struct smp_proc p;
+	CHECK_RC(smp_start(&p, store, NULL), 0);
+	snap_ctx *ctx = open_job(&p, "live", 1);
+	fill(1);
+	CHECK_RC(snap_save(ctx, 1), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	smp_stop(&p, SIGKILL);
+	CHECK_RC(smp_start(&p, store, NULL), 0);
+	CHECK_RC(snap_fence(ctx), 0);
+	fill(2);
+	CHECK_RC(snap_save(ctx, 2), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	uint64_t got = 0;
+	fill(0);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, &got), 0);
+	CHECK(got == 2 && is_step(2));
+	snap_close(ctx);
+	smp_stop(&p, SIGTERM);
+}
+
 static void test_bad_store_root(void)
 {
 
@@ -260,6 +283,8 @@ int main(void)
 	char store2[160];
 	snprintf(store2, sizeof(store2), "%s-budget", store);
 	test_budget(store2);
+	rm_rf(store2);
+	test_live_reconnect(store2);
 	test_bad_store_root();
 	rm_rf(store);
 	rm_rf(store2);

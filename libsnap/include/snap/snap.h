@@ -139,7 +139,8 @@ int snap_register(snap_ctx *ctx, const struct snap_region *region);
 /*
  * Start an asynchronous snapshot of every registered region as `step`.
  * Returns once the copy is queued: it blocks only for one round trip to
- * snapsmp to get a free slot, longer only when every slot is pinned
+ * snapsmp to get a free slot (reconnecting if snapsmp was restarted), longer
+ * only when every slot is pinned
  * (another rank has not yet committed the step this rank's older slot is
  * needed for; bounded by timeout_ms, then SNAP_EBUSY). Steps must increase
  * within a context, and after snap_restore() continue from the restored
