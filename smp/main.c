@@ -6,6 +6,7 @@
 
 #include "daemon.h"
 #include "internal.h"
+#include "mesh.h"
 
 static void usage(FILE *f)
 {
@@ -17,6 +18,10 @@ static void usage(FILE *f)
 		"  --mem-limit SIZE   bytes of slots this daemon may hold (SNAP_MEM_LIMIT, default 1/4 of RAM)\n"
 		"  --slots N          slots per rank, >= 2 (SNAP_SLOTS, default 2)\n"
 		"  --verify-commit    recompute every chunk CRC at commit (SNAP_VERIFY_COMMIT=1)\n"
+		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
+		"                     erasure-code every globally complete step across groups of K+M nodes,\n"
+		"                     rebuild lost nodes' stores at start (SNAP_EC). \"%%n\" in --store and\n"
+		"                     --socket is replaced by the mesh rank (several nodes on one machine)\n"
 		"  -q, --quiet        log nothing but fatal errors\n"
 		"  -h, --help         this text\n\n"
 		"SIGTERM or SIGINT shut it down cleanly; SIGKILL is safe too: the store is\n"
@@ -36,9 +41,13 @@ int main(int argc, char **argv)
 		{ "store", required_argument, NULL, 's' },  { "socket", required_argument, NULL, 'k' },
 		{ "mem-limit", required_argument, NULL, 'm' }, { "slots", required_argument, NULL, 'n' },
 		{ "verify-commit", no_argument, NULL, 'v' }, { "quiet", no_argument, NULL, 'q' },
-		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
+		{ NULL, 0, NULL, 0 },
 	};
-	int quiet = 0, socket_set = 0, o;
+	int quiet = 0, socket_set = 0, o, ec_k = 0, ec_m = 0;
+	const char *ec = getenv("SNAP_EC");
+	if (ec && !*ec)
+		ec = NULL;
 	while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
@@ -58,6 +67,7 @@ int main(int argc, char **argv)
 			cfg.slots = (unsigned)atoi(optarg);
 			break;
 		case 'v': cfg.verify_commit = 1; break;
+		case 'e': ec = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -66,6 +76,29 @@ int main(int argc, char **argv)
 	if (optind < argc) {
 		usage(stderr);
 		return 2;
+	}
+	/* --ec: become one node of the mesh; every path may name the node (%n). */
+	struct snap_mesh *mesh = NULL;
+	if (ec) {
+		if (snap_mesh_parse_ec(ec, &ec_k, &ec_m, err, sizeof(err))) {
+			fprintf(stderr, "snapsmp: %s\n", err);
+			return 2;
+		}
+		int rc = snap_mesh_init(&mesh, &argc, &argv, ec_k, ec_m, err, sizeof(err));
+		if (rc) {
+			if (!mesh || snap_mesh_rank(mesh) == 0)
+				fprintf(stderr, "snapsmp: %s\n", err);
+			snap_mesh_finalize(mesh);
+			return 2;
+		}
+		char tmp[SNAP_PATH_MAX];
+		if (snap_mesh_expand(cfg.store, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
+		    snprintf(cfg.store, sizeof(cfg.store), "%s", tmp) < 0 ||
+		    snap_mesh_expand(cfg.socket, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
+		    snprintf(cfg.socket, sizeof(cfg.socket), "%s", tmp) < 0) {
+			fprintf(stderr, "snapsmp: node %d: --store/--socket too long after %%n\n", snap_mesh_rank(mesh));
+			snap_mesh_abort(mesh, 2);
+		}
 	}
 	if (!socket_set && !getenv("SNAP_SOCKET") &&
 	    snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", cfg.store) >= (int)sizeof(cfg.socket)) {
@@ -76,10 +109,17 @@ int main(int argc, char **argv)
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;
 	}
-	int rc = snap_smp_run(&cfg, quiet, err, sizeof(err));
+	int rc = snap_smp_serve(&cfg, quiet, mesh, err, sizeof(err));
 	if (rc) {
-		fprintf(stderr, "snapsmp: %s (%s)\n", err, snap_strerror(rc));
+		if (mesh)
+			fprintf(stderr, "snapsmp: node %d: %s (%s)\n", snap_mesh_rank(mesh), err, snap_strerror(rc));
+		else
+			fprintf(stderr, "snapsmp: %s (%s)\n", err, snap_strerror(rc));
+		/* The peers may be inside a collective: only an abort frees them. */
+		if (mesh)
+			snap_mesh_abort(mesh, 1);
 		return 1;
 	}
+	snap_mesh_finalize(mesh);
 	return 0;
 }
