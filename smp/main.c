@@ -1,5 +1,6 @@
 /* snapsmp: the per-node snapshot management process. Usage in --help. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -84,6 +85,13 @@ int main(int argc, char **argv)
 			fprintf(stderr, "snapsmp: %s\n", err);
 			return 2;
 		}
+		/* Before MPI starts its threads: they (and the mesh thread) inherit
+		 * the mask, so SIGTERM reaches only the poll loop's signalfd. */
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGINT);
+		sigprocmask(SIG_BLOCK, &set, NULL);
 		int rc = snap_mesh_init(&mesh, &argc, &argv, ec_k, ec_m, err, sizeof(err));
 		if (rc) {
 			if (!mesh || snap_mesh_rank(mesh) == 0)
