@@ -70,7 +70,13 @@ class Mesh:
     def root(self, n):
         return os.path.join(self.base, f"node{n}")
 
+    def sanitizer_errors(self):
+        t = self.text() if getattr(self, "log", None) else ""
+        return "AddressSanitizer" in t or "runtime error:" in t or "LeakSanitizer" in t
+
     def start(self, log):
+        if getattr(self, "log", None) and self.sanitizer_errors():
+            raise RuntimeError(f"sanitizer report in {self.log}")
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
                    OMPI_MCA_mpi_yield_when_idle="1")
         self.log = log
@@ -348,6 +354,8 @@ def main():
                     fail(f"M+1 loss: trainer rank {r} exited {p.returncode} without the clear error: {e!r}")
             print(f"final: lost {names} of group 0 -> refused clearly, survivors untouched")
         rc = mesh.stop() if mesh.proc else 0
+        if mesh.sanitizer_errors():
+            fail(f"sanitizer report in {mesh.log}")
         if rc != 0:
             fail(f"mesh exited {rc} on SIGTERM")
     finally:
