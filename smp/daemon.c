@@ -30,6 +30,7 @@
 #include "snap/io.h"
 #include "smp_internal.h"
 #include "internal.h"
+#include "mesh.h"
 #include "wire.h"
 
 #define MAX_CONNS 4096
@@ -189,6 +190,9 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 {
 	uint64_t latest;
 	struct store_job *j = c->job;
+	int rc0 = snap_mesh_job_error(m->mesh, j->name, err, ERRLEN);
+	if (rc0)
+		return rc0;
 	int have = snap_store_latest(m->store, j, &latest) == 0;
 	if (want == SNAP_STEP_LATEST) {
 		if (!have && m->cfg->flush_dir[0]) {
@@ -214,7 +218,12 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 			 c->rank->rank, want, m->store->root);
 		return SNAP_ENOENT;
 	}
-	for (uint32_t r = 0; r < sl->man.world; r++) {
+	/* mesh: other nodes hold the other ranks; the agreement vouches for them. */
+	if (m->mesh && !snap_mesh_step_complete(m->mesh, j->name, want)) {
+		snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s is not globally complete in the mesh", want, j->name);
+		return SNAP_ENOENT;
+	}
+	for (uint32_t r = 0; !m->mesh && r < sl->man.world; r++) {
 		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
 		if (!snap_store_find(m->store, rk, want, NULL)) {
 			snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s is incomplete: rank %u has not committed it", want,
@@ -264,7 +273,11 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 		case SNAP_MSG_COMMIT: rc = on_commit(m, c, &r, err); break;
 		case SNAP_MSG_LATEST: {
 			uint64_t step;
-			rc = snap_store_latest(m->store, c->job, &step);
+			rc = snap_mesh_job_error(m->mesh, c->job->name, err, ERRLEN);
+			if (rc == 0)
+				rc = snap_store_latest(m->store, c->job, &step);
+			if (rc == SNAP_ELOST)
+				break;
 			if (rc == 0)
 				snap_put_u64(&out, step);
 			else
@@ -448,11 +461,21 @@ static int on_signal(struct smp *m)
 
 int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen)
 {
-	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .quiet = quiet };
+	return snap_smp_serve(cfg, quiet, NULL, err, errlen);
+}
+
+int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+{
+	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .quiet = quiet, .mesh = mesh };
 	int rc = snap_store_open(&m.store, cfg->store, cfg->slots, cfg->mem_limit, 0, quiet ? NULL : snap_smp_log,
 				 err, errlen);
 	if (rc)
 		return rc;
+	/* mesh: rebuild what a relaunch lost, first global view, mesh thread. */
+	if (mesh && (rc = snap_mesh_start(mesh, &m.store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
+		snap_store_close(m.store);
+		return rc;
+	}
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -502,6 +525,7 @@ int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t err
 			rc = SNAP_EIO;
 			break;
 		}
+		snap_mesh_lock(m.mesh); /* the mesh thread reads the store and pins slots */
 		if (pfd[0].revents && on_signal(&m))
 			stop = 1;
 		for (unsigned i = FIXED; i < k; i++)
@@ -524,10 +548,12 @@ int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t err
 				pp = &(*pp)->next;
 			}
 		}
+		snap_mesh_unlock(m.mesh);
 	}
 	free(pfd);
 	free(pc);
 out:
+	snap_mesh_stop(m.mesh); /* from here on this thread owns the store alone */
 	while (m.conns) {
 		struct conn *c = m.conns;
 		m.conns = c->next;

@@ -1,11 +1,13 @@
 /* snapsmp: the per-node snapshot management process. Usage in --help. */
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "daemon.h"
 #include "internal.h"
+#include "mesh.h"
 
 static void usage(FILE *f)
 {
@@ -15,8 +17,8 @@ static void usage(FILE *f)
 		"  --store DIR        store root (SNAP_STORE, default /dev/shm/libsnap)\n"
 		"  --socket PATH      Unix socket (SNAP_SOCKET, default STORE/smp.sock)\n"
 		"  --mem-limit SIZE   bytes of slots this daemon may hold (SNAP_MEM_LIMIT, default 1/4 of RAM)\n"
-		"  --slots N          slots per rank, >= 2 (SNAP_SLOTS, default 2; 3 with --flush-dir, so\n"
-		"                     a save never waits for the flush of the slot it would reuse)\n"
+		"  --slots N          slots per rank, >= 2 (SNAP_SLOTS, default 2; 3 with --flush-dir or\n"
+		"                     --ec, so a save never waits for a flush or encode of the slot it reuses)\n"
 		"  --verify-commit    recompute every chunk CRC at commit (SNAP_VERIFY_COMMIT=1)\n"
 		"  --flush-dir DIR    persist restorable steps to HDF5 under DIR (SNAP_FLUSH_DIR)\n"
 		"  --flush-every F    flush every F-th new restorable step (SNAP_FLUSH_EVERY, 0 = off)\n"
@@ -25,6 +27,10 @@ static void usage(FILE *f)
 		"  --flush-codec C    none or lz4 (SNAP_FLUSH_CODEC, default none)\n"
 		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
 		"                     (SNAP_ALLOW_OLDER=1)\n"
+		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
+		"                     erasure-code every globally complete step across groups of K+M nodes,\n"
+		"                     rebuild lost nodes' stores at start (SNAP_EC). \"%%n\" in --store and\n"
+		"                     --socket is replaced by the mesh rank (several nodes on one machine)\n"
 		"  -q, --quiet        log nothing but fatal errors\n"
 		"  -h, --help         this text\n\n"
 		"SIGUSR1 is a preemption notice: flush the newest restorable step of every job\n"
@@ -49,9 +55,13 @@ int main(int argc, char **argv)
 		{ "flush-dir", required_argument, NULL, 'F' }, { "flush-every", required_argument, NULL, 'E' },
 		{ "flush-interval", required_argument, NULL, 'I' }, { "flush-keep", required_argument, NULL, 'K' },
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
-		{ "help", no_argument, NULL, 'h' },          { NULL, 0, NULL, 0 },
+		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
+		{ NULL, 0, NULL, 0 },
 	};
-	int quiet = 0, socket_set = 0, slots_set = getenv("SNAP_SLOTS") != NULL, o;
+	int quiet = 0, socket_set = 0, slots_set = getenv("SNAP_SLOTS") != NULL, o, ec_k = 0, ec_m = 0;
+	const char *ec = getenv("SNAP_EC");
+	if (ec && !*ec)
+		ec = NULL;
 	while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
@@ -83,6 +93,7 @@ int main(int argc, char **argv)
 			}
 			break;
 		case 'O': cfg.allow_older = 1; break;
+		case 'e': ec = optarg; break;
 		case 'q': quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
@@ -92,23 +103,67 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
+	/* --ec: become one node of the mesh; every path may name the node (%n). */
+	struct snap_mesh *mesh = NULL;
+	if (ec) {
+		if (snap_mesh_parse_ec(ec, &ec_k, &ec_m, err, sizeof(err))) {
+			fprintf(stderr, "snapsmp: %s\n", err);
+			return 2;
+		}
+		/* Before MPI starts its threads: they (and the mesh thread) inherit
+		 * the mask, so SIGTERM reaches only the poll loop's signalfd. */
+		sigset_t set;
+		sigemptyset(&set);
+		sigaddset(&set, SIGTERM);
+		sigaddset(&set, SIGINT);
+		sigaddset(&set, SIGUSR1);
+		sigprocmask(SIG_BLOCK, &set, NULL);
+		int rc = snap_mesh_init(&mesh, &argc, &argv, ec_k, ec_m, err, sizeof(err));
+		if (rc) {
+			if (!mesh || snap_mesh_rank(mesh) == 0)
+				fprintf(stderr, "snapsmp: %s\n", err);
+			snap_mesh_finalize(mesh);
+			return 2;
+		}
+		char tmp[SNAP_PATH_MAX];
+		if (snap_mesh_expand(cfg.store, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
+		    snprintf(cfg.store, sizeof(cfg.store), "%s", tmp) < 0 ||
+		    snap_mesh_expand(cfg.socket, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
+		    snprintf(cfg.socket, sizeof(cfg.socket), "%s", tmp) < 0) {
+			fprintf(stderr, "snapsmp: node %d: --store/--socket too long after %%n\n", snap_mesh_rank(mesh));
+			snap_mesh_abort(mesh, 2);
+		}
+	}
 	if (!socket_set && !getenv("SNAP_SOCKET") &&
 	    snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", cfg.store) >= (int)sizeof(cfg.socket)) {
 		fprintf(stderr, "snapsmp: --store path is too long for a socket path\n");
 		return 2;
 	}
-	/* A flush pins the slots of the step it writes; a third slot lets the
-	 * next saves go on meanwhile. */
-	if (cfg.flush_dir[0] && !slots_set)
+	if (mesh && cfg.flush_dir[0]) {
+		/* Each node holds only its own ranks; sealing a step needs every
+		 * node's files, which needs a cross-node agreement not built yet. */
+		fprintf(stderr, "snapsmp: --flush-dir with --ec is not supported yet\n");
+		snap_mesh_abort(mesh, 2);
+	}
+	/* A flush or an encode pins the slots of the step it reads; a third
+	 * slot lets the next saves go on meanwhile. */
+	if ((cfg.flush_dir[0] || mesh) && !slots_set)
 		cfg.slots = 3;
 	if (snap_config_check(&cfg, err, sizeof(err))) {
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;
 	}
-	int rc = snap_smp_run(&cfg, quiet, err, sizeof(err));
+	int rc = snap_smp_serve(&cfg, quiet, mesh, err, sizeof(err));
 	if (rc) {
-		fprintf(stderr, "snapsmp: %s (%s)\n", err, snap_strerror(rc));
+		if (mesh)
+			fprintf(stderr, "snapsmp: node %d: %s (%s)\n", snap_mesh_rank(mesh), err, snap_strerror(rc));
+		else
+			fprintf(stderr, "snapsmp: %s (%s)\n", err, snap_strerror(rc));
+		/* The peers may be inside a collective: only an abort frees them. */
+		if (mesh)
+			snap_mesh_abort(mesh, 1);
 		return 1;
 	}
+	snap_mesh_finalize(mesh);
 	return 0;
 }

@@ -87,6 +87,13 @@ struct store_slot *snap_store_find(const struct snap_store *s, struct store_rank
 
 int snap_store_latest(const struct snap_store *s, const struct store_job *j, uint64_t *step)
 {
+	if (s->mesh) {
+		/* Only a global agreement can tell (smp/mesh.c); retention follows it too. */
+		if (!j->mesh_has_latest)
+			return SNAP_ENOENT;
+		*step = j->mesh_latest;
+		return 0;
+	}
 	struct store_rank *r0 = j->nranks ? j->ranks[0] : NULL;
 	int found = 0;
 	for (uint32_t i = 0; r0 && i < s->nslots; i++) {

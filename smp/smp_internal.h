@@ -35,6 +35,7 @@ struct smp {
 	unsigned nconns;
 	int quiet;
 	int draining;                  /* SIGTERM seen: finish flushes, then exit */
+	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
 };
 
 void say(struct smp *m, const char *fmt, ...) SNAP_PRINTF(2, 3);

@@ -64,6 +64,9 @@ struct store_job {
 	uint64_t last_flush_ns;
 	int has_disk;                  /* restore from disk: the step chosen ... */
 	uint64_t disk_step, disk_gen;  /* ... for generation disk_gen */
+	/* --ec mesh only (smp/mesh.c): the newest globally complete step. */
+	int mesh_has_latest;
+	uint64_t mesh_latest;
 	struct store_job *next;
 };
 
@@ -75,6 +78,7 @@ struct snap_store {
 	uint64_t mem_limit, mem_used;
 	struct store_job *jobs;
 	void (*log)(const char *msg);
+	int mesh;                      /* --ec: restorable = the mesh's global view (job->mesh_latest) */
 };
 
 /*
@@ -90,7 +94,8 @@ void snap_store_close(struct snap_store *s);
 struct store_job *snap_store_job(struct snap_store *s, const char *name, int create);
 struct store_rank *snap_store_rank(struct snap_store *s, struct store_job *j, uint32_t rank, int create);
 
-/* Newest step committed by every rank 0..world-1 with that world size: 0 or SNAP_ENOENT. */
+/* Newest step committed by every rank 0..world-1 with that world size: 0 or SNAP_ENOENT.
+ * In a mesh (s->mesh) the ranks live on several nodes: the mesh's agreed view instead. */
 int snap_store_latest(const struct snap_store *s, const struct store_job *j, uint64_t *step);
 
 /*

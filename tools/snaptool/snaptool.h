@@ -16,6 +16,7 @@ int cmd_bench_ec(int argc, char **argv);
 int cmd_bench_flush(int argc, char **argv);
 
 int cmd_status(int argc, char **argv);
+int cmd_mesh_status(int argc, char **argv); /* status --nodes N */
 int cmd_ls(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);

@@ -61,6 +61,10 @@ static uint32_t step_ranks(struct snap_store *s, struct store_job *j, uint64_t s
 
 int cmd_status(int argc, char **argv)
 {
+	/* --nodes: the erasure-coded mesh of several stores (mesh_status.c). */
+	for (int i = 1; i < argc; i++)
+		if (!strncmp(argv[i], "--nodes", 7))
+			return cmd_mesh_status(argc, argv);
 	struct opts o;
 	struct snap_store *s;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json]\n"

@@ -1,0 +1,498 @@
+/*
+ * The mesh of node daemons: configuration, MPI start/stop, and the mesh
+ * thread's agreement rounds (see mesh.h for the threading contract).
+ *
+ * Agreement round (every period_ms, all nodes, in lock step):
+ *   1. under the store lock, summarize this node's committed steps: per job,
+ *      per (step, world) the number of ranks this node holds it for;
+ *   2. MPI_Iallgather(v) of the summaries plus a stop flag, completed with
+ *      MPI_Test and short sleeps (Open MPI's blocking waits spin a core,
+ *      which trainers on an oversubscribed node would feel);
+ *   3. every node computes the same view: a step is globally complete when
+ *      the counts over all nodes add up to its world size. "Which ranks does
+ *      a node host" is thus answered by its store (ranks with a committed
+ *      manifest there), and a rank is assumed to live on one node only;
+ *   4. under the lock, publish the newest globally complete step as the
+ *      store's restorable step for that job (store.h: mesh_latest);
+ *   5. if that step is newer than the job's protected step, every node
+ *      calls mesh_protect for it (same decision everywhere: same data).
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "mesh_int.h"
+
+int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen)
+{
+	char *end;
+	long a = strtol(s, &end, 10), b;
+	if (end == s || *end != '+' || (b = strtol(end + 1, &end, 10), *end) || a < 1 || b < 1 ||
+	    a + b > SNAP_EC_MAX_GROUP) {
+		snap_fmt(err, errlen, "--ec/SNAP_EC \"%s\": expected K+M with K >= 1, M >= 1 and K+M <= %d (e.g. 4+2)",
+			 s, SNAP_EC_MAX_GROUP);
+		return SNAP_EINVAL;
+	}
+	*k = (int)a;
+	*m = (int)b;
+	return 0;
+}
+
+int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap)
+{
+	size_t o = 0;
+	for (const char *p = pat; *p; p++) {
+		int n;
+		if (p[0] == '%' && p[1] == 'n') {
+			n = snprintf(out + o, cap - o, "%d", rank);
+			p++;
+		} else {
+			n = snprintf(out + o, cap - o, "%c", *p);
+		}
+		if (n < 0 || (size_t)n >= cap - o)
+			return SNAP_EINVAL;
+		o += (size_t)n;
+	}
+	if (o == 0 && cap)
+		out[0] = 0;
+	return 0;
+}
+
+static void vlog(struct snap_mesh *mesh, const char *fmt, va_list ap)
+{
+	char msg[MESH_ERRLEN + 256];
+	int n = snprintf(msg, sizeof(msg), "node %d: ", mesh->rank);
+	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
+	snap_smp_log(msg);
+}
+
+void mesh_say(struct snap_mesh *mesh, const char *fmt, ...)
+{
+	if (mesh->quiet)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(mesh, fmt, ap);
+	va_end(ap);
+}
+
+void mesh_warn(struct snap_mesh *mesh, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vlog(mesh, fmt, ap);
+	va_end(ap);
+}
+
+int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m, char *err, size_t errlen)
+{
+	*out = NULL;
+	int provided = 0;
+	if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
+		snap_fmt(err, errlen, "MPI_Init_thread failed");
+		return SNAP_EIO;
+	}
+	struct snap_mesh *mesh = calloc(1, sizeof(*mesh));
+	if (!mesh) {
+		MPI_Finalize();
+		return SNAP_ENOMEM;
+	}
+	*out = mesh;
+	mesh->world = MPI_COMM_NULL;
+	mesh->group = MPI_COMM_NULL;
+	mesh->k = k;
+	mesh->m = m;
+	mesh->period_ms = 20;
+	pthread_mutex_init(&mesh->mu, NULL);
+	if (provided < MPI_THREAD_SERIALIZED) {
+		snap_fmt(err, errlen, "this MPI provides thread level %d; the mesh needs MPI_THREAD_SERIALIZED", provided);
+		return SNAP_EUNSUPPORTED;
+	}
+	MPI_Comm_dup(MPI_COMM_WORLD, &mesh->world);
+	MPI_Comm_rank(mesh->world, &mesh->rank);
+	MPI_Comm_size(mesh->world, &mesh->size);
+	char why[512] = "";
+	int rc = snap_ec_comm_split(mesh->world, k, m, 0, &mesh->grp, &mesh->group, why, sizeof(why));
+	if (rc) {
+		snap_fmt(err, errlen, "cannot form erasure-coding groups of %d+%d over %d nodes: %s", k, m, mesh->size,
+			 why);
+		return rc;
+	}
+	return 0;
+}
+
+int snap_mesh_rank(const struct snap_mesh *mesh)
+{
+	return mesh->rank;
+}
+
+int snap_mesh_size(const struct snap_mesh *mesh)
+{
+	return mesh->size;
+}
+
+void snap_mesh_lock(struct snap_mesh *mesh)
+{
+	if (mesh)
+		pthread_mutex_lock(&mesh->mu);
+}
+
+void snap_mesh_unlock(struct snap_mesh *mesh)
+{
+	if (mesh)
+		pthread_mutex_unlock(&mesh->mu);
+}
+
+struct mjob *mesh_job(struct snap_mesh *mesh, const char *name)
+{
+	struct mjob **pp = &mesh->jobs;
+	for (; *pp; pp = &(*pp)->next) {
+		int c = strcmp((*pp)->name, name);
+		if (c == 0)
+			return *pp;
+		if (c > 0)
+			break;
+	}
+	struct mjob *j = calloc(1, sizeof(*j));
+	if (!j)
+		return NULL;
+	snprintf(j->name, sizeof(j->name), "%s", name);
+	j->next = *pp;
+	*pp = j;
+	return j;
+}
+
+int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size_t errlen)
+{
+	for (struct mjob *j = mesh ? mesh->jobs : NULL; j; j = j->next)
+		if (strcmp(j->name, job) == 0 && j->lost) {
+			snap_fmt(err, errlen, "%s", j->lost_msg);
+			return SNAP_ELOST;
+		}
+	return 0;
+}
+
+int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step)
+{
+	for (struct mjob *j = mesh->jobs; j; j = j->next)
+		if (strcmp(j->name, job) == 0)
+			for (unsigned i = 0; i < j->ncomplete; i++)
+				if (j->complete[i] == step)
+					return 1;
+	return 0;
+}
+
+/* ---- agreement round ---------------------------------------------------- */
+
+struct sent {
+	uint64_t step;
+	uint32_t world, count;
+};
+
+struct jsum {
+	char name[SNAP_JOB_MAX + 1];
+	uint32_t n;
+};
+
+static void put(uint8_t **p, size_t *len, size_t *cap, const void *src, size_t n)
+{
+	if (!*p && *cap)
+		return; /* an earlier allocation failed */
+	if (*len + n > *cap) {
+		size_t c = (*len + n) * 2 + 256;
+		uint8_t *q = realloc(*p, c);
+		if (!q) {
+			free(*p);
+			*p = NULL;
+			*cap = 1;
+			return;
+		}
+		*p = q;
+		*cap = c;
+	}
+	memcpy(*p + *len, src, n);
+	*len += n;
+}
+
+/* [lock held] This node's committed steps: per job a jsum then n sents. */
+static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
+{
+	uint8_t *p = NULL;
+	size_t cap = 0;
+	*len = 0;
+	struct snap_store *s = mesh->store;
+	for (struct store_job *j = s->jobs; j; j = j->next) {
+		struct sent e[64];
+		uint32_t n = 0;
+		for (uint32_t r = 0; r < j->nranks; r++) {
+			struct store_rank *rk = j->ranks[r];
+			for (uint32_t i = 0; rk && i < s->nslots; i++) {
+				const struct store_slot *sl = &rk->slots[i];
+				if (sl->state != SLOT_COMMITTED)
+					continue;
+				uint32_t x = 0;
+				while (x < n && (e[x].step != sl->step || e[x].world != sl->man.world))
+					x++;
+				if (x == n) {
+					if (n == 64)
+						continue;
+					e[n++] = (struct sent){ sl->step, sl->man.world, 0 };
+				}
+				e[x].count++;
+			}
+		}
+		struct jsum h = { .n = n };
+		snprintf(h.name, sizeof(h.name), "%s", j->name);
+		put(&p, len, &cap, &h, sizeof(h));
+		put(&p, len, &cap, e, n * sizeof(*e));
+	}
+	if (!p)
+		*len = 0;
+	return p;
+}
+
+/* Complete a nonblocking collective without spinning a core. */
+static void wait_req(MPI_Request *req)
+{
+	int done = 0;
+	struct timespec ts = { 0, 200000 };
+	for (;;) {
+		MPI_Test(req, &done, MPI_STATUS_IGNORE);
+		if (done)
+			return;
+		nanosleep(&ts, NULL);
+	}
+}
+
+static int cmp_desc(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x > y ? -1 : x < y;
+}
+
+/* Fold every node's summary into the per-job globally complete steps. */
+static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *counts, const int *displs)
+{
+	struct agg {
+		struct mjob *job;
+		struct sent e;
+	} *a = NULL;
+	size_t na = 0, cap = 0;
+	for (int node = 0; node < mesh->size; node++) {
+		const uint8_t *p = all + displs[node], *end = p + counts[node];
+		while (p + sizeof(struct jsum) <= end) {
+			struct jsum h;
+			memcpy(&h, p, sizeof(h));
+			p += sizeof(h);
+			h.name[SNAP_JOB_MAX] = 0;
+			struct mjob *j = mesh_job(mesh, h.name);
+			for (uint32_t i = 0; i < h.n && p + sizeof(struct sent) <= end; i++, p += sizeof(struct sent)) {
+				struct sent e;
+				memcpy(&e, p, sizeof(e));
+				size_t x = 0;
+				while (x < na && (a[x].job != j || a[x].e.step != e.step || a[x].e.world != e.world))
+					x++;
+				if (x == na) {
+					if (na == cap) {
+						cap = cap ? cap * 2 : 64;
+						void *q = realloc(a, cap * sizeof(*a));
+						if (!q)
+							break;
+						a = q;
+					}
+					a[na++] = (struct agg){ j, { e.step, e.world, 0 } };
+				}
+				a[x].e.count += e.count;
+			}
+		}
+	}
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		uint64_t steps[256];
+		unsigned n = 0;
+		for (size_t x = 0; x < na && n < 256; x++)
+			if (a[x].job == j && a[x].e.count == a[x].e.world)
+				steps[n++] = a[x].e.step;
+		qsort(steps, n, sizeof(steps[0]), cmp_desc);
+		j->ncomplete = n < MESH_MAX_COMPLETE ? n : MESH_MAX_COMPLETE;
+		memcpy(j->complete, steps, j->ncomplete * sizeof(steps[0]));
+		struct store_job *sj = snap_store_job(mesh->store, j->name, 1);
+		if (sj) {
+			sj->mesh_has_latest = j->ncomplete > 0 && !j->lost;
+			sj->mesh_latest = j->ncomplete ? j->complete[0] : 0;
+		}
+	}
+	free(a);
+}
+
+/* One round. Returns 1 when the mesh agreed to stop. protect: 0 in round 0. */
+static int round_(struct snap_mesh *mesh, int protect)
+{
+	size_t len;
+	pthread_mutex_lock(&mesh->mu);
+	uint8_t *mine = summarize(mesh, &len);
+	pthread_mutex_unlock(&mesh->mu);
+	int hdr[2] = { (int)len, atomic_load(&mesh->stop_req) };
+	int *hdrs = malloc(sizeof(int) * 2 * (size_t)mesh->size);
+	int *counts = malloc(sizeof(int) * (size_t)mesh->size), *displs = malloc(sizeof(int) * (size_t)mesh->size);
+	int stop = 0;
+	if (!hdrs || !counts || !displs) {
+		/* Cannot take part: the only safe thing left is to stop everyone. */
+		mesh_warn(mesh, "out of memory in the agreement round; stopping");
+		abort_round:
+		free(hdrs);
+		free(counts);
+		free(displs);
+		free(mine);
+		atomic_store(&mesh->stop_req, 1);
+		return 1;
+	}
+	MPI_Request req;
+	MPI_Iallgather(hdr, 2, MPI_INT, hdrs, 2, MPI_INT, mesh->world, &req);
+	wait_req(&req);
+	size_t total = 0;
+	for (int i = 0; i < mesh->size; i++) {
+		counts[i] = hdrs[2 * i];
+		displs[i] = (int)total;
+		total += (size_t)hdrs[2 * i];
+		stop |= hdrs[2 * i + 1];
+	}
+	uint8_t *all = malloc(total ? total : 1);
+	if (!all)
+		goto abort_round;
+	MPI_Iallgatherv(mine, (int)len, MPI_BYTE, all, counts, displs, MPI_BYTE, mesh->world, &req);
+	wait_req(&req);
+	pthread_mutex_lock(&mesh->mu);
+	compute_view(mesh, all, counts, displs);
+	pthread_mutex_unlock(&mesh->mu);
+	free(all);
+	free(hdrs);
+	free(counts);
+	free(displs);
+	free(mine);
+	if (stop || !protect)
+		return stop;
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		if (j->lost || !j->ncomplete)
+			continue;
+		uint64_t g = j->complete[0];
+		if ((j->has_prot && g <= j->prot) || (j->has_failed && j->failed == g))
+			continue;
+		mesh_protect(mesh, j, g);
+	}
+	return 0;
+}
+
+static void *mesh_main(void *arg)
+{
+	struct snap_mesh *mesh = arg;
+	struct timespec ts = { 0, (long)mesh->period_ms * 1000000L };
+	while (!round_(mesh, 1))
+		nanosleep(&ts, NULL);
+	/* A peer stopped: end our poll loop too (it is waiting on a signalfd). */
+	if (!atomic_load(&mesh->stop_req))
+		kill(getpid(), SIGTERM);
+	return NULL;
+}
+
+/* [lock held] Count parity files in the budget: they are store memory too. */
+static void account_parity(struct snap_mesh *mesh)
+{
+	struct snap_store *s = mesh->store;
+	for (struct store_job *j = s->jobs; j; j = j->next) {
+		uint64_t *steps;
+		size_t n;
+		if (mesh_list_records(s->root, j->name, &steps, &n))
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			char p[SNAP_FILE_MAX];
+			struct stat st;
+			if (!mesh_ec_path(s->root, j->name, steps[i], "parity", p, sizeof(p)) && stat(p, &st) == 0)
+				s->mem_used += (uint64_t)st.st_size;
+		}
+		free(steps);
+	}
+}
+
+int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
+		    int quiet, char *err, size_t errlen)
+{
+	mesh->quiet = quiet;
+	mesh->store = *store;
+	char root[SNAP_PATH_MAX];
+	snprintf(root, sizeof(root), "%s", (*store)->root);
+	char gline[256];
+	snap_ec_describe(&mesh->grp, gline, sizeof(gline));
+	mesh_say(mesh, "mesh of %d nodes, %s", mesh->size, gline);
+	int changed = mesh_recover(mesh);
+	if (changed < 0) {
+		snap_fmt(err, errlen, "relaunch recovery failed on node %d (%s)", mesh->rank, snap_strerror(changed));
+		return changed;
+	}
+	if (changed) {
+		/* Rescan so the rebuilt manifests become committed slots. */
+		snap_store_close(*store);
+		*store = NULL;
+		int rc = snap_store_open(store, root, slots, mem_limit, 0, quiet ? NULL : snap_smp_log, err, errlen);
+		if (rc)
+			return rc;
+		mesh->store = *store;
+	}
+	pthread_mutex_lock(&mesh->mu);
+	(*store)->mesh = 1;
+	account_parity(mesh);
+	for (struct mjob *j = mesh->jobs; j; j = j->next)
+		if (j->has_prot)
+			mesh_pin_protected(mesh, j, j->prot);
+	pthread_mutex_unlock(&mesh->mu);
+	round_(mesh, 0);
+	if (pthread_create(&mesh->thr, NULL, mesh_main, mesh) != 0) {
+		snap_fmt(err, errlen, "cannot start the mesh thread: %s", strerror(errno));
+		return SNAP_EIO;
+	}
+	mesh->thr_started = 1;
+	return 0;
+}
+
+void snap_mesh_stop(struct snap_mesh *mesh)
+{
+	if (!mesh || !mesh->thr_started)
+		return;
+	atomic_store(&mesh->stop_req, 1);
+	pthread_join(mesh->thr, NULL);
+	mesh->thr_started = 0;
+}
+
+void snap_mesh_abort(struct snap_mesh *mesh, int code)
+{
+	(void)mesh;
+	MPI_Abort(MPI_COMM_WORLD, code);
+	_exit(code); /* not reached */
+}
+
+void snap_mesh_finalize(struct snap_mesh *mesh)
+{
+	if (!mesh)
+		return;
+	snap_mesh_stop(mesh);
+	while (mesh->jobs) {
+		struct mjob *j = mesh->jobs;
+		mesh->jobs = j->next;
+		free(j->pins);
+		free(j);
+	}
+	if (mesh->group != MPI_COMM_NULL)
+		MPI_Comm_free(&mesh->group);
+	if (mesh->world != MPI_COMM_NULL)
+		MPI_Comm_free(&mesh->world);
+	pthread_mutex_destroy(&mesh->mu);
+	free(mesh);
+	MPI_Finalize();
+}

@@ -1,0 +1,75 @@
+/*
+ * mesh.h - snapsmp as one rank of an MPI mesh of node daemons (--ec K+M).
+ *
+ * Without --ec none of this runs and snapsmp never calls MPI. With it:
+ *   - every mesh rank is a node with its own store root and socket ("%n" in
+ *     --store / --socket is replaced by the mesh rank);
+ *   - a mesh thread agrees with the other nodes, every period, which steps
+ *     are globally complete (committed by every rank of the job, whichever
+ *     node hosts it) and publishes the newest one as the store's restorable
+ *     step (store->mesh, job->mesh_latest: LATEST, RESTORE and retention);
+ *   - it erasure-codes the newest globally complete step across each group
+ *     (protect.c) and agrees when every group has its parity in place;
+ *   - at start, before serving, it rebuilds lost or corrupt stores from the
+ *     survivors (recover.c).
+ *
+ * Concurrency: one mutex (snap_mesh_lock) guards the store. The poll thread
+ * holds it while it handles events; the mesh thread takes it only to read
+ * the store's committed steps and to pin/unpin slots (refs), never across an
+ * MPI call or the encode, so commits never wait for the erasure coding.
+ * All MPI calls after start are made by the mesh thread alone
+ * (MPI_THREAD_SERIALIZED: main thread before start and after stop).
+ */
+#ifndef SNAP_MESH_H
+#define SNAP_MESH_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "store.h"
+
+struct snap_mesh;
+
+/* "K+M" (e.g. "4+2") -> k, m; SNAP_EINVAL with a message otherwise. */
+int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen);
+/* Replace every "%n" in pat by rank. SNAP_EINVAL when it does not fit. */
+int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap);
+
+/*
+ * MPI_Init, then form the groups (snap_ec_comm_split). On a refused shape
+ * every rank returns SNAP_EINVAL with the same message (callers print it on
+ * rank 0 and then call snap_mesh_finalize).
+ */
+int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m, char *err, size_t errlen);
+int snap_mesh_rank(const struct snap_mesh *mesh);
+int snap_mesh_size(const struct snap_mesh *mesh);
+
+/*
+ * [collective] With the store open and locked: rebuild what the relaunch
+ * lost (may close and reopen *store), agree on the first global view, then
+ * start the mesh thread. A job that cannot be rebuilt is not an error here:
+ * it is marked lost (see snap_mesh_job_error) and the rest is served.
+ */
+int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
+		    int quiet, char *err, size_t errlen);
+
+/* Guard the store against the mesh thread. NULL mesh: no-ops. */
+void snap_mesh_lock(struct snap_mesh *mesh);
+void snap_mesh_unlock(struct snap_mesh *mesh);
+
+/* [lock held] SNAP_ELOST with the rebuild failure's message for a job whose
+ * in-memory copy is gone (more than m losses in a group), else 0. */
+int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size_t errlen);
+/* [lock held] 1 when the last agreement found `step` globally complete. */
+int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
+
+/* Stop the mesh thread (every node stops at the same agreement round; a
+ * node whose stop came from a peer gets SIGTERM so its poll loop ends). */
+void snap_mesh_stop(struct snap_mesh *mesh);
+/* Error exit of a mesh node (snapsmp's main only): MPI_Abort, so that peers
+ * waiting in a collective do not hang. Does not return. */
+void snap_mesh_abort(struct snap_mesh *mesh, int code);
+/* Free communicators, MPI_Finalize, free. */
+void snap_mesh_finalize(struct snap_mesh *mesh);
+
+#endif

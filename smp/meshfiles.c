@@ -1,0 +1,175 @@
+/* The erasure-coding files of a node store; format described in meshfiles.h. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "meshfiles.h"
+
+size_t mesh_blob_size(uint32_t n)
+{
+	return 8 + (size_t)n * sizeof(struct mesh_slot_ent);
+}
+
+void mesh_blob_pack(const struct mesh_slot_ent *e, uint32_t n, void *out)
+{
+	uint32_t h[2] = { MESH_BLOB_MAGIC, n };
+	memcpy(out, h, 8);
+	if (n)
+		memcpy((char *)out + 8, e, (size_t)n * sizeof(*e));
+}
+
+int mesh_blob_unpack(const void *blob, size_t len, struct mesh_slot_ent **e, uint32_t *n)
+{
+	uint32_t h[2];
+	*e = NULL;
+	*n = 0;
+	if (!blob || len < 8)
+		return SNAP_ECORRUPT;
+	memcpy(h, blob, 8);
+	if (h[0] != MESH_BLOB_MAGIC || h[1] > (1u << 24) || len != mesh_blob_size(h[1]))
+		return SNAP_ECORRUPT;
+	if (h[1]) {
+		*e = malloc((size_t)h[1] * sizeof(**e));
+		if (!*e)
+			return SNAP_ENOMEM;
+		memcpy(*e, (const char *)blob + 8, (size_t)h[1] * sizeof(**e));
+	}
+	*n = h[1];
+	return 0;
+}
+
+int mesh_ec_path(const char *root, const char *job, uint64_t step, const char *ext, char *out, size_t cap)
+{
+	int n = ext ? snprintf(out, cap, "%s/%s/ec/step-%" PRIu64 ".%s", root, job, step, ext)
+		    : snprintf(out, cap, "%s/%s/ec", root, job);
+	return n < 0 || (size_t)n >= cap ? SNAP_EINVAL : 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int mesh_list_records(const char *root, const char *job, uint64_t **steps, size_t *n)
+{
+	char dir[SNAP_FILE_MAX];
+	*steps = NULL;
+	*n = 0;
+	if (mesh_ec_path(root, job, 0, NULL, dir, sizeof(dir)))
+		return SNAP_EINVAL;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	size_t cap = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		const char *s = e->d_name;
+		size_t len = strlen(s);
+		if (len < 10 || strncmp(s, "step-", 5) || strcmp(s + len - 4, ".rec"))
+			continue;
+		uint64_t v = 0;
+		size_t i = 5;
+		for (; i < len - 4 && s[i] >= '0' && s[i] <= '9' && v < UINT64_MAX / 10; i++)
+			v = v * 10 + (uint64_t)(s[i] - '0');
+		if (i != len - 4)
+			continue;
+		if (*n == cap) {
+			cap = cap ? cap * 2 : 8;
+			uint64_t *p = realloc(*steps, cap * sizeof(*p));
+			if (!p) {
+				closedir(d);
+				return SNAP_ENOMEM;
+			}
+			*steps = p;
+		}
+		(*steps)[(*n)++] = v;
+	}
+	closedir(d);
+	if (*n)
+		qsort(*steps, *n, sizeof(**steps), cmp_u64);
+	return 0;
+}
+
+int mesh_read_file(const char *path, size_t limit, void **buf, size_t *len)
+{
+	*buf = NULL;
+	*len = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return errno == ENOENT ? SNAP_ENOENT : SNAP_EIO;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size > limit) {
+		close(fd);
+		return SNAP_EIO;
+	}
+	size_t sz = (size_t)st.st_size;
+	char *p = malloc(sz ? sz : 1);
+	size_t got = 0;
+	while (p && got < sz) {
+		ssize_t r = pread(fd, p + got, sz - got, (off_t)got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			break;
+		got += (size_t)r;
+	}
+	close(fd);
+	if (!p || got != sz) {
+		free(p);
+		return p ? SNAP_EIO : SNAP_ENOMEM;
+	}
+	*buf = p;
+	*len = sz;
+	return 0;
+}
+
+int mesh_write_atomic(const char *path, const void *buf, size_t len)
+{
+	char tmp[SNAP_FILE_MAX + 8];
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return SNAP_EIO;
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			close(fd);
+			unlink(tmp);
+			return errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	if (close(fd) != 0 || rename(tmp, path) != 0) {
+		unlink(tmp);
+		return SNAP_EIO;
+	}
+	return 0;
+}
+
+int mesh_mkdirs(const char *root, const char *job, int rank)
+{
+	char p[SNAP_FILE_MAX];
+	snprintf(p, sizeof(p), "%s/%s", root, job);
+	if (mkdir(p, 0700) != 0 && errno != EEXIST)
+		return SNAP_EIO;
+	if (rank < 0) {
+		snprintf(p, sizeof(p), "%s/%s/ec", root, job);
+	} else {
+		snprintf(p, sizeof(p), "%s/%s/rank-%05d", root, job, rank);
+	}
+	if (mkdir(p, 0700) != 0 && errno != EEXIST)
+		return SNAP_EIO;
+	return 0;
+}

@@ -1,0 +1,401 @@
+/*
+ * Relaunch recovery (crash-only mesh). Runs once at start, on the main
+ * thread, before anything is served, on every node at once:
+ *
+ *   1. each node lists its valid records (<job>/ec/step-<g>.rec that unpack
+ *      and describe this node's group and index); a missing or corrupt
+ *      record makes the node "lost" for that step;
+ *   2. the lists are gathered; per job, the chosen step is the newest one
+ *      that every group can rebuild (at most m members without a record);
+ *   3. every node runs snap_ec_rebuild for it: survivors pass their files
+ *      mapped read-write (chunks whose CRC fails are rewritten in place, a
+ *      missing manifest reads as zeros and comes back), lost nodes get their
+ *      slot files, manifests, parity and record recreated bit-exact;
+ *   4. the outcome is agreed over the mesh. Any failure (more than m
+ *      erasures somewhere) marks the job lost: the message names the group,
+ *      its lost nodes and the newest step still recoverable, and snapsmp
+ *      answers that job's RESTORE/LATEST with SNAP_ELOST while serving the
+ *      other jobs. Nothing is written for a job with no rebuildable step.
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mesh_int.h"
+
+struct rent {
+	char job[SNAP_JOB_MAX + 1];
+	uint64_t step;
+};
+
+/* This node's valid records, all jobs. */
+static int scan_records(struct snap_mesh *mesh, struct rent **out, int *nout)
+{
+	const char *root = mesh->store->root;
+	*out = NULL;
+	*nout = 0;
+	int cap = 0;
+	DIR *d = opendir(root);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		if (!snap_job_name_ok(de->d_name))
+			continue;
+		uint64_t *steps;
+		size_t n;
+		if (mesh_list_records(root, de->d_name, &steps, &n))
+			continue;
+		for (size_t i = 0; i < n; i++) {
+			char p[SNAP_FILE_MAX], why[256] = "";
+			void *buf;
+			size_t len;
+			struct snap_ec_meta *meta = NULL;
+			struct snap_ec_meta_info in;
+			mesh_ec_path(root, de->d_name, steps[i], "rec", p, sizeof(p));
+			int rc = mesh_read_file(p, 1u << 30, &buf, &len);
+			if (!rc) {
+				rc = snap_ec_meta_unpack(buf, len, &meta, why, sizeof(why));
+				free(buf);
+			}
+			if (!rc) {
+				snap_ec_meta_info(meta, &in);
+				if (in.step != steps[i] || in.group != mesh->grp.id || in.index != mesh->grp.index ||
+				    in.n != mesh->grp.n || in.k != mesh->grp.k || in.m != mesh->grp.m) {
+					snprintf(why, sizeof(why), "describes step %" PRIu64 " group %d index %d (%d+%d), this node"
+						 " is group %d index %d (%d+%d)", in.step, in.group, in.index, in.k, in.m,
+						 mesh->grp.id, mesh->grp.index, mesh->grp.k, mesh->grp.m);
+					rc = SNAP_EMISMATCH;
+				}
+				snap_ec_meta_free(meta);
+			}
+			if (rc) {
+				mesh_warn(mesh, "record %s unusable (%s): this node counts as lost for that step", p,
+					  why[0] ? why : snap_strerror(rc));
+				continue;
+			}
+			if (*nout == cap) {
+				cap = cap ? cap * 2 : 16;
+				void *q = realloc(*out, (size_t)cap * sizeof(**out));
+				if (!q)
+					break;
+				*out = q;
+			}
+			struct rent *e = &(*out)[(*nout)++];
+			memset(e, 0, sizeof(*e));
+			memcpy(e->job, de->d_name, strnlen(de->d_name, SNAP_JOB_MAX)); /* name_ok: <= SNAP_JOB_MAX */
+			e->step = steps[i];
+		}
+		free(steps);
+	}
+	if (d)
+		closedir(d);
+	return 0;
+}
+
+static int has_rec(const struct rent *all, const int *cnt, const int *dsp, int node, const char *job, uint64_t g)
+{
+	for (int i = dsp[node]; i < dsp[node] + cnt[node]; i++)
+		if (all[i].step == g && strcmp(all[i].job, job) == 0)
+			return 1;
+	return 0;
+}
+
+/*
+ * Can every group rebuild step g of job? If not and msg is given, describe
+ * the first group that cannot (its lost nodes).
+ */
+static int rebuildable(struct snap_mesh *mesh, const struct rent *all, const int *cnt, const int *dsp,
+		       const char *job, uint64_t g, char *msg, size_t len)
+{
+	for (int first = 0; first < mesh->size;) {
+		struct snap_ec_group gg;
+		if (snap_ec_group_of(mesh->size, mesh->k, mesh->m, 0, first, &gg, NULL, 0))
+			return 0;
+		int lost = 0;
+		char names[512] = "";
+		size_t o = 0;
+		for (int i = 0; i < gg.n; i++)
+			if (!has_rec(all, cnt, dsp, first + i, job, g)) {
+				lost++;
+				int w = snprintf(names + o, sizeof(names) - o, "%s%d", o ? "," : "", first + i);
+				if (w > 0 && (size_t)w < sizeof(names) - o)
+					o += (size_t)w;
+			}
+		if (lost > gg.m) {
+			if (msg)
+				snap_fmt(msg, len, "group %d (nodes %d-%d, %d+%d) lost nodes %s: %d > m=%d", gg.id, first,
+					 first + gg.n - 1, gg.k, gg.m, names, lost, gg.m);
+			return 0;
+		}
+		first += gg.n;
+	}
+	return 1;
+}
+
+/* Rebuild (or verify) step g of job on this node. Returns 0 or an error with msg. */
+static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
+{
+	const char *root = mesh->store->root;
+	char rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], why[MESH_ERRLEN] = "";
+	mesh_ec_path(root, job, g, "rec", rpath, sizeof(rpath));
+	mesh_ec_path(root, job, g, "parity", ppath, sizeof(ppath));
+	struct snap_ec_meta *mine = NULL;
+	if (have) {
+		void *buf;
+		size_t blen;
+		if (!mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
+			snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
+			free(buf);
+		}
+	}
+	struct snap_ec_rebuild *rb = NULL;
+	struct snap_ec_opts opts = { .chunk_size = mesh->chunk };
+	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
+	snap_ec_meta_free(mine);
+	if (rc) {
+		snap_fmt(msg, len, "%s", why);
+		return rc;
+	}
+	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
+	struct snap_ec_meta_info in;
+	snap_ec_meta_info(meta, &in);
+	const void *app = NULL;
+	size_t alen = 0;
+	struct mesh_slot_ent *ent = NULL;
+	uint32_t n = 0;
+	snap_ec_meta_app(meta, mesh->grp.index, &app, &alen);
+	int local = mesh_blob_unpack(app, alen, &ent, &n);
+	if (local)
+		snap_fmt(msg, len, "the slot list of step %" PRIu64 " in the record is malformed", g);
+	struct iovec *iov = calloc(2 * (size_t)n + 1, sizeof(*iov));
+	void **man = calloc((size_t)n + 1, sizeof(void *));
+	void *parity = NULL;
+	if (!local && (!iov || !man))
+		local = SNAP_ENOMEM;
+	if (!local && (mesh_mkdirs(root, job, -1) || 0)) {
+		snap_fmt(msg, len, "cannot create %s/%s/ec: %s", root, job, strerror(errno));
+		local = SNAP_EIO;
+	}
+	for (uint32_t i = 0; !local && i < n; i++) {
+		const struct mesh_slot_ent *e = &ent[i];
+		char sp[SNAP_FILE_MAX], mp[SNAP_FILE_MAX];
+		snap_store_path(mesh->store, job, e->rank, e->slot, 0, sp, sizeof(sp));
+		snap_store_path(mesh->store, job, e->rank, e->slot, 1, mp, sizeof(mp));
+		if (mesh_mkdirs(root, job, (int)e->rank) || !(man[i] = calloc(1, e->man_len ? e->man_len : 1))) {
+			local = SNAP_EIO;
+			snap_fmt(msg, len, "cannot create the directory of %s", sp);
+			break;
+		}
+		void *fb;
+		size_t fl;
+		if (mesh_read_file(mp, 1u << 30, &fb, &fl) == 0) {
+			memcpy(man[i], fb, fl < e->man_len ? fl : e->man_len); /* a wrong size fails its CRC */
+			free(fb);
+		}
+		iov[2 * i] = (struct iovec){ man[i], e->man_len };
+		if (!e->slot_bytes)
+			continue;
+		int fd = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		struct stat st;
+		void *p = MAP_FAILED;
+		if (fd >= 0 && fstat(fd, &st) == 0 &&
+		    ((uint64_t)st.st_size >= e->slot_bytes || ftruncate(fd, (off_t)e->slot_bytes) == 0))
+			p = mmap(NULL, e->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (fd >= 0)
+			close(fd);
+		if (p == MAP_FAILED) {
+			snap_fmt(msg, len, "cannot open slot file %s for the rebuild: %s", sp, strerror(errno));
+			local = SNAP_EIO;
+			break;
+		}
+		iov[2 * i + 1] = (struct iovec){ p, e->slot_bytes };
+	}
+	if (!local && in.parity_len) {
+		int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		struct stat st;
+		if (fd >= 0 && fstat(fd, &st) == 0 &&
+		    ((uint64_t)st.st_size == in.parity_len || ftruncate(fd, (off_t)in.parity_len) == 0))
+			parity = mmap(NULL, in.parity_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		if (fd >= 0)
+			close(fd);
+		if (!parity || parity == MAP_FAILED) {
+			parity = NULL;
+			snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
+			local = SNAP_EIO;
+		}
+	}
+	/* Collective: a local failure passes nothing and fails the group. */
+	struct snap_ec_rebuild_stats st = { 0 };
+	rc = snap_ec_rebuild_run(rb, local ? NULL : iov, local ? 0 : 2 * (int)n, local ? NULL : parity,
+				 local ? 0 : in.parity_len, &st);
+	if (rc && !local) {
+		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
+		local = rc;
+	}
+	/* Manifests and record last: they vouch for the bytes written above. */
+	for (uint32_t i = 0; !local && i < n; i++) {
+		char mp[SNAP_FILE_MAX];
+		void *fb = NULL;
+		size_t fl = 0;
+		snap_store_path(mesh->store, job, ent[i].rank, ent[i].slot, 1, mp, sizeof(mp));
+		int same = mesh_read_file(mp, 1u << 30, &fb, &fl) == 0 && fl == ent[i].man_len &&
+			   memcmp(fb, man[i], fl) == 0;
+		free(fb);
+		if (!same && mesh_write_atomic(mp, man[i], ent[i].man_len)) {
+			snap_fmt(msg, len, "cannot write manifest %s: %s", mp, strerror(errno));
+			local = SNAP_EIO;
+		}
+	}
+	size_t need = 0;
+	void *rec = NULL;
+	snap_ec_meta_pack(meta, NULL, 0, &need);
+	if (!local && (!(rec = malloc(need)) || snap_ec_meta_pack(meta, rec, need, &need) ||
+		       mesh_write_atomic(rpath, rec, need))) {
+		snap_fmt(msg, len, "cannot write record %s", rpath);
+		local = SNAP_EIO;
+	}
+	if (!local && !in.parity_len)
+		mesh_write_atomic(ppath, "", 0);
+	if (!local && (st.chunks_rebuilt || !have))
+		mesh_warn(mesh, "job %s step %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64 " corrupt), %" PRIu64
+			  " bytes written, CRCs verified", job, g, have ? "repaired this node" : "rebuilt this lost node",
+			  st.chunks_rebuilt, st.chunks_corrupt, st.bytes_written);
+	free(rec);
+	for (uint32_t i = 0; i < n; i++) {
+		free(man[i]);
+		if (iov && iov[2 * i + 1].iov_base)
+			munmap(iov[2 * i + 1].iov_base, ent[i].slot_bytes);
+	}
+	if (parity)
+		munmap(parity, in.parity_len);
+	free(man);
+	free(iov);
+	free(ent);
+	snap_ec_rebuild_free(rb);
+	return local;
+}
+
+/* Agree on the outcome; on failure everyone gets the first failing node's message. */
+static int agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
+{
+	int me = rc ? mesh->rank : mesh->size, first = 0;
+	MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, mesh->world);
+	if (first == mesh->size)
+		return 0;
+	char buf[MESH_ERRLEN] = "";
+	if (mesh->rank == first)
+		snprintf(buf, sizeof(buf), "%s", msg);
+	MPI_Bcast(buf, sizeof(buf), MPI_CHAR, first, mesh->world);
+	snap_fmt(msg, len, "node %d: %s", first, buf);
+	return SNAP_ELOST;
+}
+
+static void drop_except(struct snap_mesh *mesh, const char *job, uint64_t keep)
+{
+	uint64_t *steps;
+	size_t n;
+	if (mesh_list_records(mesh->store->root, job, &steps, &n))
+		return;
+	for (size_t i = 0; i < n; i++) {
+		char p[SNAP_FILE_MAX];
+		if (steps[i] == keep)
+			continue;
+		mesh_ec_path(mesh->store->root, job, steps[i], "rec", p, sizeof(p));
+		unlink(p);
+		mesh_ec_path(mesh->store->root, job, steps[i], "parity", p, sizeof(p));
+		unlink(p);
+	}
+	free(steps);
+}
+
+int mesh_recover(struct snap_mesh *mesh)
+{
+	struct rent *mine = NULL, *all = NULL;
+	int nmine = 0, changed = 0;
+	scan_records(mesh, &mine, &nmine);
+	int *cnt = calloc((size_t)mesh->size, sizeof(int)), *dsp = calloc((size_t)mesh->size, sizeof(int));
+	int *bc = calloc((size_t)mesh->size, sizeof(int)), *bd = calloc((size_t)mesh->size, sizeof(int));
+	if (!cnt || !dsp || !bc || !bd) {
+		free(cnt);
+		free(dsp);
+		free(bc);
+		free(bd);
+		free(mine);
+		return SNAP_ENOMEM; /* every node fails its start the same way or mpirun reaps it */
+	}
+	MPI_Allgather(&nmine, 1, MPI_INT, cnt, 1, MPI_INT, mesh->world);
+	int total = 0;
+	for (int i = 0; i < mesh->size; i++) {
+		dsp[i] = total;
+		total += cnt[i];
+		bc[i] = cnt[i] * (int)sizeof(struct rent);
+		bd[i] = dsp[i] * (int)sizeof(struct rent);
+	}
+	all = calloc((size_t)total + 1, sizeof(*all));
+	MPI_Allgatherv(mine, nmine * (int)sizeof(struct rent), MPI_BYTE, all, bc, bd, MPI_BYTE, mesh->world);
+	/* Jobs in name order (the same list on every node). */
+	for (int i = 0; i < total; i++)
+		mesh_job(mesh, all[i].job);
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		uint64_t best = 0, newest = 0;
+		int found = 0;
+		for (int i = 0; i < total; i++) {
+			if (strcmp(all[i].job, j->name))
+				continue;
+			newest = all[i].step > newest ? all[i].step : newest;
+			if ((!found || all[i].step > best) && rebuildable(mesh, all, cnt, dsp, j->name, all[i].step, NULL, 0)) {
+				best = all[i].step;
+				found = 1;
+			}
+		}
+		char msg[MESH_ERRLEN] = "";
+		if (!found) {
+			char why[700];
+			rebuildable(mesh, all, cnt, dsp, j->name, newest, why, sizeof(why));
+			j->lost = 1;
+			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s cannot be rebuilt from the mesh: newest protected step"
+				 " %" PRIu64 ": %s; no step is recoverable by every group (newest step still recoverable"
+				 " anywhere in memory: none; fall back to a disk checkpoint). Stores left untouched.",
+				 j->name, newest, why);
+			if (mesh->rank == 0)
+				mesh_warn(mesh, "%s", j->lost_msg);
+			continue;
+		}
+		if (best < newest) {
+			char why[700];
+			rebuildable(mesh, all, cnt, dsp, j->name, newest, why, sizeof(why));
+			if (mesh->rank == 0)
+				mesh_warn(mesh, "job %s: step %" PRIu64 " cannot be rebuilt (%s); using step %" PRIu64,
+					  j->name, newest, why, best);
+		}
+		int rc = rebuild_step(mesh, j->name, best, has_rec(all, cnt, dsp, mesh->rank, j->name, best), msg,
+				      sizeof(msg));
+		changed = 1;
+		if (agree(mesh, rc, msg, sizeof(msg))) {
+			j->lost = 1;
+			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s: rebuild of step %" PRIu64 " failed: %s", j->name,
+				 best, msg);
+			mesh_warn(mesh, "%s", j->lost_msg);
+			continue;
+		}
+		drop_except(mesh, j->name, best);
+		j->has_prot = 1;
+		j->prot = best;
+		if (mesh->rank == 0)
+			mesh_say(mesh, "job %s: step %" PRIu64 " verified on every node (rebuilt where lost or corrupt)",
+				 j->name, best);
+	}
+	free(cnt);
+	free(dsp);
+	free(bc);
+	free(bd);
+	free(all);
+	free(mine);
+	return changed;
+}

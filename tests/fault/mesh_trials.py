@@ -1,0 +1,373 @@
+#!/usr/bin/python3
+"""Erasure-coded mesh with real processes: `mpirun -np NODES snapsmp --ec K+M`
+(one store root and socket per node, on one machine), example trainers spread
+over the nodes, SIGKILL of the whole mesh, random loss of up to M nodes per
+group (their store directories deleted), random byte flips in survivors, and
+a relaunch that must rebuild every lost byte before the trainers resume.
+
+Each trial relaunches the mesh over the previous trial's stores:
+  quiet trial: the trainers ran to a target step and exited; the test waits
+               until every node has the record of that step (protected), then
+               kills the mesh. Expected after the loss: every rank restores
+               exactly that step (as it would have without the loss), the lost
+               nodes' files of that step (slot, manifest, parity, record) come
+               back bit-exact, and flipped bytes are repaired.
+  busy trial:  the mesh is killed while trainers commit and the mesh encodes.
+               Expected: every rank restores the same step, not older than the
+               newest step the daemons logged as protected (a node lost in the
+               middle of an encode must not cost the previous protected step).
+The trainer checks restored state itself (exit 3 on a mismatch).
+Finally (--final-loss) M+1 nodes of group 0 are lost: the relaunch must name
+the group and its lost nodes, refuse the restore (SNAP_ELOST), and leave the
+surviving stores byte-identical.
+"""
+import argparse
+import hashlib
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+JOB = "mt"
+
+
+def md5(path):
+    with open(path, "rb") as f:
+        return hashlib.md5(f.read()).hexdigest()
+
+
+def tree_md5(root):
+    out = {}
+    for d, _, files in os.walk(root):
+        for f in files:
+            if f.endswith(".sock") or f == "smp.lock":
+                continue
+            p = os.path.join(d, f)
+            out[os.path.relpath(p, root)] = md5(p)
+    return out
+
+
+def groups_of(nodes, k, m):
+    """Contiguous groups with ec/'s tail policy (mirrors snap_ec_group_of)."""
+    n = k + m
+    full, r = divmod(nodes, n)
+    gs = [list(range(i * n, (i + 1) * n)) for i in range(full)]
+    if r >= m + 1:
+        gs.append(list(range(full * n, nodes)))
+    elif r:
+        gs[-1].extend(range(full * n, nodes))
+    return gs
+
+
+class Mesh:
+    def __init__(self, a, base):
+        self.a, self.base, self.proc, self.logf = a, base, None, None
+
+    def root(self, n):
+        return os.path.join(self.base, f"node{n}")
+
+    def sanitizer_errors(self):
+        t = self.text() if getattr(self, "log", None) else ""
+        return "AddressSanitizer" in t or "runtime error:" in t or "LeakSanitizer" in t
+
+    def start(self, log):
+        if getattr(self, "log", None) and self.sanitizer_errors():
+            raise RuntimeError(f"sanitizer report in {self.log}")
+        env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+                   OMPI_MCA_mpi_yield_when_idle="1")
+        self.log = log
+        self.logf = open(log, "w")
+        # A killed node leaves its socket file: only a fresh one means "serving"
+        # (and the relaunch recovery runs before the socket is bound).
+        for n in range(self.a.nodes):
+            try:
+                os.unlink(os.path.join(self.root(n), "smp.sock"))
+            except FileNotFoundError:
+                pass
+        # Own session: SIGKILL of the process group takes mpirun and every node.
+        self.proc = subprocess.Popen(
+            [self.a.mpiexec, "-np", str(self.a.nodes), "--oversubscribe", self.a.snapsmp, "--ec", self.a.shape,
+             "--store", os.path.join(self.base, "node%n"), "--slots", "3", "--mem-limit", "256M"],
+            env=env, stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + 60
+        for n in range(self.a.nodes):
+            while not os.path.exists(os.path.join(self.root(n), "smp.sock")):
+                if time.time() > deadline or self.proc.poll() is not None:
+                    raise RuntimeError(f"mesh did not start; see {log}")
+                time.sleep(0.01)
+
+    def session(self):
+        """Pids in mpirun's session: Open MPI moves ranks to their own process
+        groups, but they stay in the session this test created."""
+        out = []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+            except OSError:
+                continue
+            fields = st[st.rindex(")") + 2:].split()
+            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid:
+                out.append(int(d))
+        return out
+
+    def signal_all(self, sig):
+        for pid in self.session():
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+
+    def kill(self):
+        if self.proc and self.proc.poll() is None:
+            self.signal_all(signal.SIGKILL)
+            # wait until no process of the session is left (ranks hold store locks)
+            deadline = time.time() + 10
+            while self.session() and time.time() < deadline:
+                self.signal_all(signal.SIGKILL)
+                time.sleep(0.01)
+            self.proc.kill()
+        if self.proc:
+            self.proc.wait()
+        if self.logf:
+            self.logf.close()
+        self.proc = None
+
+    def stop(self):
+        """SIGTERM: every node must shut down cleanly (threads joined, exit 0)."""
+        self.signal_all(signal.SIGTERM)  # every node, as a batch system would
+        rc = self.proc.wait(timeout=30)
+        self.logf.close()
+        self.proc = None
+        return rc
+
+    def text(self):
+        with open(self.log, errors="replace") as f:
+            return f.read()
+
+
+def start_trainers(a, mesh, logdir, tag, steps):
+    procs = []
+    for r in range(a.world):
+        node = r % a.nodes
+        env = dict(os.environ, SNAP_STORE=mesh.root(node), SNAP_JOB=JOB, SNAP_RANK=str(r),
+                   SNAP_WORLD_SIZE=str(a.world), SNAP_TIMEOUT_MS="20000", SNAP_COPY_THREADS="1", SNAP_SLOTS="3")
+        log = os.path.join(logdir, f"{tag}-r{r}.log")
+        err = open(os.path.join(logdir, f"{tag}-r{r}.err"), "w")
+        procs.append((subprocess.Popen([a.trainer, "--steps", str(steps), "--bytes", a.bytes, "--resume",
+                                        "--quiet", "--log", log], env=env, stdout=subprocess.DEVNULL,
+                                       stderr=err), log, err.name))
+        err.close()
+    return procs
+
+
+def restored_of(log):
+    res = None
+    with open(log) as f:
+        for line in f:
+            p = line.split()
+            if len(p) == 2 and p[0] in ("restored", "fresh") and p[1].isdigit():
+                res = int(p[1]) if p[0] == "restored" else 0
+    return res
+
+
+def have_record(mesh, a, step):
+    return all(os.path.exists(os.path.join(mesh.root(n), JOB, "ec", f"step-{step}.rec")) for n in range(a.nodes))
+
+
+def man_step(path):
+    """The step a manifest describes (libsnap/src/manifest.c: header 24 bytes, job, rank, world, step)."""
+    with open(path, "rb") as f:
+        b = f.read()
+    n = int.from_bytes(b[24:26], "little")
+    o = 26 + n + 8
+    return int.from_bytes(b[o:o + 8], "little")
+
+
+def step_files(root, step):
+    """Files that must come back bit-exact: ec files of step, slots whose manifest is for step."""
+    out = {}
+    ec = os.path.join(root, JOB, "ec")
+    for ext in ("parity", "rec"):
+        p = os.path.join(ec, f"step-{step}.{ext}")
+        if os.path.exists(p):
+            out[os.path.relpath(p, root)] = md5(p)
+    jd = os.path.join(root, JOB)
+    for d in sorted(os.listdir(jd)) if os.path.isdir(jd) else []:
+        if not d.startswith("rank-"):
+            continue
+        for f in os.listdir(os.path.join(jd, d)):
+            p = os.path.join(jd, d, f)
+            if f.endswith(".man") and man_step(p) == step:
+                out[os.path.relpath(p, root)] = md5(p)
+                out[os.path.relpath(p[:-4], root)] = md5(p[:-4])
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--shape", default="4+2")
+    ap.add_argument("--nodes", type=int, default=6)
+    ap.add_argument("--world", type=int, default=0, help="trainer ranks (default nodes + 2)")
+    ap.add_argument("--trials", type=int, default=10)
+    ap.add_argument("--bytes", default="96K")
+    ap.add_argument("--final-loss", action="store_true")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    a = ap.parse_args()
+    a.k, a.m = map(int, a.shape.split("+"))
+    a.world = a.world or a.nodes + 2
+    a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
+    a.trainer = os.path.join(a.build, "integration", "trainer")
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    base = f"/dev/shm/snaptest-mesh-{os.getpid()}"
+    logdir = f"/tmp/snaptest-mesh-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(logdir, exist_ok=True)
+    os.makedirs(base)
+    groups = groups_of(a.nodes, a.k, a.m)
+    print(f"mesh_trials: {a.shape} nodes={a.nodes} groups={groups} world={a.world} trials={a.trials} seed={seed}")
+    mesh = Mesh(a, base)
+    failures = []
+
+    def fail(msg):
+        print("FAIL:", msg)
+        failures.append(msg)
+
+    step, expect_exact, lower = 0, 0, 0
+    try:
+        for t in range(a.trials + 1):
+            mesh.start(os.path.join(logdir, f"mesh{t}.log"))
+            # Recovery ran before the sockets appeared: check the rebuilt files now.
+            if t > 0 and expect_exact is not None:
+                for n, files in want_files.items():
+                    got = step_files(mesh.root(n), expect_exact)
+                    for f, h in files.items():
+                        if got.get(f) != h:
+                            fail(f"trial {t}: node {n} {f} not rebuilt bit-exact (seed {seed})")
+                    hosted = len([r for r in range(a.world) if r % a.nodes == n])
+                    if sum(f.endswith(".man") for f in got) != hosted:
+                        fail(f"trial {t}: node {n}: {sorted(got)} after the rebuild, expected {hosted} manifests")
+            busy = 0 < t < a.trials and rng.random() < 0.35
+            # >= slots + 1 steps: a rank cannot finish before the others connect
+            # (retention holds it back), so all ranks share one incarnation.
+            target = step + rng.randint(4, 6)
+            procs = start_trainers(a, mesh, logdir, f"t{t}", 10**8 if busy else target)
+            if busy:
+                time.sleep(rng.uniform(0.2, 0.8))
+                mesh.kill()
+                for p, _, _ in procs:
+                    p.kill()
+            for p, _, _ in procs:
+                p.wait()
+            restored = set()
+            for r, (p, log, err) in enumerate(procs):
+                if p.returncode not in ((0,) if not busy else (0, 1, -signal.SIGKILL)):
+                    fail(f"trial {t} rank {r}: trainer exited {p.returncode}; see {err}")
+                restored.add(restored_of(log))
+            if len(restored) != 1:
+                fail(f"trial {t}: ranks restored different steps {sorted(restored, key=str)}")
+            got = restored.pop() if len(restored) == 1 else None
+            if t > 0 and expect_exact is not None and got != expect_exact:
+                fail(f"trial {t}: restored {got}, expected exactly {expect_exact}")
+            if t > 0 and expect_exact is None and (got is None or got < lower):
+                fail(f"trial {t}: restored {got}, expected at least protected step {lower}")
+            if t == a.trials:
+                break
+            if busy:
+                prot = [int(x) for x in re.findall(r"job mt step (\d+) protected", mesh.text())]
+                lower, expect_exact = max(prot) if prot else 0, None
+                committed = [0]
+                for _, log, _ in procs:
+                    with open(log) as f:
+                        committed += [int(x) for x in re.findall(r"^committed (\d+)$", f.read(), re.M)]
+                step = max(committed)  # nothing newer can be restored
+            else:
+                deadline = time.time() + 30
+                while not have_record(mesh, a, target):
+                    if time.time() > deadline:
+                        fail(f"trial {t}: step {target} was not protected within 30 s")
+                        break
+                    time.sleep(0.02)
+                mesh.kill()
+                expect_exact, step = target, target
+            # Lose up to M nodes per group, maybe flip a byte in a survivor.
+            want_files, lost_all = {}, []
+            for g in groups:
+                lost = rng.sample(g, rng.randint(0, a.m))
+                lost_all += lost
+                if expect_exact is not None:
+                    for n in lost:
+                        want_files[n] = step_files(mesh.root(n), expect_exact)
+                for n in lost:
+                    shutil.rmtree(mesh.root(n))
+                if expect_exact is not None and len(lost) < a.m and rng.random() < 0.5:
+                    n = rng.choice([x for x in g if x not in lost])
+                    files = step_files(mesh.root(n), expect_exact)
+                    victims = [f for f in files if f.endswith((".parity", ".rec")) or (f.split("/")[-1].startswith("slot-")
+                                                                            and not f.endswith(".man"))]
+                    if victims:
+                        f = rng.choice(victims)
+                        p = os.path.join(mesh.root(n), f)
+                        size = os.path.getsize(p)
+                        if size:
+                            with open(p, "r+b") as fh:
+                                off = rng.randrange(size)
+                                fh.seek(off)
+                                b = fh.read(1)
+                                fh.seek(off)
+                                fh.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
+                            want_files.setdefault(n, {})[f] = files[f]
+            print(f"trial {t}: {'busy' if busy else 'quiet'} restored={got} lost={sorted(lost_all)}"
+                  f" next expect={expect_exact if expect_exact is not None else f'>={lower}'}")
+        if a.final_loss:
+            mesh.kill()
+            g = groups[0]
+            lost = g[: a.m + 1]
+            survivors = {n: tree_md5(mesh.root(n)) for n in range(a.nodes) if n not in lost}
+            for n in lost:
+                shutil.rmtree(mesh.root(n))
+            mesh.start(os.path.join(logdir, "final.log"))
+            after = {n: tree_md5(mesh.root(n)) for n in survivors}
+            for n in survivors:
+                if after[n] != survivors[n]:
+                    fail(f"M+1 loss: surviving node {n}'s store changed")
+            procs = start_trainers(a, mesh, logdir, "final", 1)
+            for p, _, _ in procs:
+                p.wait()
+            text = mesh.text()
+            names = ",".join(str(x) for x in lost)
+            if f"group 0 (nodes {g[0]}-{g[-1]}" not in text or f"lost nodes {names}" not in text:
+                fail(f"M+1 loss: no error naming group 0 and lost nodes {names}; see {mesh.log}")
+            for r, (p, log, err) in enumerate(procs):
+                with open(err) as f:
+                    e = f.read()
+                if p.returncode != 1 or "cannot be rebuilt" not in e:
+                    fail(f"M+1 loss: trainer rank {r} exited {p.returncode} without the clear error: {e!r}")
+            print(f"final: lost {names} of group 0 -> refused clearly, survivors untouched")
+        rc = mesh.stop() if mesh.proc else 0
+        if mesh.sanitizer_errors():
+            fail(f"sanitizer report in {mesh.log}")
+        if rc != 0:
+            fail(f"mesh exited {rc} on SIGTERM")
+    finally:
+        mesh.kill()
+    if failures:
+        print(f"mesh_trials: {len(failures)} failures (seed {seed}); logs in {logdir}")
+        return 1
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(logdir, ignore_errors=True)
+    print("mesh_trials: ok")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
