@@ -70,7 +70,10 @@ int cmd_status(int argc, char **argv)
 	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json]\n"
 				       "Steps of every job (or one) in a node store (restorable = committed by every\n"
 				       "rank, partial = some ranks), memory used against the budget, and the steps\n"
-				       "persisted in the flush directory.\n", 0);
+				       "persisted in the flush directory.\n"
+				       "With --nodes N and a --store holding %n (snapsmp --ec): the mesh view of N node\n"
+				       "stores: per step, which nodes hold data and parity, whether each group is\n"
+				       "protected, and the storage overhead M/K.\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_open_store(&o, &s)))
