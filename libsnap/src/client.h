@@ -1,0 +1,86 @@
+/*
+ * client.h - the trainer-side context, shared by client.c (connection,
+ * registry, save/fence/commit) and restore.c (latest, restore, flush).
+ * Not installed.
+ */
+#ifndef SNAP_CLIENT_H
+#define SNAP_CLIENT_H
+
+#include <pthread.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+#include "buf.h"
+#include "internal.h"
+#include "manifest.h"
+#include "pool.h"
+
+#define ERRLEN 512
+#define SUBBLOCK (256u << 10)   /* copy, then CRC while the block is still in L2 */
+
+struct slot_map {
+	uint8_t *base;
+	uint64_t size;
+	dev_t dev;
+	ino_t ino;
+};
+
+/* One save in flight: its slot and its chunk checksums. */
+struct save_rec {
+	uint64_t step;
+	uint32_t slot;
+	uint8_t *base;
+	uint32_t *crc;
+	int status;
+	char err[ERRLEN];
+};
+
+struct snap_ctx {
+	struct snap_config cfg;
+	char err[ERRLEN];
+
+	int sock;
+	pthread_mutex_t sock_mu;
+
+	struct snap_region *regs;
+	uint32_t nregs, capregs;
+	struct snap_layout layout;
+	int frozen;
+
+	struct slot_map *maps;
+	unsigned nmaps;
+	struct snap_pool *pool;
+
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	int copying;            /* the current save's copy is running */
+	int unfenced;           /* a save was started and not fenced */
+	unsigned commits_pending;
+	uint64_t commits_started, commits_done;  /* order commits by step */
+	int pending_err;        /* a commit failed and nobody has been told */
+	char pending_msg[ERRLEN];
+	struct save_rec rec[2];
+	unsigned cur;
+	uint64_t last_step;
+	int have_last_step;
+	int last_status;
+
+	/* restore job */
+	const struct snap_manifest *rman;
+	const uint8_t *rbase;
+	int rphase;             /* 0 verify, 1 copy */
+	uint32_t rbad;          /* first bad CRC index + 1 */
+	int rdone;
+};
+
+/* Set the context message; returns rc. */
+int snap_fail(snap_ctx *ctx, int rc, const char *fmt, ...) SNAP_PRINTF(3, 4);
+/* One request/reply pair; the caller holds sock_mu. See client.c. */
+int snap_roundtrip(snap_ctx *ctx, char *errbuf, uint16_t type, const struct snap_wbuf *req, void **reply,
+		   uint32_t *rlen, int *fd_out, const char *what);
+/* Connect (HELLO, REGISTER when frozen) if not connected. */
+int snap_ensure_connected(snap_ctx *ctx);
+/* Build and register the layout on the first save or restore. */
+int snap_freeze(snap_ctx *ctx);
+
+#endif

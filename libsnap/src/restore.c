@@ -1,0 +1,180 @@
+/*
+ * The read side of the client: the newest restorable step, restore (verify
+ * every chunk, then copy), and flush requests. See snap/snap.h.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "client.h"
+#include "wire.h"
+
+int snap_latest(snap_ctx *ctx, uint64_t *step)
+{
+	if (!ctx || !step)
+		return SNAP_EINVAL;
+	int rc = snap_ensure_connected(ctx);
+	if (rc)
+		return rc;
+	void *rep;
+	uint32_t rlen;
+	pthread_mutex_lock(&ctx->sock_mu);
+	rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_LATEST, NULL, &rep, &rlen, NULL, "latest");
+	pthread_mutex_unlock(&ctx->sock_mu);
+	if (rc)
+		return rc;
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, rep, rlen);
+	*step = snap_get_u64(&r);
+	free(rep);
+	return r.bad ? snap_fail(ctx, SNAP_EPROTO, "latest: malformed reply") : 0;
+}
+
+static void restore_task(void *arg, uint32_t t)
+{
+	snap_ctx *ctx = arg;
+	uint64_t slot_off, n;
+	const struct snap_man_region *g = snap_layout_chunk(&ctx->rman->layout, t, &slot_off, &n);
+	uint64_t off = slot_off - g->offset;
+	const uint8_t *src = ctx->rbase + slot_off;
+	if (ctx->rphase == 0) {
+		if (snap_crc32c(src, n) != ctx->rman->crc[t]) {
+			pthread_mutex_lock(&ctx->mu);
+			if (!ctx->rbad || t + 1 < ctx->rbad)
+				ctx->rbad = t + 1;
+			pthread_mutex_unlock(&ctx->mu);
+		}
+		return;
+	}
+	/* Copy into the registered region of the same name. */
+	for (uint32_t i = 0; i < ctx->nregs; i++) {
+		if (strcmp(ctx->regs[i].name, g->name) == 0) {
+			memcpy((uint8_t *)ctx->regs[i].ptr + off, src, n);
+			return;
+		}
+	}
+}
+
+static void restore_done(void *arg)
+{
+	snap_ctx *ctx = arg;
+	pthread_mutex_lock(&ctx->mu);
+	ctx->rdone = 1;
+	pthread_cond_broadcast(&ctx->cv);
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+static void run_restore_phase(snap_ctx *ctx, int phase)
+{
+	ctx->rphase = phase;
+	ctx->rdone = 0;
+	snap_pool_submit(ctx->pool, ctx->rman->layout.ncrc, restore_task, restore_done, ctx);
+	pthread_mutex_lock(&ctx->mu);
+	while (!ctx->rdone)
+		pthread_cond_wait(&ctx->cv, &ctx->mu);
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
+{
+	if (!ctx)
+		return SNAP_EINVAL;
+	int rc = snap_wait(ctx);
+	if (rc)
+		return rc;
+	if ((rc = snap_freeze(ctx)) || (rc = snap_ensure_connected(ctx)))
+		return rc;
+
+	struct snap_wbuf w = { 0 };
+	snap_put_u64(&w, step);
+	void *rep;
+	uint32_t rlen;
+	int fd = -1;
+	pthread_mutex_lock(&ctx->sock_mu);
+	rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, &rep, &rlen, &fd, "restore");
+	pthread_mutex_unlock(&ctx->sock_mu);
+	snap_wbuf_free(&w);
+	if (rc)
+		return rc;
+	struct snap_manifest man;
+	char merr[256];
+	rc = snap_manifest_decode(rep, rlen, &man, merr, sizeof(merr));
+	free(rep);
+	if (rc) {
+		if (fd >= 0)
+			close(fd);
+		return snap_fail(ctx, rc, "restore: manifest from snapsmp is invalid: %s", merr);
+	}
+	char where[160];
+	snprintf(where, sizeof(where), "restore of step %" PRIu64 " (job %s, rank %u)", man.step, man.job, man.rank);
+	struct stat st;
+	uint8_t *base = MAP_FAILED;
+	if (fd < 0) {
+		rc = snap_fail(ctx, SNAP_EPROTO, "%s: snapsmp passed no slot file", where);
+	} else if (strcmp(man.job, ctx->cfg.job) != 0 || man.rank != (uint32_t)ctx->cfg.rank) {
+		rc = snap_fail(ctx, SNAP_EPROTO, "%s: snapsmp sent the snapshot of another job or rank", where);
+	} else if ((rc = snap_layout_compare(&man.layout, &ctx->layout, merr, sizeof(merr)))) {
+		snap_fail(ctx, rc, "%s: %s", where, merr);
+	} else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < man.layout.slot_bytes) {
+		rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: slot file %u is truncated (%" PRIu64 " of %" PRIu64 " bytes)", where,
+			  man.slot, (uint64_t)st.st_size, man.layout.slot_bytes);
+	} else if (man.layout.slot_bytes &&
+		   (base = mmap(NULL, man.layout.slot_bytes, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		rc = snap_fail(ctx, SNAP_EIO, "%s: mmap: %s", where, strerror(errno));
+	}
+	if (fd >= 0)
+		close(fd);
+	if (!rc) {
+		ctx->rman = &man;
+		ctx->rbase = base;
+		ctx->rbad = 0;
+		run_restore_phase(ctx, 0);
+		if (ctx->rbad) {
+			uint32_t t = ctx->rbad - 1;
+			uint64_t slot_off, len;
+			const struct snap_man_region *g = snap_layout_chunk(&man.layout, t, &slot_off, &len);
+			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u (bytes %" PRIu64 "+%" PRIu64
+				  ") fails its CRC32C check in slot %u; registered memory left untouched", where, g->name,
+				  t - g->first_crc, slot_off - g->offset, len, man.slot);
+		} else {
+			run_restore_phase(ctx, 1);
+			if (restored)
+				*restored = man.step;
+			/* The next save continues from here (see the timeline rule in slots.c). */
+			ctx->last_step = man.step;
+			ctx->have_last_step = 1;
+		}
+		ctx->rman = NULL;
+	}
+	if (base != MAP_FAILED)
+		munmap(base, man.layout.slot_bytes);
+	snap_manifest_free(&man);
+	return rc;
+}
+
+int snap_flush(snap_ctx *ctx, uint64_t step, int wait)
+{
+	if (!ctx)
+		return SNAP_EINVAL;
+	int rc = snap_ensure_connected(ctx);
+	if (rc)
+		return rc;
+	struct snap_wbuf w = { 0 };
+	snap_put_str(&w, ctx->cfg.job);
+	snap_put_u64(&w, step);
+	snap_put_u8(&w, wait ? 1 : 0);
+	void *rep;
+	uint32_t rlen;
+	pthread_mutex_lock(&ctx->sock_mu);
+	rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_FLUSH, &w, &rep, &rlen, NULL, "flush");
+	pthread_mutex_unlock(&ctx->sock_mu);
+	snap_wbuf_free(&w);
+	free(rep);
+	return rc;
+}
+
