@@ -167,9 +167,8 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, char *e
 	uint64_t step = snap_get_u64(r);
 	uint32_t ncrc = snap_get_u32(r);
 	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 4) {
+		/* EPROTO closes the connection, which frees the slots it was writing. */
 		snap_fmt(err, ERRLEN, "malformed COMMIT (%u checksums announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
-		if (slot < m->store->nslots)
-			snap_store_release_owner(m->store, c->rank, c);
 		return SNAP_EPROTO;
 	}
 	uint32_t *crc = malloc(sizeof(uint32_t) * (ncrc ? ncrc : 1));
@@ -301,7 +300,7 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 			close_conn(m, c);
 	} else {
 		if (rc != SNAP_EBUSY)
-			say(m, "%s%s%s: %s", c->job ? "job " : "peer", c->job ? c->job->name : "", "", err);
+			say(m, "%s%s: %s", c->job ? "job " : "peer", c->job ? c->job->name : "", err);
 		reply_err(c, h->type, rc, err);
 		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
 			close_conn(m, c);

@@ -22,7 +22,21 @@
 #include "internal.h"
 #include "store.h"
 
-/* Make a committed slot free again: unlink its manifest first. */
+/* Unlink slot i's manifest (first: from then on a crash finds a free slot), then free it. */
+static int drop_slot(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, char *err,
+		     size_t errlen)
+{
+	char mp[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, i, 1, mp, sizeof(mp));
+	if (unlink(mp) != 0 && errno != ENOENT) {
+		snap_fmt(err, errlen, "cannot withdraw manifest %s: %s", mp, strerror(errno));
+		return SNAP_EIO;
+	}
+	snap_store_slot_clear(&r->slots[i]);
+	return 0;
+}
+
+/* Make a committed slot free again, outside the normal recycling: logged. */
 static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, const char *why,
 		    char *err, size_t errlen)
 {
@@ -32,23 +46,13 @@ static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank
 			 r->rank);
 		return SNAP_EBUSY;
 	}
-	char mp[SNAP_FILE_MAX];
-	snap_store_path(s, j->name, r->rank, i, 1, mp, sizeof(mp));
-	if (unlink(mp) != 0 && errno != ENOENT) {
-		snap_fmt(err, errlen, "cannot withdraw manifest %s: %s", mp, strerror(errno));
-		return SNAP_EIO;
-	}
 	if (s->log) {
 		char msg[320];
 		snprintf(msg, sizeof(msg), "job %s rank %u: withdrew step %" PRIu64 " (generation %" PRIu64 "): %s",
 			 j->name, r->rank, sl->step, sl->man.gen, why);
 		s->log(msg);
 	}
-	snap_manifest_free(&sl->man);
-	free(sl->man_bytes);
-	sl->man_bytes = NULL;
-	sl->state = SLOT_FREE;
-	return 0;
+	return drop_slot(s, j, r, i, err, errlen);
 }
 
 void snap_store_new_generation(struct store_job *j)
@@ -218,19 +222,10 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 		return SNAP_EBUSY;
 	}
 	struct store_slot *sl = &r->slots[best];
-	char mpath[SNAP_FILE_MAX], path[SNAP_FILE_MAX];
-	snap_store_path(s, j->name, r->rank, (uint32_t)best, 1, mpath, sizeof(mpath));
+	char path[SNAP_FILE_MAX];
 	snap_store_path(s, j->name, r->rank, (uint32_t)best, 0, path, sizeof(path));
-	/* Withdraw the manifest first: from here on a crash finds a free slot. */
-	if (unlink(mpath) != 0 && errno != ENOENT) {
-		snap_fmt(err, errlen, "cannot withdraw manifest %s: %s", mpath, strerror(errno));
-		return SNAP_EIO;
-	}
-	if (sl->state == SLOT_COMMITTED)
-		snap_manifest_free(&sl->man);
-	free(sl->man_bytes);
-	sl->man_bytes = NULL;
-	sl->state = SLOT_FREE;
+	if ((rc = drop_slot(s, j, r, (uint32_t)best, err, errlen)))
+		return rc;
 	if (sl->size != r->layout.slot_bytes) {
 		int rc = size_slot(s, j, r, (uint32_t)best, r->layout.slot_bytes, err, errlen);
 		if (rc)

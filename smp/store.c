@@ -47,7 +47,7 @@ int snap_store_path(const struct snap_store *s, const char *job, uint32_t rank, 
 	return n < 0 || (size_t)n >= cap ? SNAP_EINVAL : 0;
 }
 
-static void slot_drop_manifest(struct store_slot *sl)
+void snap_store_slot_clear(struct store_slot *sl)
 {
 	if (sl->state == SLOT_COMMITTED)
 		snap_manifest_free(&sl->man);
@@ -304,7 +304,7 @@ void snap_store_close(struct snap_store *s)
 			if (!r)
 				continue;
 			for (unsigned k = 0; k < s->nslots; k++)
-				slot_drop_manifest(&r->slots[k]);
+				snap_store_slot_clear(&r->slots[k]);
 			snap_layout_free(&r->layout);
 			free(r->slots);
 			free(r);

@@ -130,6 +130,9 @@ void snap_store_new_generation(struct store_job *j);
 int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
 		      size_t errlen);
 
+/* Forget a slot's manifest in memory (the file is the caller's business): free. */
+void snap_store_slot_clear(struct store_slot *sl);
+
 /* Free every slot `owner` was writing (its trainer went away). */
 void snap_store_release_owner(const struct snap_store *s, struct store_rank *r, void *owner);
 

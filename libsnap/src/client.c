@@ -264,12 +264,15 @@ int snap_freeze(snap_ctx *ctx)
 		return 0;
 	if (ctx->nregs == 0)
 		return snap_fail(ctx, SNAP_ESTATE, "no region is registered");
-	int rc = snap_layout_build(&ctx->layout, ctx->regs, ctx->nregs, ctx->cfg.chunk_size, ctx->err,
-				   sizeof(ctx->err));
-	if (rc)
+	/* The layout is built once; a REGISTER refused (budget) may be retried. */
+	int rc;
+	if (!ctx->layout.regions &&
+	    (rc = snap_layout_build(&ctx->layout, ctx->regs, ctx->nregs, ctx->cfg.chunk_size, ctx->err,
+				    sizeof(ctx->err))))
 		return rc;
 	for (int i = 0; i < 2; i++) {
-		ctx->rec[i].crc = calloc(ctx->layout.ncrc ? ctx->layout.ncrc : 1, sizeof(uint32_t));
+		if (!ctx->rec[i].crc)
+			ctx->rec[i].crc = calloc(ctx->layout.ncrc ? ctx->layout.ncrc : 1, sizeof(uint32_t));
 		if (!ctx->rec[i].crc)
 			return snap_fail(ctx, SNAP_ENOMEM, "out of memory");
 	}
@@ -375,8 +378,6 @@ static void copy_done(void *arg)
 	int rc = send_commit(ctx, rec);
 
 	pthread_mutex_lock(&ctx->mu);
-	rec->status = rc;
-	ctx->last_status = rc;
 	if (rc) {
 		ctx->pending_err = rc;
 		memcpy(ctx->pending_msg, rec->err, ERRLEN);
@@ -449,9 +450,6 @@ int snap_save(snap_ctx *ctx, uint64_t step)
 	if (!rc && ctx->have_last_step && step <= ctx->last_step)
 		rc = snap_fail(ctx, SNAP_EINVAL, "save of step %" PRIu64 ": steps must increase (last was %" PRIu64 ")", step,
 			  ctx->last_step);
-	/* Keep at most one commit outstanding: its record must not be reused. */
-	while (!rc && ctx->commits_pending >= 2)
-		pthread_cond_wait(&ctx->cv, &ctx->mu);
 	pthread_mutex_unlock(&ctx->mu);
 	if (rc || (rc = snap_freeze(ctx)))
 		return rc;
@@ -465,6 +463,7 @@ int snap_save(snap_ctx *ctx, uint64_t step)
 		return rc;
 
 	pthread_mutex_lock(&ctx->mu);
+	/* Keep at most one commit outstanding: the record we reuse must be free. */
 	while (ctx->commits_pending >= 2)
 		pthread_cond_wait(&ctx->cv, &ctx->mu);
 	ctx->cur ^= 1;
@@ -472,7 +471,6 @@ int snap_save(snap_ctx *ctx, uint64_t step)
 	rec->step = step;
 	rec->slot = slot;
 	rec->base = base;
-	rec->status = 0;
 	ctx->copying = 1;
 	ctx->unfenced = 1;
 	ctx->commits_pending++;

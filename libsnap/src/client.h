@@ -31,7 +31,6 @@ struct save_rec {
 	uint32_t slot;
 	uint8_t *base;
 	uint32_t *crc;
-	int status;
 	char err[ERRLEN];
 };
 
@@ -63,7 +62,6 @@ struct snap_ctx {
 	unsigned cur;
 	uint64_t last_step;
 	int have_last_step;
-	int last_status;
 
 	/* restore job */
 	const struct snap_manifest *rman;
