@@ -6,9 +6,10 @@
  * flush the daemon pins the step's slots (refs, so retention cannot recycle
  * them), hands over a self-contained request (slot file paths and manifest
  * copies), and unpins when the result comes back through the notification
- * descriptor. The thread re-checks every chunk's CRC32C against the manifest
- * before writing, so a bit flip in the store is never persisted; it then
- * writes one file per rank, seals the step (persisted) and applies retention.
+ * descriptor. Each region's CRC32C is derived from the manifest's chunk CRCs
+ * (no extra pass) and the writer checks the bytes against it as it writes
+ * them, so a bit flip in the store is never persisted. Then the thread seals
+ * the step (persisted) and applies retention.
  */
 #ifndef SNAP_FLUSH_H
 #define SNAP_FLUSH_H

@@ -26,6 +26,13 @@ int snap_job_name_ok(const char *job);
 int snap_flush_codec_parse(const char *s, int *codec);
 int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
 
+/*
+ * CRC32C of a ++ b from crc(a), crc(b) and len(b), without the bytes (zlib's
+ * crc32_combine method over GF(2) with the Castagnoli polynomial). Lets the
+ * flush derive a region's CRC from its chunks' CRCs instead of rereading it.
+ */
+uint32_t snap_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
+
 /* Monotonic clock in nanoseconds. */
 uint64_t snap_now_ns(void);
 

@@ -251,6 +251,17 @@ static void test_crc(void)
 	CHECK(snap_crc32c("123456789", 9) == 0xE3069283u); /* the CRC-32C check value */
 	CHECK(snap_crc32c_update(snap_crc32c("1234", 4), "56789", 5) == 0xE3069283u);
 	CHECK(snap_crc32c("", 0) == 0);
+	/* combine(crc(a), crc(b), len(b)) == crc(a ++ b) for random splits and lengths */
+	srand(7);
+	static uint8_t buf[70000];
+	for (size_t i = 0; i < sizeof(buf); i++)
+		buf[i] = (uint8_t)rand();
+	for (int k = 0; k < 200; k++) {
+		size_t n = (size_t)rand() % sizeof(buf), cut = n ? (size_t)rand() % (n + 1) : 0;
+		uint32_t whole = snap_crc32c(buf, n);
+		uint32_t joined = snap_crc32c_combine(snap_crc32c(buf, cut), snap_crc32c(buf + cut, n - cut), n - cut);
+		CHECK(joined == whole);
+	}
 }
 
 int main(void)
