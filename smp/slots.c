@@ -46,12 +46,8 @@ static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank
 			 r->rank);
 		return SNAP_EBUSY;
 	}
-	if (s->log) {
-		char msg[320];
-		snprintf(msg, sizeof(msg), "job %s rank %u: withdrew step %" PRIu64 " (generation %" PRIu64 "): %s",
-			 j->name, r->rank, sl->step, sl->man.gen, why);
-		s->log(msg);
-	}
+	snap_store_logf(s, "job %s rank %u: withdrew step %" PRIu64 " (generation %" PRIu64 "): %s", j->name, r->rank,
+			sl->step, sl->man.gen, why);
 	return drop_slot(s, j, r, i, err, errlen);
 }
 

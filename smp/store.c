@@ -19,9 +19,7 @@
 #include "internal.h"
 #include "store.h"
 
-static void logf_(struct snap_store *s, const char *fmt, ...) SNAP_PRINTF(2, 3);
-
-static void logf_(struct snap_store *s, const char *fmt, ...)
+void snap_store_logf(const struct snap_store *s, const char *fmt, ...)
 {
 	if (!s->log)
 		return;
@@ -158,7 +156,7 @@ static void scan_slot(struct snap_store *s, struct store_job *j, struct store_ra
 		return;
 	}
 	free(buf);
-	logf_(s, "discarding %s: %s", mpath, why);
+	snap_store_logf(s, "discarding %s: %s", mpath, why);
 	if (!s->read_only)
 		unlink(mpath);
 }
@@ -192,12 +190,12 @@ static void scan_rank(struct snap_store *s, struct store_job *j, const char *dir
 			char p[SNAP_FILE_MAX];
 			if (join(p, sizeof(p), dir, e->d_name))
 				continue;
-			logf_(s, "removing leftover %s", p);
+			snap_store_logf(s, "removing leftover %s", p);
 			if (!s->read_only)
 				unlink(p);
 		} else if ((parse_uint(e->d_name, "slot-", "", &i) || parse_uint(e->d_name, "slot-", ".man", &i)) &&
 			   i >= s->nslots) {
-			logf_(s, "%s/%s: slot %u is beyond the configured %u slots per rank; ignored (raise SNAP_SLOTS to use it)",
+			snap_store_logf(s, "%s/%s: slot %u is beyond the configured %u slots per rank; ignored (raise SNAP_SLOTS to use it)",
 			      dir, e->d_name, i, s->nslots);
 		}
 	}

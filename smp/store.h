@@ -19,6 +19,7 @@
 
 #include <stdint.h>
 
+#include "internal.h"
 #include "manifest.h"
 
 enum slot_state { SLOT_FREE = 0, SLOT_WRITING = 1, SLOT_COMMITTED = 2 };
@@ -129,6 +130,9 @@ void snap_store_new_generation(struct store_job *j);
  */
 int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
 		      size_t errlen);
+
+/* A message through the store's log callback (none when NULL). */
+void snap_store_logf(const struct snap_store *s, const char *fmt, ...) SNAP_PRINTF(2, 3);
 
 /* Forget a slot's manifest in memory (the file is the caller's business): free. */
 void snap_store_slot_clear(struct store_slot *sl);
