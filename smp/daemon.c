@@ -490,10 +490,13 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 		rc = rc ? rc : SNAP_EIO;
 		goto out;
 	}
+	/* The mesh thread runs already: the store is shared from here on. */
+	snap_mesh_lock(m.mesh);
 	load_persisted(&m);
 	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
 	    cfg->store, cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
 	    cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
+	snap_mesh_unlock(m.mesh);
 
 	struct pollfd *pfd = NULL;
 	struct conn **pc = NULL;
