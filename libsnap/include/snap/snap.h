@@ -68,7 +68,8 @@ struct snap_config {
 	int world_size;               /* SNAP_WORLD_SIZE (else launcher vars), default 1 */
 	int local_rank;               /* SNAP_LOCAL_RANK (else launcher vars), default 0 */
 	uint64_t mem_limit;           /* SNAP_MEM_LIMIT: bytes snapsmp may hold; default 1/4 of RAM */
-	unsigned slots;               /* SNAP_SLOTS: slots per rank (>= 2), default 2 */
+	unsigned slots;               /* SNAP_SLOTS: slots per rank (>= 2), default 2; snapsmp decides,
+	                                 trainers follow its count */
 	unsigned copy_threads;        /* SNAP_COPY_THREADS: default 2 */
 	uint64_t chunk_size;          /* SNAP_CHUNK_SIZE: CRC granularity, default 4 MiB */
 	unsigned timeout_ms;          /* SNAP_TIMEOUT_MS: connect and slot wait, default 30000 */
