@@ -121,6 +121,15 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	return rc ? 1 : 0;
 }
 
+/* The private store lives in /dev/shm: never leave it behind. */
+static void remove_store(const char *store)
+{
+	char cmd[256];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", store);
+}
+
 static double bench_memcpy(uint64_t bytes, int iters)
 {
 	uint8_t *src = malloc(bytes), *dst = malloc(bytes);
@@ -256,20 +265,14 @@ int cmd_bench_snapshot(int argc, char **argv)
 	waitpid(spid, NULL, 0);
 	if (!ok) {
 		fprintf(stderr, "bench snapshot: a rank failed (see above)\n");
-		char cmd[256];
-		snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
-		if (system(cmd) != 0)
-			fprintf(stderr, "could not remove %s\n", store);
+		remove_store(store);
 		return ST_FAIL;
 	}
 	uint64_t total = per * (uint64_t)ranks;
 	double b = median(block, iters), cm = median(commit, iters);
 	double mc = bench_memcpy(total, iters);
 	double ts = bench_torch(store, total, iters);
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", store);
+	remove_store(store);
 
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"save_block_s\":%.6g,\"commit_s\":%.6g,\"memcpy_s\":%.6g,"
