@@ -109,7 +109,20 @@ struct ec_xchg {
 	size_t errlen;
 };
 
+/* Collective over x->comm. Allocates all its buffers first and agrees on
+ * that (one Allreduce), so a local out-of-memory fails the group. */
 int ec_xchg_run(struct ec_xchg *x);
+
+/* Agree on a status across the group (MPI_MIN) so no member proceeds
+ * alone; a member that was fine gets "failed on another group member". */
+int ec_group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what);
+
+/* Group member (0..n-1) holding slot `slot` of stripe s (rotated placement:
+ * data slot t on (s + m + t) mod n, parity row p on (s + p) mod n). */
+static inline int ec_slot_node(int n, int k, int m, int s, int slot)
+{
+	return slot < k ? (s + m + slot) % n : (s + slot - k) % n;
+}
 
 /* Error message helper: writes into buf (if any) and returns code. */
 int ec_errf(char *buf, size_t len, int code, const char *fmt, ...)

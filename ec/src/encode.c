@@ -18,17 +18,6 @@ struct snap_ec_encode {
 	char err[256];
 };
 
-/* Agree on a status across the group so no member proceeds alone. */
-static int group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what)
-{
-	int all = rc;
-	if (MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-		return ec_errf(err, errlen, SNAP_EIO, "ec: %s: MPI_Allreduce failed", what);
-	if (all && !rc)
-		ec_errf(err, errlen, all, "ec: %s failed on another group member (%d)", what, all);
-	return all;
-}
-
 static int check_comm(MPI_Comm comm, const struct snap_ec_group *g, char *err, size_t errlen)
 {
 	int size, rank;
@@ -75,15 +64,20 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 	mine.window = window;
 	mine.rc = rc;
 
+	/* Per-member tables live on the stack (n <= 255), so nothing can keep
+	 * this member out of the Allgather below; a failed allocation is
+	 * reported through it (rc) or through ec_group_status before the
+	 * Allgatherv, and fails the whole group instead of hanging it. */
+	struct begin_info all[SNAP_EC_MAX_GROUP];
+	int counts[SNAP_EC_MAX_GROUP], displs[SNAP_EC_MAX_GROUP];
 	struct snap_ec_encode *e = calloc(1, sizeof(*e));
-	struct begin_info *all = calloc((size_t)g->n, sizeof(*all));
-	int *counts = calloc((size_t)g->n, sizeof(int)), *displs = calloc((size_t)g->n, sizeof(int));
-	if (!e || !all || !counts || !displs) {
-		/* cannot even take part: the peers would block; nothing sane left */
-		free(e); free(all); free(counts); free(displs);
-		return ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	if (!e && !rc) {
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+		mine.rc = rc;
+		mine.app_len = 0;
 	}
-	e->comm = MPI_COMM_NULL;
+	if (e)
+		e->comm = MPI_COMM_NULL;
 	if (MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, comm) != MPI_SUCCESS) {
 		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of lengths failed");
 		goto fail;
@@ -99,38 +93,41 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 				     g->id, j);
 	}
 	if (rc)
-		goto fail;
+		goto fail; /* every member saw the same table: all leave here */
 	e->g = *g;
 	e->window = window;
-	struct snap_ec_meta *mt = calloc(1, sizeof(*mt));
-	e->mt = mt;
-	if (!mt) {
-		rc = SNAP_ENOMEM;
-		goto fail;
-	}
-	mt->step = step;
-	mt->group = g->id;
-	mt->first_rank = g->first_rank;
-	mt->n = g->n;
-	mt->k = g->k;
-	mt->m = g->m;
-	mt->index = g->index;
-	mt->chunk_size = chunk;
 	uint64_t maxl = 0, apps = 0;
 	for (int j = 0; j < g->n; j++) {
 		maxl = all[j].len > maxl ? all[j].len : maxl;
 		apps += all[j].app_len;
 	}
-	mt->seg_len = snap_ec_seg_len(g->k, maxl);
-	mt->nchunks = (uint32_t)((mt->seg_len + chunk - 1) / chunk);
-	if ((mt->seg_len + chunk - 1) / chunk > UINT32_MAX) {
+	uint64_t seg_len = snap_ec_seg_len(g->k, maxl);
+	if ((seg_len + chunk - 1) / chunk > UINT32_MAX) {
 		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: segments too long for chunk size %u", chunk);
-		goto fail;
+		goto fail; /* same verdict on every member */
 	}
-	if ((rc = ec_meta_alloc(mt, apps)) || (rc = ec_code_init(&e->code, g->k, g->m))) {
-		ec_errf(err, errlen, rc, "ec: out of memory for the metadata");
-		goto fail;
+	struct snap_ec_meta *mt = calloc(1, sizeof(*mt));
+	e->mt = mt;
+	if (!mt) {
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the metadata");
+	} else {
+		mt->step = step;
+		mt->group = g->id;
+		mt->first_rank = g->first_rank;
+		mt->n = g->n;
+		mt->k = g->k;
+		mt->m = g->m;
+		mt->index = g->index;
+		mt->chunk_size = chunk;
+		mt->seg_len = seg_len;
+		mt->nchunks = (uint32_t)((seg_len + chunk - 1) / chunk);
+		if ((rc = ec_meta_alloc(mt, apps)) || (rc = ec_code_init(&e->code, g->k, g->m)))
+			ec_errf(err, errlen, rc, "ec: out of memory for the metadata");
 	}
+	/* Local allocations above may fail on one member only: agree before
+	 * the Allgatherv that every member has to enter. */
+	if ((rc = ec_group_status(comm, rc, err, errlen, "encode setup")))
+		goto fail;
 	uint64_t off = 0;
 	for (int j = 0; j < g->n; j++) {
 		mt->len[j] = all[j].len;
@@ -151,11 +148,9 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 		goto fail;
 	}
 	MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN);
-	free(all); free(counts); free(displs);
 	*out = e;
 	return 0;
 fail:
-	free(all); free(counts); free(displs);
 	snap_ec_encode_free(e);
 	return rc;
 }
@@ -191,7 +186,7 @@ int snap_ec_encode_run(struct snap_ec_encode *e, const struct iovec *iov, int io
 			     (unsigned long long)parity_len, (unsigned long long)plen);
 	else if (!(mycrc = calloc(ncrc ? ncrc : 1, sizeof(uint32_t))))
 		rc = ec_errf(e->err, sizeof(e->err), SNAP_ENOMEM, "ec: out of memory");
-	rc = group_status(e->comm, rc, e->err, sizeof(e->err), "encode arguments");
+	rc = ec_group_status(e->comm, rc, e->err, sizeof(e->err), "encode arguments");
 	if (rc)
 		goto out;
 	struct ec_xchg x = {
@@ -200,7 +195,7 @@ int snap_ec_encode_run(struct snap_ec_encode *e, const struct iovec *iov, int io
 		.window = e->window, .err = e->err, .errlen = sizeof(e->err),
 	};
 	rc = ec_xchg_run(&x);
-	rc = group_status(e->comm, rc, e->err, sizeof(e->err), "encode exchange");
+	rc = ec_group_status(e->comm, rc, e->err, sizeof(e->err), "encode exchange");
 	if (rc)
 		goto out;
 	if (MPI_Allgather(mycrc, (int)ncrc, MPI_UINT32_T, mt->crc, (int)ncrc, MPI_UINT32_T, e->comm) !=

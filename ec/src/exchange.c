@@ -42,10 +42,10 @@ struct unit_slot {
 	uint64_t *rlen;    /* [k] bytes expected from each survivor */
 	const uint8_t *own_src; /* decoder's own source piece */
 	uint8_t *row_dst;  /* where my received row landed */
-	uint8_t *rbuf;     /* k * chunk, decoder only, allocated on first use */
-	uint8_t *obuf;     /* m * chunk, decoder only */
+	uint8_t *rbuf;     /* k * chunk: decoder's receive buffers */
+	uint8_t *obuf;     /* m * chunk: decoder's row buffers */
 	uint8_t *tmp;      /* chunk: staging / landing for a data piece that
-			    * straddles iovecs; allocated on first use */
+			    * straddles iovecs */
 };
 
 struct tbl_cache {
@@ -67,7 +67,7 @@ struct engine {
 
 static int slot_node(const struct engine *e, int s, int slot)
 {
-	return slot < e->k ? (s + e->m + slot) % e->n : (s + slot - e->k) % e->n;
+	return ec_slot_node(e->n, e->k, e->m, s, slot);
 }
 
 static int my_slot(const struct engine *e, int s)
@@ -107,13 +107,6 @@ static int fail(struct engine *e, int code, const char *what)
 		ec_errf(e->x->err, e->x->errlen, code, "ec: %s", what);
 	}
 	return code;
-}
-
-static uint8_t *get_tmp(struct engine *e, struct unit_slot *u)
-{
-	if (!u->tmp && !(u->tmp = malloc(e->mt->chunk_size)))
-		fail(e, SNAP_ENOMEM, "out of memory for a staging buffer");
-	return u->tmp;
 }
 
 /* Post the receives and sends of unit (s, q). One member, the decoder,
@@ -176,22 +169,16 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 		if (mine >= k) {
 			src = x->parity + piece_off(mt, mine, q);
 		} else if (!(src = ec_iov_contig(x->data, piece_off(mt, mine, q), mylen))) {
-			uint8_t *t = get_tmp(e, u);
-			if (t)
-				ec_iov_read(x->data, piece_off(mt, mine, q), t, mylen);
-			src = t;
+			ec_iov_read(x->data, piece_off(mt, mine, q), u->tmp, mylen);
+			src = u->tmp;
 		}
 	}
 	if (x->me == dec) {
 		u->is_dec = 1;
 		u->own_src = src;
-		if (!u->rbuf && !(u->rbuf = malloc((size_t)k * mt->chunk_size)))
-			fail(e, SNAP_ENOMEM, "out of memory for receive buffers");
-		if (!u->obuf && !(u->obuf = malloc((size_t)e->m * mt->chunk_size)))
-			fail(e, SNAP_ENOMEM, "out of memory for row buffers");
 		for (int i = 0; i < k; i++) {
 			u->rlen[i] = piece_len(e, s, q, u->surv[i]);
-			if (!u->rlen[i] || i == surv_me || !u->rbuf)
+			if (!u->rlen[i] || i == surv_me)
 				continue;
 			if (MPI_Irecv(u->rbuf + (size_t)i * mt->chunk_size, (int)u->rlen[i], MPI_BYTE,
 				      slot_node(e, s, u->surv[i]), tag, x->comm,
@@ -200,7 +187,7 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 		}
 		return;
 	}
-	if (surv_me >= 0 && mylen && src &&
+	if (surv_me >= 0 && mylen &&
 	    MPI_Isend(src, (int)mylen, MPI_BYTE, dec, tag, x->comm, &u->sreq[u->nsend++]) != MPI_SUCCESS)
 		fail(e, SNAP_EIO, "MPI_Isend failed");
 	if (u->my_er >= 0) {
@@ -208,15 +195,17 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 		uint8_t *dst = mine >= k ? x->parity + piece_off(mt, mine, q)
 					 : ec_iov_contig(x->data, piece_off(mt, mine, q), len);
 		if (!dst)
-			dst = get_tmp(e, u);
+			dst = u->tmp;
 		u->row_dst = dst;
-		if (dst && MPI_Irecv(dst, (int)len, MPI_BYTE, dec, tag, x->comm,
+		if (MPI_Irecv(dst, (int)len, MPI_BYTE, dec, tag, x->comm,
 				     &u->rreq[u->nrecv++]) != MPI_SUCCESS)
 			fail(e, SNAP_EIO, "MPI_Irecv failed");
 	}
 }
 
-static const uint8_t *row_tables(struct engine *e, const struct unit_slot *u)
+/* Decode tables of unit u; NULL with *rc set (SNAP_ENOMEM, or
+ * SNAP_ECORRUPT when the survivor matrix does not invert). */
+static const uint8_t *row_tables(struct engine *e, const struct unit_slot *u, int *rc)
 {
 	struct ec_xchg *x = e->x;
 	int k = e->k, ne = u->ne;
@@ -228,7 +217,7 @@ static const uint8_t *row_tables(struct engine *e, const struct unit_slot *u)
 		return c->tbls;
 	uint8_t coef[SNAP_EC_MAX_GROUP * SNAP_EC_MAX_GROUP];
 	for (int i = 0; i < ne; i++)
-		if (ec_code_row(x->code, u->surv, u->er[i], coef + (size_t)i * (size_t)k))
+		if ((*rc = ec_code_row(x->code, u->surv, u->er[i], coef + (size_t)i * (size_t)k)))
 			return NULL;
 	ec_init_tables(k, ne, coef, c->tbls);
 	memcpy(c->key, u->surv, sizeof(int) * (size_t)k);
@@ -282,12 +271,18 @@ static void complete(struct engine *e, struct unit_slot *u, int tag)
 	uint64_t clen = ec_chunk_len(mt, u->q);
 	if (u->is_dec && u->ne) {
 		/* sends of my own source went nowhere: I am the decoder */
-		const uint8_t *tb = row_tables(e, u);
-		if (!tb)
-			fail(e, SNAP_ENOMEM, "out of memory for decode tables");
+		int trc = 0;
+		const uint8_t *tb = e->rc ? NULL : row_tables(e, u, &trc);
+		if (!tb && !e->rc)
+			fail(e, trc, trc == SNAP_ENOMEM ? "out of memory for decode tables"
+						       : "survivor matrix does not invert");
+		const uint8_t *src[SNAP_EC_MAX_GROUP];
+		uint8_t *dst[SNAP_EC_MAX_GROUP];
+		for (int j = 0; j < u->ne; j++) /* my own parity row: in place */
+			dst[j] = (u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
+					 ? x->parity + piece_off(mt, u->er[j], u->q)
+					 : u->obuf + (size_t)j * mt->chunk_size;
 		if (!e->rc) {
-			const uint8_t *src[SNAP_EC_MAX_GROUP];
-			uint8_t *dst[SNAP_EC_MAX_GROUP];
 			for (int i = 0; i < k; i++) {
 				uint8_t *b = u->rbuf + (size_t)i * mt->chunk_size;
 				if (u->rlen[i] == 0) {
@@ -306,24 +301,27 @@ static void complete(struct engine *e, struct unit_slot *u, int tag)
 					src[i] = b;
 				}
 			}
-			for (int j = 0; j < u->ne; j++) /* my own parity row: in place */
-				dst[j] = (u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
-						 ? x->parity + piece_off(mt, u->er[j], u->q)
-						 : u->obuf + (size_t)j * mt->chunk_size;
 			ec_encode_data((int)clen, k, u->ne, (unsigned char *)tb, (unsigned char **)src, dst);
-			for (int j = 0; j < u->ne; j++) {
-				int slot = u->er[j], owner = slot_node(e, u->s, slot);
-				uint64_t len = piece_len(e, u->s, u->q, slot);
+		}
+		for (int j = 0; j < u->ne; j++) {
+			int slot = u->er[j], owner = slot_node(e, u->s, slot);
+			uint64_t len = piece_len(e, u->s, u->q, slot);
+			if (!e->rc)
 				for (uint64_t b = len; b < clen; b++)
 					if (dst[j][b]) { /* padding must decode to zeros */
 						fail(e, SNAP_ECORRUPT, "rebuilt padding is not zero");
 						break;
 					}
-				if (owner == x->me)
+			/* After a local failure the owners still wait for their
+			 * rows: they get zeros (an erased piece either way), and
+			 * the failure reaches them through the group status. */
+			const uint8_t *row = e->rc ? e->zero : dst[j];
+			if (owner == x->me) {
+				if (!e->rc)
 					own_row(e, u, slot, dst[j]);
-				else if (MPI_Isend(dst[j], (int)len, MPI_BYTE, owner, tag, x->comm,
-						   &u->sreq[u->nsend++]) != MPI_SUCCESS)
-					fail(e, SNAP_EIO, "MPI_Isend failed");
+			} else if (MPI_Isend(row, (int)len, MPI_BYTE, owner, tag, x->comm, &u->sreq[u->nsend++]) !=
+				   MPI_SUCCESS) {
+				fail(e, SNAP_EIO, "MPI_Isend failed");
 			}
 		}
 	} else if (u->my_er >= 0 && u->row_dst && !e->rc) {
@@ -331,6 +329,16 @@ static void complete(struct engine *e, struct unit_slot *u, int tag)
 	}
 	if (u->nsend && MPI_Waitall(u->nsend, u->sreq, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
 		fail(e, SNAP_EIO, "MPI send failed");
+}
+
+int ec_group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what)
+{
+	int all = rc;
+	if (MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EIO, "ec: %s: MPI_Allreduce failed", what);
+	if (all && !rc)
+		ec_errf(err, errlen, all, "ec: %s failed on another group member (%d)", what, all);
+	return all;
 }
 
 int ec_xchg_run(struct ec_xchg *x)
@@ -343,33 +351,39 @@ int ec_xchg_run(struct ec_xchg *x)
 		return 0;
 	if ((uint64_t)w > units)
 		w = (uint32_t)units;
-	e.zero = calloc(1, mt->chunk_size);
+	/* Every buffer up front (window x (k + m + 1) chunks, the documented
+	 * bound), then agree: a member short of memory fails the whole group
+	 * here instead of leaving its peers waiting inside the pipeline. */
+	size_t chunk = mt->chunk_size;
+	e.zero = calloc(1, chunk);
 	e.slots = calloc(w, sizeof(*e.slots));
 	e.cache = calloc((size_t)e.n, sizeof(*e.cache));
-	if (!e.zero || !e.slots || !e.cache) {
-		fail(&e, SNAP_ENOMEM, "out of memory for the exchange");
-		goto out;
-	}
-	e.zero_crc = snap_ec_crc32c(0, e.zero, mt->chunk_size);
-	for (uint32_t i = 0; i < w; i++) {
+	int ok = e.zero && e.slots && e.cache;
+	for (uint32_t i = 0; ok && i < w; i++) {
 		struct unit_slot *u = &e.slots[i];
 		u->rreq = calloc((size_t)e.k, sizeof(MPI_Request));
 		u->sreq = calloc((size_t)e.m, sizeof(MPI_Request));
 		u->surv = calloc((size_t)e.k, sizeof(int));
 		u->rlen = calloc((size_t)e.k, sizeof(uint64_t));
 		u->er = calloc((size_t)e.m, sizeof(int));
-		if (!u->rreq || !u->sreq || !u->surv || !u->rlen || !u->er) {
-			fail(&e, SNAP_ENOMEM, "out of memory for the exchange");
-			goto out;
-		}
+		u->rbuf = malloc((size_t)e.k * chunk);
+		u->obuf = malloc((size_t)e.m * chunk);
+		u->tmp = malloc(chunk);
+		ok = u->rreq && u->sreq && u->surv && u->rlen && u->er && u->rbuf && u->obuf && u->tmp;
 	}
-	for (int s = 0; s < e.n; s++) {
+	for (int s = 0; ok && s < e.n; s++) {
 		e.cache[s].key = calloc((size_t)e.n, sizeof(int));
 		e.cache[s].tbls = malloc((size_t)32 * (size_t)e.k * (size_t)e.m);
-		if (!e.cache[s].key || !e.cache[s].tbls) {
-			fail(&e, SNAP_ENOMEM, "out of memory for the exchange");
-			goto out;
-		}
+		ok = e.cache[s].key && e.cache[s].tbls;
+	}
+	if (!ok)
+		fail(&e, SNAP_ENOMEM, "out of memory for the exchange buffers");
+	else
+		e.zero_crc = snap_ec_crc32c(0, e.zero, chunk);
+	int grc = ec_group_status(x->comm, e.rc, x->err, x->errlen, "exchange setup");
+	if (grc) {
+		e.rc = grc;
+		goto out;
 	}
 	/* A local failure does not stop the loop: peers still expect our
 	 * sends and receives for every unit, or they would hang. */

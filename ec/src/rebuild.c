@@ -30,16 +30,6 @@ struct member_info {
 
 #define META_INDEX_OFF 32 /* byte offset of the index field in a packed meta */
 
-static int group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what)
-{
-	int all = rc;
-	if (MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
-		return ec_errf(err, errlen, SNAP_EIO, "ec: %s: MPI_Allreduce failed", what);
-	if (all && !rc)
-		ec_errf(err, errlen, all, "ec: %s failed on another group member (%d)", what, all);
-	return all;
-}
-
 /* Append ", rank R" items to a message without overflowing it. */
 static void append(char *buf, size_t len, const char *fmt, int a, int b)
 {
@@ -94,21 +84,24 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 			}
 		}
 	}
-	me.rc = rc;
+	/* The member table lives on the stack (n <= 255) so nothing keeps this
+	 * member out of the Allgather; allocation failures travel in me.rc or
+	 * through ec_group_status before the Bcast every member must enter. */
+	struct member_info all[SNAP_EC_MAX_GROUP];
 	struct snap_ec_rebuild *r = calloc(1, sizeof(*r));
-	struct member_info *all = calloc((size_t)g->n, sizeof(*all));
-	if (!r || !all) {
-		free(r); free(all); free(packed);
-		return ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	if (!r && !rc)
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	me.rc = rc;
+	if (r) {
+		r->comm = MPI_COMM_NULL;
+		r->g = *g;
+		r->window = window;
 	}
-	r->comm = MPI_COMM_NULL;
-	r->g = *g;
-	r->window = window;
 	if (MPI_Allgather(&me, sizeof(me), MPI_BYTE, all, sizeof(me), MPI_BYTE, comm) != MPI_SUCCESS) {
 		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of member states failed");
 		goto fail;
 	}
-	int ref = -1;
+	int ref = -1, nlost = 0;
 	for (int j = 0; j < g->n && !rc; j++) {
 		if (all[j].rc)
 			rc = ec_errf(err, errlen, all[j].rc, "ec: group %d index %d refused its arguments",
@@ -117,23 +110,16 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 			ref = j;
 	}
 	if (rc)
-		goto fail;
-	r->lost = calloc((size_t)g->n, 1);
-	if (!r->lost) {
-		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
-		goto fail;
-	}
-	for (int j = 0; j < g->n; j++) {
-		r->lost[j] = !all[j].have;
-		r->nlost += !all[j].have;
-	}
-	if (r->nlost > g->m) {
+		goto fail; /* every member saw the same table: all leave here */
+	for (int j = 0; j < g->n; j++)
+		nlost += !all[j].have;
+	if (nlost > g->m) {
 		char msg[400];
 		snprintf(msg, sizeof(msg), "ec: group %d (ranks %d-%d, %d+%d) lost %d members (ranks",
-			 g->id, g->first_rank, g->first_rank + g->n - 1, g->k, g->m, r->nlost);
+			 g->id, g->first_rank, g->first_rank + g->n - 1, g->k, g->m, nlost);
 		int first = 1;
 		for (int j = 0; j < g->n; j++)
-			if (r->lost[j]) {
+			if (!all[j].have) {
 				append(msg, sizeof(msg), first ? " %d" : ", %d", g->first_rank + j, 0);
 				first = 0;
 			}
@@ -149,30 +135,34 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 				     (unsigned long long)all[ref].step, j, (unsigned long long)all[j].step);
 			goto fail;
 		}
+	/* Local allocations: may fail on one member only. */
+	r->nlost = nlost;
+	if (!(r->lost = calloc((size_t)g->n, 1)))
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	for (int j = 0; r->lost && j < g->n; j++)
+		r->lost[j] = !all[j].have;
 	if (mine) {
-		r->mt = ec_meta_dup(mine);
+		if (!rc && !(r->mt = ec_meta_dup(mine)))
+			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
 	} else {
 		psize = all[ref].size;
-		packed = malloc(psize);
+		if (!rc && !(packed = malloc(psize)))
+			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
 	}
+	if ((rc = ec_group_status(comm, rc, err, errlen, "rebuild setup")))
+		goto fail;
 	/* Replacements learn their meta from the lowest surviving index; all
 	 * survivors' records are identical but for the index field. */
-	if (r->nlost) {
-		if (!packed)
-			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
-		else if (MPI_Bcast(packed, (int)all[ref].size, MPI_BYTE, ref, comm) != MPI_SUCCESS)
-			rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Bcast of the meta failed");
-	}
+	if (nlost && MPI_Bcast(packed, (int)all[ref].size, MPI_BYTE, ref, comm) != MPI_SUCCESS)
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Bcast of the meta failed");
 	if (!mine && !rc) {
 		rc = snap_ec_meta_unpack(packed, psize, &r->mt, err, errlen);
 		if (!rc)
 			r->mt->index = g->index;
 	}
-	if (!rc && !r->mt)
-		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
 	if (!rc && (rc = ec_code_init(&r->code, g->k, g->m)))
 		ec_errf(err, errlen, rc, "ec: out of memory");
-	rc = group_status(comm, rc, err, errlen, "rebuild setup");
+	rc = ec_group_status(comm, rc, err, errlen, "rebuild meta");
 	if (rc)
 		goto fail;
 	if (MPI_Comm_dup(comm, &r->comm) != MPI_SUCCESS) {
@@ -181,12 +171,10 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 		goto fail;
 	}
 	MPI_Comm_set_errhandler(r->comm, MPI_ERRORS_RETURN);
-	free(all);
 	free(packed);
 	*out = r;
 	return 0;
 fail:
-	free(all);
 	free(packed);
 	snap_ec_rebuild_free(r);
 	return rc;
@@ -308,7 +296,7 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 			     (unsigned long long)parity_len, (unsigned long long)plen);
 	else if (!(erased = calloc((size_t)mt->n * per + 1, 1)))
 		rc = ec_errf(r->err, sizeof(r->err), SNAP_ENOMEM, "ec: out of memory");
-	rc = group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild arguments");
+	rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild arguments");
 	if (rc)
 		goto out;
 	uint8_t *mine = erased + (size_t)mt->index * per;
@@ -326,7 +314,7 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 		.window = r->window, .err = r->err, .errlen = sizeof(r->err),
 	};
 	rc = ec_xchg_run(&x);
-	rc = group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild exchange");
+	rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild exchange");
 	if (st) {
 		st->lost = r->nlost;
 		st->chunks_rebuilt = x.chunks_written;
