@@ -202,19 +202,22 @@ struct jsum {
 	uint32_t n;
 };
 
-static void put(uint8_t **p, size_t *len, size_t *cap, const void *src, size_t n)
+/* The agreement cannot tolerate a node that skips a collective or folds
+ * different data: any local failure in a round stops the whole mesh. */
+_Noreturn static void round_fatal(struct snap_mesh *mesh, const char *what)
 {
-	if (!*p && *cap)
-		return; /* an earlier allocation failed */
+	mesh_warn(mesh, "agreement round: %s; aborting the mesh (a node that left the round or computed a "
+		  "different view would hang or split it)", what);
+	snap_mesh_abort(mesh, 1);
+}
+
+static void put(struct snap_mesh *mesh, uint8_t **p, size_t *len, size_t *cap, const void *src, size_t n)
+{
 	if (*len + n > *cap) {
 		size_t c = (*len + n) * 2 + 256;
 		uint8_t *q = realloc(*p, c);
-		if (!q) {
-			free(*p);
-			*p = NULL;
-			*cap = 1;
-			return;
-		}
+		if (!q)
+			round_fatal(mesh, "out of memory for this node's summary");
 		*p = q;
 		*cap = c;
 	}
@@ -251,21 +254,20 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 		}
 		struct jsum h = { .n = n };
 		snprintf(h.name, sizeof(h.name), "%s", j->name);
-		put(&p, len, &cap, &h, sizeof(h));
-		put(&p, len, &cap, e, n * sizeof(*e));
+		put(mesh, &p, len, &cap, &h, sizeof(h));
+		put(mesh, &p, len, &cap, e, n * sizeof(*e));
 	}
-	if (!p)
-		*len = 0;
 	return p;
 }
 
 /* Complete a nonblocking collective without spinning a core. */
-static void wait_req(MPI_Request *req)
+static void wait_req(struct snap_mesh *mesh, MPI_Request *req)
 {
 	int done = 0;
 	struct timespec ts = { 0, 200000 };
 	for (;;) {
-		MPI_Test(req, &done, MPI_STATUS_IGNORE);
+		if (MPI_Test(req, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+			round_fatal(mesh, "MPI_Test failed");
 		if (done)
 			return;
 		nanosleep(&ts, NULL);
@@ -294,6 +296,8 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 			p += sizeof(h);
 			h.name[SNAP_JOB_MAX] = 0;
 			struct mjob *j = mesh_job(mesh, h.name);
+			if (!j)
+				round_fatal(mesh, "out of memory for a job entry");
 			for (uint32_t i = 0; i < h.n && p + sizeof(struct sent) <= end; i++, p += sizeof(struct sent)) {
 				struct sent e;
 				memcpy(&e, p, sizeof(e));
@@ -305,7 +309,7 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 						cap = cap ? cap * 2 : 64;
 						void *q = realloc(a, cap * sizeof(*a));
 						if (!q)
-							break;
+							round_fatal(mesh, "out of memory folding the summaries");
 						a = q;
 					}
 					a[na++] = (struct agg){ j, { e.step, e.world, 0 } };
@@ -343,20 +347,12 @@ static int round_(struct snap_mesh *mesh, int protect)
 	int *hdrs = malloc(sizeof(int) * 2 * (size_t)mesh->size);
 	int *counts = malloc(sizeof(int) * (size_t)mesh->size), *displs = malloc(sizeof(int) * (size_t)mesh->size);
 	int stop = 0;
-	if (!hdrs || !counts || !displs) {
-		/* Cannot take part: the only safe thing left is to stop everyone. */
-		mesh_warn(mesh, "out of memory in the agreement round; stopping");
-		abort_round:
-		free(hdrs);
-		free(counts);
-		free(displs);
-		free(mine);
-		atomic_store(&mesh->stop_req, 1);
-		return 1;
-	}
+	if (!hdrs || !counts || !displs)
+		round_fatal(mesh, "out of memory for the gathered headers");
 	MPI_Request req;
-	MPI_Iallgather(hdr, 2, MPI_INT, hdrs, 2, MPI_INT, mesh->world, &req);
-	wait_req(&req);
+	if (MPI_Iallgather(hdr, 2, MPI_INT, hdrs, 2, MPI_INT, mesh->world, &req) != MPI_SUCCESS)
+		round_fatal(mesh, "MPI_Iallgather failed");
+	wait_req(mesh, &req);
 	size_t total = 0;
 	for (int i = 0; i < mesh->size; i++) {
 		counts[i] = hdrs[2 * i];
@@ -366,9 +362,10 @@ static int round_(struct snap_mesh *mesh, int protect)
 	}
 	uint8_t *all = malloc(total ? total : 1);
 	if (!all)
-		goto abort_round;
-	MPI_Iallgatherv(mine, (int)len, MPI_BYTE, all, counts, displs, MPI_BYTE, mesh->world, &req);
-	wait_req(&req);
+		round_fatal(mesh, "out of memory for the gathered summaries");
+	if (MPI_Iallgatherv(mine, (int)len, MPI_BYTE, all, counts, displs, MPI_BYTE, mesh->world, &req) != MPI_SUCCESS)
+		round_fatal(mesh, "MPI_Iallgatherv failed");
+	wait_req(mesh, &req);
 	pthread_mutex_lock(&mesh->mu);
 	compute_view(mesh, all, counts, displs);
 	pthread_mutex_unlock(&mesh->mu);
@@ -470,7 +467,7 @@ void snap_mesh_stop(struct snap_mesh *mesh)
 	mesh->thr_started = 0;
 }
 
-void snap_mesh_abort(struct snap_mesh *mesh, int code)
+_Noreturn void snap_mesh_abort(struct snap_mesh *mesh, int code)
 {
 	(void)mesh;
 	MPI_Abort(MPI_COMM_WORLD, code);

@@ -66,9 +66,10 @@ int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t st
 /* Stop the mesh thread (every node stops at the same agreement round; a
  * node whose stop came from a peer gets SIGTERM so its poll loop ends). */
 void snap_mesh_stop(struct snap_mesh *mesh);
-/* Error exit of a mesh node (snapsmp's main only): MPI_Abort, so that peers
- * waiting in a collective do not hang. Does not return. */
-void snap_mesh_abort(struct snap_mesh *mesh, int code);
+/* Error exit of a mesh node (snapsmp's main, and the mesh thread when an
+ * agreement round cannot go on): MPI_Abort, so that peers waiting in a
+ * collective do not hang. Does not return. */
+_Noreturn void snap_mesh_abort(struct snap_mesh *mesh, int code);
 /* Free communicators, MPI_Finalize, free. */
 void snap_mesh_finalize(struct snap_mesh *mesh);
 
