@@ -63,8 +63,10 @@ int main(int argc, char **argv)
 			int s = (int)(tu_next() % NSEEDS);
 			memcpy(buf, seeds[s], slen[s]);
 			size_t len = mutate(buf, slen[s], sizeof(buf));
-			int force = (int)(tu_next() % 5) - 1; /* -1: as is */
-			if (snap_fuzz_decode(buf, len, force > 2 ? -1 : force) == 0)
+			static const int F[] = { -1 /* as is */, SNAP_CODEC_LOSSLESS,
+						 SNAP_CODEC_LOSSY_ABS, SNAP_CODEC_LOSSY_REL };
+			int force = F[tu_next() % 4];
+			if (snap_fuzz_decode(buf, len, force) == 0)
 				accepted++;
 		}
 	}
