@@ -1,10 +1,13 @@
 /* The fuzz entry point: inspect and decode untrusted bytes, with an exactly
- * sized output buffer so that any overrun is caught by ASan. */
+ * sized output buffer so that any overrun is caught by ASan; single- and
+ * multi-threaded decoding, and the detected SIMD level and the scalar
+ * reference, must agree. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "snap/codec.h"
+#include "codec_impl.h"
 #include "fuzz_decode.h"
 
 int snap_fuzz_decode(const uint8_t *data, size_t size, int force_codec)
@@ -40,6 +43,19 @@ int snap_fuzz_decode(const uint8_t *data, size_t size, int force_codec)
 				if ((rc == 0) != (rc2 == 0) || (rc == 0 && (n != info.count || memcmp(a, b, bytes)))) {
 					fprintf(stderr, "fuzz: single/multi-thread decode disagree (%d vs %d)\n", rc, rc2);
 					abort();
+				}
+				/* The SIMD level's decoders against the scalar reference:
+				 * same verdict, same bytes. */
+				int level = snapc_isa;
+				if (level != SNAPC_ISA_SCALAR) {
+					snapc_set_isa(SNAPC_ISA_SCALAR);
+					int rc3 = snap_codec_decompress(copy, size, b, bytes, NULL);
+					snapc_set_isa(level);
+					if ((rc == 0) != (rc3 == 0) || (rc == 0 && memcmp(a, b, bytes))) {
+						fprintf(stderr, "fuzz: level %d and scalar decode disagree (%d vs %d)\n",
+							level, rc, rc3);
+						abort();
+					}
 				}
 			}
 			free(a);

@@ -7,6 +7,7 @@
 
 /* Decode data as a stream; force_codec >= 0 overwrites the codec byte first
  * so each decoder gets the whole input. Returns the decode result; aborts
- * (a fuzz finding) when single- and multi-threaded decoding disagree. */
+ * (a fuzz finding) when single- and multi-threaded decoding, or the detected
+ * SIMD level and the scalar level, disagree (verdict or bytes). */
 int snap_fuzz_decode(const uint8_t *data, size_t size, int force_codec);
 #endif
