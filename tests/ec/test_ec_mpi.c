@@ -382,6 +382,17 @@ static void too_many(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, 
 	group_free(&gd);
 }
 
+/* Flip the low bit of the byte at off in a packed meta and re-seal its
+ * CRC: a valid record that says something else. */
+static void restamp(uint8_t *blob, size_t blen, size_t off)
+{
+	blob[off] ^= 1;
+	size_t l = blen - 4;
+	uint32_t c = snap_ec_crc32c(0, blob, l);
+	for (int i = 0; i < 4; i++)
+		blob[l + (size_t)i] = (uint8_t)(c >> (8 * i));
+}
+
 static void bad_args(MPI_Comm gc, const struct snap_ec_group *g)
 {
 	int me = g->index, m = g->m;
@@ -424,8 +435,24 @@ static void bad_args(MPI_Comm gc, const struct snap_ec_group *g)
 	CHECK(snap_ec_meta_pack(snap_ec_encode_meta(e), blob, blen - 1, &blen) == SNAP_EOVERFLOW, "pack cap");
 	snap_ec_encode_free(e);
 	struct snap_ec_meta *mt = NULL;
-	snap_ec_meta_unpack(blob, blen, &mt, err, sizeof(err));
-	CHECK(snap_ec_meta_unpack(blob, blen - 1, &mt, err, sizeof(err)) == SNAP_ETRUNC || !mt, "truncated");
+	CHECK(snap_ec_meta_unpack(blob, blen - 1, &mt, err, sizeof(err)) == SNAP_ETRUNC && !mt, "truncated");
+	/* a record of another group or index handed to rebuild_begin: that
+	 * member refuses it (EMISMATCH) and the whole group gets the code */
+	for (int which = 0; which < 2; which++) {
+		uint8_t *b2 = malloc(blen);
+		memcpy(b2, blob, blen);
+		if (me == 0)
+			restamp(b2, blen, which ? 32 : 12); /* index : group field */
+		struct snap_ec_meta *bad = NULL;
+		CHECK(snap_ec_meta_unpack(b2, blen, &bad, err, sizeof(err)) == 0, "%s", err);
+		struct snap_ec_rebuild *rb = NULL;
+		rc = snap_ec_rebuild_begin(gc, g, bad, NULL, &rb, err, sizeof(err));
+		CHECK(rc == SNAP_EMISMATCH && !rb && (me != 0 || strstr(err, "handed to")),
+		      "wrong %s in the meta: %d %s", which ? "index" : "group", rc, err);
+		snap_ec_rebuild_free(rb);
+		snap_ec_meta_free(bad);
+		free(b2);
+	}
 	snap_ec_meta_unpack(blob, blen, &mt, err, sizeof(err));
 	/* survivors disagree on the step: index m's record is from another step */
 	struct snap_ec_rebuild *r = NULL;
@@ -434,11 +461,7 @@ static void bad_args(MPI_Comm gc, const struct snap_ec_group *g)
 	} else {
 		if (me == m + 1 || (g->n == m + 1 && me == 0)) {
 			/* re-stamp the step and re-pack: a valid record of another step */
-			blob[44] ^= 1; /* step low byte: magic, version, 8 u32 fields */
-			size_t l = blen - 4;
-			uint32_t c = snap_ec_crc32c(0, blob, l);
-			for (int i = 0; i < 4; i++)
-				blob[l + (size_t)i] = (uint8_t)(c >> (8 * i));
+			restamp(blob, blen, 44); /* step low byte: magic, version, 8 u32 fields */
 			snap_ec_meta_free(mt);
 			CHECK(snap_ec_meta_unpack(blob, blen, &mt, err, sizeof(err)) == 0, "%s", err);
 		}
