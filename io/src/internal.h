@@ -65,10 +65,17 @@ void io_uw_free(struct io_uring_writer *u);
 /* Starts a file: fd_direct may be -1 (no O_DIRECT); fd_buf is a plain fd. */
 void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf);
 /* Queues src[0..len) for file offset off; updates *crc (running state, not
- * finalised) in order. Returns 0 or -errno of the first failed write. */
-int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc);
+ * finalised) in order, so *crc is complete when this returns even though
+ * writes may still be in flight. tag is the caller's name for the range
+ * (a region index) and is recorded with each write. Returns 0 or -errno of
+ * the first failed write so far (of this range or an earlier one). */
+int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc,
+		size_t tag);
 /* Waits for everything in flight; returns 0 or the first -errno. */
 int io_uw_drain(struct io_uring_writer *u);
+/* The tag of the range whose write failed first (valid when a write or
+ * drain returned an error since io_uw_begin). */
+size_t io_uw_error_tag(const struct io_uring_writer *u);
 
 /* crc: running state helpers (state starts at 0xFFFFFFFF, final ^ ~0). */
 uint32_t io_crc_update(uint32_t state, const void *buf, size_t len);

@@ -21,6 +21,7 @@ struct req {
 	const void *ptr;
 	size_t len;
 	uint64_t off;
+	size_t tag;            /* the caller's tag of the range it belongs to */
 	void *bounce;          /* lazily allocated, io_bytes, 4096-aligned */
 };
 
@@ -30,6 +31,8 @@ struct io_uring_writer {
 	size_t io_bytes;
 	int fd_direct, fd_buf;
 	int error;             /* first -errno */
+	size_t error_tag;      /* tag of the range that failed first */
+	size_t cur_tag;        /* tag of the range being queued */
 	struct req *reqs;
 };
 
@@ -67,12 +70,20 @@ void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf)
 	u->fd_direct = fd_direct;
 	u->fd_buf = fd_buf;
 	u->error = 0;
+	u->error_tag = 0;
 }
 
-static void note(struct io_uring_writer *u, int e)
+static void note(struct io_uring_writer *u, int e, size_t tag)
 {
-	if (!u->error)
+	if (!u->error) {
 		u->error = e;
+		u->error_tag = tag;
+	}
+}
+
+size_t io_uw_error_tag(const struct io_uring_writer *u)
+{
+	return u->error_tag;
 }
 
 /* A short write finishes synchronously so the real errno (ENOSPC) shows. */
@@ -86,7 +97,7 @@ static void finish_short(struct io_uring_writer *u, struct req *r, size_t done)
 		if (k < 0 && errno == EINTR)
 			continue;
 		if (k <= 0) {
-			note(u, k < 0 ? -errno : -ENOSPC);
+			note(u, k < 0 ? -errno : -ENOSPC, r->tag);
 			return;
 		}
 		p += k;
@@ -103,14 +114,14 @@ static int reap_one(struct io_uring_writer *u)
 		rc = io_uring_wait_cqe(&u->ring, &cqe);
 	while (rc == -EINTR);
 	if (rc < 0) {
-		note(u, rc);
+		note(u, rc, u->cur_tag);
 		return rc;
 	}
 	struct req *r = io_uring_cqe_get_data(cqe);
 	int res = cqe->res;
 	io_uring_cqe_seen(&u->ring, cqe);
 	if (res < 0)
-		note(u, res);
+		note(u, res, r->tag);
 	else if ((size_t)res < r->len)
 		finish_short(u, r, (size_t)res);
 	r->busy = 0;
@@ -165,9 +176,11 @@ static int sync_write(int fd, const void *src, size_t len, uint64_t off)
 	return 0;
 }
 
-int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc)
+int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc,
+		size_t tag)
 {
 	const char *s = src;
+	u->cur_tag = tag;
 	uint64_t end = off + len;
 	uint64_t a = off, b = off;
 	if (u->fd_direct >= 0) {
@@ -179,8 +192,10 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 	if (a > off) {
 		*crc = io_crc_update(*crc, s, a - off);
 		int rc = sync_write(u->fd_buf, s, a - off, off);
-		if (rc)
-			return rc;
+		if (rc) {
+			note(u, rc, tag);
+			return u->error;
+		}
 	}
 	uint64_t mid_end = u->fd_direct >= 0 ? b : end;
 	for (uint64_t p = a; p < mid_end && !u->error;) {
@@ -193,10 +208,12 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 		r->fd = u->fd_direct >= 0 ? u->fd_direct : u->fd_buf;
 		r->len = k;
 		r->off = p;
+		r->tag = tag;
 		if (u->fd_direct >= 0 && ((uintptr_t)from % IO_ALIGN) != 0) {
 			if (!r->bounce && posix_memalign(&r->bounce, IO_ALIGN, u->io_bytes) != 0) {
 				r->bounce = NULL;
-				return -ENOMEM;
+				note(u, -ENOMEM, tag);
+				return u->error;
 			}
 			memcpy(r->bounce, from, k);
 			r->ptr = r->bounce;
@@ -204,8 +221,10 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 			r->ptr = from;
 		}
 		int rc = submit(u, r);
-		if (rc)
-			return rc;
+		if (rc) {
+			note(u, rc, tag);
+			return u->error;
+		}
 		p += k;
 	}
 	if (u->error)
@@ -213,8 +232,10 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 	if (u->fd_direct >= 0 && end > b && b >= a) {
 		*crc = io_crc_update(*crc, s + (b - off), end - b);
 		int rc = sync_write(u->fd_buf, s + (b - off), end - b, b);
-		if (rc)
-			return rc;
+		if (rc) {
+			note(u, rc, tag);
+			return u->error;
+		}
 	}
 	return 0;
 }

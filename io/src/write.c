@@ -389,31 +389,46 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	io_uw_begin(w->uw, fdd, fd);
 	int rc = 0;
 	char dsname[3 * IO_MAX_NAME + 1];
-	for (size_t i = 0; i < n && !rc; i++) {
+	/* Writes of all regions stay in flight together; the CRC is complete
+	 * once a region is queued, so it is checked per region here, and the
+	 * writes are drained once at the end. Each write carries its region's
+	 * index so a failure still names the dataset. */
+	size_t bad_crc = SIZE_MAX;
+	int e = 0;
+	for (size_t i = 0; i < n; i++) {
 		if (plan[i].off == HADDR_UNDEF)
 			continue;
 		uint32_t c = 0xFFFFFFFFu;
-		int e = io_uw_write(w->uw, r[i].data, r[i].bytes, plan[i].off, &c);
-		if (!e)
-			e = io_uw_drain(w->uw);
-		io_sanitise(r[i].name, dsname, sizeof dsname);
-		if (e)
-			rc = io_fail(err, io_errno_code(-e) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(-e),
-				     "%s: writing data of dataset \"%s\" failed: %s", final, dsname, strerror(-e));
-		else if ((c ^ 0xFFFFFFFFu) != plan[i].expect)
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") does not match its "
-				     "CRC32C %08x: source memory changed or is corrupt", final, r[i].name, dsname,
-				     plan[i].expect);
+		if ((e = io_uw_write(w->uw, r[i].data, r[i].bytes, plan[i].off, &c, i)) != 0)
+			break;
+		if ((c ^ 0xFFFFFFFFu) != plan[i].expect) {
+			bad_crc = i;
+			break;
+		}
 	}
-	io_uw_drain(w->uw);
+	int d = io_uw_drain(w->uw);
+	if (!e)
+		e = d;
+	/* The lower region index is the first failure in file order. */
+	size_t bad_io = e ? io_uw_error_tag(w->uw) : SIZE_MAX;
+	if (e && bad_io <= bad_crc) {
+		io_sanitise(r[bad_io].name, dsname, sizeof dsname);
+		rc = io_fail(err, io_errno_code(-e) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(-e),
+			     "%s: writing data of dataset \"%s\" failed: %s", final, dsname, strerror(-e));
+	} else if (bad_crc < n) {
+		io_sanitise(r[bad_crc].name, dsname, sizeof dsname);
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") does not match its "
+			     "CRC32C %08x: source memory changed or is corrupt", final, r[bad_crc].name, dsname,
+			     plan[bad_crc].expect);
+	}
 	if (!rc && fsync(fd) < 0) {
-		int e = errno;
+		e = errno;
 		rc = io_fail(err, io_errno_code(e), "%s: fsync failed: %s", final, strerror(e));
 	}
 	if (fdd >= 0)
 		close(fdd);
 	if (close(fd) < 0 && !rc) {
-		int e = errno;
+		e = errno;
 		rc = io_fail(err, io_errno_code(e), "%s: close failed: %s", final, strerror(e));
 	}
 	return rc;
