@@ -77,6 +77,36 @@ ll_chunks(const uint8_t *src, uint32_t n, const uint32_t es, const uint32_t M,
 	*escpp = escp;
 }
 
+/* Exponent histogram of n values into hist (zeroed by the caller), with
+ * four interleaved counters so that runs of one exponent do not chain their
+ * increments; es as a constant so the loads fold. */
+static inline __attribute__((always_inline)) void
+hist4(const uint8_t *src, uint32_t n, const uint32_t es, const uint32_t M,
+      const uint32_t emask, uint32_t *hist)
+{
+	uint32_t h4[3][256], i;
+	memset(h4, 0, sizeof(h4));
+	for (i = 0; i + 4 <= n; i += 4) {
+		uint32_t v[4];
+		if (es == 4) {
+			memcpy(v, src + 4 * (size_t)i, 16);
+		} else {
+			uint16_t h[4];
+			memcpy(h, src + 2 * (size_t)i, 8);
+			for (int j = 0; j < 4; j++)
+				v[j] = h[j];
+		}
+		hist[(v[0] >> M) & emask]++;
+		h4[0][(v[1] >> M) & emask]++;
+		h4[1][(v[2] >> M) & emask]++;
+		h4[2][(v[3] >> M) & emask]++;
+	}
+	for (; i < n; i++)
+		hist[(snapc_ldel(src, i, es) >> M) & emask]++;
+	for (uint32_t s = 0; s <= emask; s++)
+		hist[s] += h4[0][s] + h4[1][s] + h4[2][s];
+}
+
 int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 		    uint8_t *dst, size_t cap, size_t *len)
 {
@@ -86,44 +116,10 @@ int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 	uint8_t sym[256], map[256];
 	uint32_t i;
 
-	if (es == 4) {
-		/* four histograms: runs of one exponent do not chain increments */
-		uint32_t h4[3][256];
-		memset(h4, 0, sizeof(h4));
-		for (i = 0; i + 4 <= n; i += 4) {
-			uint32_t v[4];
-			memcpy(v, src + 4 * i, 16);
-			hist[(v[0] >> 23) & 0xff]++;
-			h4[0][(v[1] >> 23) & 0xff]++;
-			h4[1][(v[2] >> 23) & 0xff]++;
-			h4[2][(v[3] >> 23) & 0xff]++;
-		}
-		for (; i < n; i++) {
-			uint32_t v;
-			memcpy(&v, src + 4 * i, 4);
-			hist[(v >> 23) & 0xff]++;
-		}
-		for (uint32_t s = 0; s < 256; s++)
-			hist[s] += h4[0][s] + h4[1][s] + h4[2][s];
-	} else if (snapc_isa > SNAPC_ISA_SCALAR) {
-		uint32_t h4[3][256];
-		memset(h4, 0, sizeof(h4));
-		for (i = 0; i + 4 <= n; i += 4) {
-			uint16_t v[4];
-			memcpy(v, src + 2 * i, 8);
-			hist[(v[0] >> M) & emask]++;
-			h4[0][(v[1] >> M) & emask]++;
-			h4[1][(v[2] >> M) & emask]++;
-			h4[2][(v[3] >> M) & emask]++;
-		}
-		for (; i < n; i++)
-			hist[(snapc_ldel(src, i, 2) >> M) & emask]++;
-		for (uint32_t s = 0; s <= emask; s++)
-			hist[s] += h4[0][s] + h4[1][s] + h4[2][s];
-	} else {
-		for (i = 0; i < n; i++)
-			hist[(snapc_ldel(src, i, 2) >> M) & emask]++;
-	}
+	if (es == 4)
+		hist4(src, n, 4, 23, 0xff, hist);
+	else
+		hist4(src, n, 2, M, emask, hist);
 	uint32_t distinct = sorted_table(hist, emask + 1, sym, cnt);
 	uint32_t k, T;
 	snapc_choose_k(cnt, distinct, n, E, &k, &T);
