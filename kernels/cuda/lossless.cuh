@@ -71,12 +71,7 @@ __device__ static void ll_encode_block(const uint8_t *src, uint32_t n,
 	}
 	__syncthreads();
 	if (tid == 0) {
-		uint32_t acc = 0;
-		for (uint32_t c = 0; c < nc; c++) {
-			uint32_t v = chunk_esc[c];
-			chunk_esc[c] = acc;
-			acc += v;
-		}
+		snapk_exscan1(chunk_esc, nc);
 		out[0] = (uint8_t)k;
 		out[1] = (uint8_t)T;
 		out[2] = out[3] = 0;
@@ -144,16 +139,8 @@ __device__ static void ll_decode_block(const uint8_t *src, uint32_t len, uint32_
 		chunk_esc[c] = ne;
 	}
 	__syncthreads();
-	if (tid == 0) {
-		uint32_t acc = 0;
-		for (uint32_t c = 0; c < nc; c++) {
-			uint32_t v = chunk_esc[c];
-			chunk_esc[c] = acc;
-			acc += v;
-		}
-		if (acc != nesc)
-			s_bad = 1;
-	}
+	if (tid == 0 && snapk_exscan1(chunk_esc, nc) != nesc)
+		s_bad = 1;
 	__syncthreads();
 	if (s_bad) { if (tid == 0) snapk_fail(status, -5); return; }
 	for (uint32_t c = tid; c < nc; c += nt) {
