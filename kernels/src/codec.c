@@ -257,7 +257,6 @@ static int plan_compress(const struct snap_codec_params *p, const void *src,
 	}
 	if (pl->codec == SNAP_CODEC_LOSSLESS)
 		pl->bound = pl->param = 0.0;
-	pl->q.bound = pl->bound;
 	return 0;
 }
 
@@ -339,7 +338,6 @@ static int plan_stream(const uint8_t *s, size_t len, struct plan *pl)
 	} else if (snapc_step(pl->bound, &pl->q) || !(pl->param > 0.0)) {
 		return SNAP_ECORRUPT;
 	}
-	pl->q.bound = pl->bound;
 	return 0;
 }
 

@@ -148,12 +148,15 @@ SNAP_HD float snapc_down(double v) /* largest float <= v (v >= 0, finite) */
 	return f;
 }
 
+/* 0 and q filled for a bound in (0, 1e300) whose 2*bound is at least the
+ * smallest normal float, else -1 and q untouched. Larger bounds cap the step
+ * at FLT_MAX (snapc_down never returns Inf). */
 SNAP_HD int snapc_step(double bound, struct snapc_lyq *q)
 {
 	if (!(bound > 0.0) || !(bound < 1.0e300))
 		return -1;
 	float f = snapc_down(2.0 * bound);
-	if (!(f >= 1.17549435e-38f) || !(f <= 3.40282347e38f))
+	if (!(f >= 1.17549435e-38f)) /* 2*bound under the smallest normal */
 		return -1;
 	q->step = f;
 	q->inv = 1.0f / f;

@@ -77,9 +77,10 @@ struct snap_codec_info {
 };
 
 /* Validate params. Returns 0, SNAP_EINVAL (bad codec/dtype/block size) or
- * SNAP_ERANGE (bound not finite/positive, or too small/large for a float
- * quantization step: an ABS bound must give 2*bound within the normal float
- * range). */
+ * SNAP_ERANGE: the bound (ABS) or factor (REL) is not positive or not below
+ * 1e300, or an ABS bound is too small for a float quantization step (2*bound
+ * under the smallest normal float, ~1.18e-38). Large ABS bounds up to 1e300
+ * are accepted: the step is capped at FLT_MAX. */
 int snap_codec_check(const struct snap_codec_params *p);
 
 /* Worst-case stream size in bytes for count values under p: a destination of
