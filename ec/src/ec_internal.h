@@ -117,6 +117,15 @@ int ec_xchg_run(struct ec_xchg *x);
  * alone; a member that was fine gets "failed on another group member". */
 int ec_group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what);
 
+/* EINVAL with a message unless g is a valid shape and comm has g->n members
+ * with this process at g->index. */
+int ec_check_comm(MPI_Comm comm, const struct snap_ec_group *g, char *err, size_t errlen);
+
+/* CRC32C of member `me`'s piece (slot, chunk q) as the meta records it: a
+ * data chunk zero-padded to the chunk length, or a parity chunk. */
+uint32_t ec_piece_crc(const struct snap_ec_meta *mt, int me, const struct ec_iov *v, const uint8_t *parity,
+		      int slot, uint32_t q);
+
 /* Group member (0..n-1) holding slot `slot` of stripe s (rotated placement:
  * data slot t on (s + m + t) mod n, parity row p on (s + p) mod n). */
 static inline int ec_slot_node(int n, int k, int m, int s, int slot)

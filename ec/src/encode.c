@@ -18,21 +18,6 @@ struct snap_ec_encode {
 	char err[256];
 };
 
-static int check_comm(MPI_Comm comm, const struct snap_ec_group *g, char *err, size_t errlen)
-{
-	int size, rank;
-	if (!g || g->k < 1 || g->m < 1 || g->n != g->k + g->m || g->n > SNAP_EC_MAX_GROUP)
-		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group description");
-	if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS ||
-	    MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
-		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group communicator");
-	if (size != g->n || rank != g->index)
-		return ec_errf(err, errlen, SNAP_EINVAL,
-			       "ec: communicator has size %d rank %d, group %d expects %d members, index %d",
-			       size, rank, g->id, g->n, g->index);
-	return 0;
-}
-
 struct begin_info {
 	uint64_t len, step;
 	uint32_t app_len, chunk, window;
@@ -44,7 +29,7 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 			 const struct snap_ec_opts *opts, struct snap_ec_encode **out,
 			 char *err, size_t errlen)
 {
-	int rc = check_comm(comm, g, err, errlen);
+	int rc = ec_check_comm(comm, g, err, errlen);
 	if (rc)
 		return rc;
 	if (out)

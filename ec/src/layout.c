@@ -169,3 +169,18 @@ int snap_ec_comm_split(MPI_Comm mesh, int k, int m, unsigned flags, struct snap_
 		return ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Comm_split failed for group %d", g->id);
 	return 0;
 }
+
+int ec_check_comm(MPI_Comm comm, const struct snap_ec_group *g, char *err, size_t errlen)
+{
+	int size, rank;
+	if (!g || g->k < 1 || g->m < 1 || g->n != g->k + g->m || g->n > SNAP_EC_MAX_GROUP)
+		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group description");
+	if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS ||
+	    MPI_Comm_rank(comm, &rank) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group communicator");
+	if (size != g->n || rank != g->index)
+		return ec_errf(err, errlen, SNAP_EINVAL,
+			       "ec: communicator has size %d rank %d, group %d expects %d members, index %d",
+			       size, rank, g->id, g->n, g->index);
+	return 0;
+}

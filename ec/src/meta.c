@@ -244,6 +244,18 @@ int snap_ec_meta_unpack(const void *buf, size_t len, struct snap_ec_meta **out, 
 	return 0;
 }
 
+uint32_t ec_piece_crc(const struct snap_ec_meta *mt, int me, const struct ec_iov *v, const uint8_t *parity,
+		      int slot, uint32_t q)
+{
+	uint64_t clen = ec_chunk_len(mt, q);
+	if (slot < mt->k) {
+		uint64_t vb = ec_valid(mt, me, slot, q);
+		uint64_t off = (uint64_t)slot * mt->seg_len + (uint64_t)q * mt->chunk_size;
+		return ec_crc_padded(ec_iov_crc(v, off, vb, 0), NULL, 0, clen - vb);
+	}
+	return snap_ec_crc32c(0, parity + (uint64_t)(slot - mt->k) * mt->seg_len + (uint64_t)q * mt->chunk_size, clen);
+}
+
 int snap_ec_verify(const struct snap_ec_meta *mt, const struct iovec *iov, int iovcnt,
 		   const void *parity, uint64_t parity_len, uint32_t *nbad, char *err, size_t errlen)
 {
@@ -268,19 +280,9 @@ int snap_ec_verify(const struct snap_ec_meta *mt, const struct iovec *iov, int i
 		err[0] = 0;
 	for (int slot = 0; slot < mt->k + mt->m; slot++) {
 		for (uint32_t q = 0; q < mt->nchunks; q++) {
-			uint64_t clen = ec_chunk_len(mt, q), c;
 			const char *what = slot < mt->k ? "data segment" : "parity row";
 			int idx = slot < mt->k ? slot : slot - mt->k;
-			if (slot < mt->k) {
-				uint64_t vb = ec_valid(mt, me, slot, q);
-				uint64_t off = (uint64_t)slot * mt->seg_len + (uint64_t)q * mt->chunk_size;
-				c = ec_crc_padded(ec_iov_crc(&v, off, vb, 0), NULL, 0, clen - vb);
-			} else {
-				const uint8_t *pp = (const uint8_t *)parity + (uint64_t)idx * mt->seg_len +
-						    (uint64_t)q * mt->chunk_size;
-				c = snap_ec_crc32c(0, pp, clen);
-			}
-			if (c != *ec_meta_crc(mt, me, slot, q)) {
+			if (ec_piece_crc(mt, me, &v, parity, slot, q) != *ec_meta_crc(mt, me, slot, q)) {
 				if (bad == 0)
 					ec_errf(err, errlen, SNAP_ECORRUPT,
 						"ec verify: group %d index %d step %llu: %s %d chunk %u CRC mismatch",

@@ -42,14 +42,9 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 			  const struct snap_ec_meta *mine, const struct snap_ec_opts *opts,
 			  struct snap_ec_rebuild **out, char *err, size_t errlen)
 {
-	int size = 0, rank = 0, rc = 0;
-	if (!g || g->k < 1 || g->m < 1 || g->n != g->k + g->m || g->n > SNAP_EC_MAX_GROUP)
-		return ec_errf(err, errlen, SNAP_EINVAL, "ec: invalid group description");
-	if (comm == MPI_COMM_NULL || MPI_Comm_size(comm, &size) != MPI_SUCCESS ||
-	    MPI_Comm_rank(comm, &rank) != MPI_SUCCESS || size != g->n || rank != g->index)
-		return ec_errf(err, errlen, SNAP_EINVAL,
-			       "ec: communicator (size %d rank %d) does not match group %d (%d members, index %d)",
-			       size, rank, g->id, g->n, g->index);
+	int rc = ec_check_comm(comm, g, err, errlen);
+	if (rc)
+		return rc;
 	if (out)
 		*out = NULL;
 	struct member_info me = { 0 };
@@ -209,9 +204,8 @@ static uint64_t local_erasures(const struct snap_ec_rebuild *r, const struct ec_
 	uint64_t bad = 0;
 	for (int slot = 0; slot < km; slot++)
 		for (uint32_t q = 0; q < mt->nchunks; q++) {
-			uint64_t clen = ec_chunk_len(mt, q), vb = 0;
 			uint8_t *f = &flags[(size_t)slot * mt->nchunks + q];
-			if (slot < mt->k && (vb = ec_valid(mt, me, slot, q)) == 0) {
+			if (slot < mt->k && ec_valid(mt, me, slot, q) == 0) {
 				*f = 0;
 				continue;
 			}
@@ -219,15 +213,7 @@ static uint64_t local_erasures(const struct snap_ec_rebuild *r, const struct ec_
 				*f = 1;
 				continue;
 			}
-			uint32_t c;
-			if (slot < mt->k) {
-				uint64_t off = (uint64_t)slot * mt->seg_len + (uint64_t)q * mt->chunk_size;
-				c = ec_crc_padded(ec_iov_crc(v, off, vb, 0), NULL, 0, clen - vb);
-			} else {
-				c = snap_ec_crc32c(0, parity + (uint64_t)(slot - mt->k) * mt->seg_len +
-							      (uint64_t)q * mt->chunk_size, clen);
-			}
-			*f = c != *ec_meta_crc(mt, me, slot, q);
+			*f = ec_piece_crc(mt, me, v, parity, slot, q) != *ec_meta_crc(mt, me, slot, q);
 			bad += *f;
 		}
 	return bad;
@@ -242,7 +228,7 @@ static int plan_check(struct snap_ec_rebuild *r, const uint8_t *erased)
 		for (int s = 0; s < n; s++) {
 			int cnt = 0;
 			for (int slot = 0; slot < n; slot++) {
-				int node = slot < k ? (s + m + slot) % n : (s + slot - k) % n;
+				int node = ec_slot_node(n, k, m, s, slot);
 				cnt += erased[((size_t)node * (size_t)n + (size_t)slot) * mt->nchunks + q] != 0;
 			}
 			if (cnt <= m)
@@ -253,7 +239,7 @@ static int plan_check(struct snap_ec_rebuild *r, const uint8_t *erased)
 				 "at most %d can be rebuilt:", mt->group, mt->first_rank,
 				 mt->first_rank + n - 1, k, m, (unsigned long long)mt->step, s, q, cnt, m);
 			for (int slot = 0; slot < n; slot++) {
-				int node = slot < k ? (s + m + slot) % n : (s + slot - k) % n;
+				int node = ec_slot_node(n, k, m, s, slot);
 				if (!erased[((size_t)node * (size_t)n + (size_t)slot) * mt->nchunks + q])
 					continue;
 				if (r->lost[node])
