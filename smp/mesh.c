@@ -399,23 +399,13 @@ static void *mesh_main(void *arg)
 	return NULL;
 }
 
-/* [lock held] Count parity files in the budget: they are store memory too. */
+/* [lock held] Count parity files (and any other non-record ec file) in the
+ * budget: they are store memory too. */
 static void account_parity(struct snap_mesh *mesh)
 {
 	struct snap_store *s = mesh->store;
-	for (struct store_job *j = s->jobs; j; j = j->next) {
-		uint64_t *steps;
-		size_t n;
-		if (mesh_list_records(s->root, j->name, &steps, &n))
-			continue;
-		for (size_t i = 0; i < n; i++) {
-			char p[SNAP_FILE_MAX];
-			struct stat st;
-			if (!mesh_ec_path(s->root, j->name, steps[i], "parity", p, sizeof(p)) && stat(p, &st) == 0)
-				s->mem_used += (uint64_t)st.st_size;
-		}
-		free(steps);
-	}
+	for (struct store_job *j = s->jobs; j; j = j->next)
+		s->mem_used += mesh_ec_bytes(s->root, j->name);
 }
 
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,

@@ -98,6 +98,74 @@ int mesh_list_records(const char *root, const char *job, uint64_t **steps, size_
 	return 0;
 }
 
+/* "step-<keep>.rec" / "step-<keep>.parity" */
+static int is_kept(const char *name, int has_keep, uint64_t keep)
+{
+	char a[64], b[64];
+	if (!has_keep)
+		return 0;
+	snprintf(a, sizeof(a), "step-%" PRIu64 ".rec", keep);
+	snprintf(b, sizeof(b), "step-%" PRIu64 ".parity", keep);
+	return strcmp(name, a) == 0 || strcmp(name, b) == 0;
+}
+
+static int is_record(const char *name)
+{
+	size_t len = strlen(name);
+	return len > 4 && strcmp(name + len - 4, ".rec") == 0;
+}
+
+int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, uint64_t *freed)
+{
+	char dir[SNAP_FILE_MAX];
+	*freed = 0;
+	if (mesh_ec_path(root, job, 0, NULL, dir, sizeof(dir)))
+		return SNAP_EINVAL;
+	/* Records first: a parity file without its record is garbage, a record
+	 * without its parity would be a lie. */
+	for (int pass = 0; pass < 2; pass++) {
+		DIR *d = opendir(dir);
+		if (!d)
+			return errno == ENOENT ? 0 : SNAP_EIO;
+		struct dirent *e;
+		while ((e = readdir(d))) {
+			const char *s = e->d_name;
+			char p[SNAP_FILE_MAX];
+			struct stat st;
+			if (!strcmp(s, ".") || !strcmp(s, "..") || is_kept(s, has_keep, keep) || is_record(s) != (pass == 0))
+				continue;
+			int n = snprintf(p, sizeof(p), "%s/%s", dir, s);
+			if (n < 0 || (size_t)n >= sizeof(p) || lstat(p, &st) != 0 || S_ISDIR(st.st_mode))
+				continue;
+			if (unlink(p) == 0 && !is_record(s))
+				*freed += (uint64_t)st.st_size;
+		}
+		closedir(d);
+	}
+	return 0;
+}
+
+uint64_t mesh_ec_bytes(const char *root, const char *job)
+{
+	char dir[SNAP_FILE_MAX];
+	uint64_t sum = 0;
+	if (mesh_ec_path(root, job, 0, NULL, dir, sizeof(dir)))
+		return 0;
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		char p[SNAP_FILE_MAX];
+		struct stat st;
+		int n = snprintf(p, sizeof(p), "%s/%s", dir, e->d_name);
+		if (n < 0 || (size_t)n >= sizeof(p) || is_record(e->d_name) || lstat(p, &st) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		sum += (uint64_t)st.st_size;
+	}
+	if (d)
+		closedir(d);
+	return sum;
+}
+
 int mesh_read_file(const char *path, size_t limit, void **buf, size_t *len)
 {
 	*buf = NULL;

@@ -143,30 +143,15 @@ static void *create_parity(const char *tmp, uint64_t plen, char *err, size_t err
 	return p;
 }
 
-/* Remove parity + record of every step of job other than keep. */
+/* Remove every ec file of job but step keep's parity + record (older
+ * steps and leftovers of killed encodes) and give their bytes back. */
 static void drop_other_steps(struct snap_mesh *mesh, const char *job, uint64_t keep)
 {
-	uint64_t *steps;
-	size_t n;
-	if (mesh_list_records(mesh->store->root, job, &steps, &n))
-		return;
-	for (size_t i = 0; i < n; i++) {
-		if (steps[i] == keep)
-			continue;
-		char p[SNAP_FILE_MAX];
-		struct stat st;
-		/* Record first: a parity file without record is garbage, never a lie. */
-		mesh_ec_path(mesh->store->root, job, steps[i], "rec", p, sizeof(p));
-		unlink(p);
-		mesh_ec_path(mesh->store->root, job, steps[i], "parity", p, sizeof(p));
-		if (stat(p, &st) == 0 && unlink(p) == 0) {
-			pthread_mutex_lock(&mesh->mu);
-			mesh->store->mem_used -= (uint64_t)st.st_size < mesh->store->mem_used ? (uint64_t)st.st_size
-												 : mesh->store->mem_used;
-			pthread_mutex_unlock(&mesh->mu);
-		}
-	}
-	free(steps);
+	uint64_t freed = 0;
+	mesh_ec_prune(mesh->store->root, job, 1, keep, &freed);
+	pthread_mutex_lock(&mesh->mu);
+	mesh->store->mem_used -= freed < mesh->store->mem_used ? freed : mesh->store->mem_used;
+	pthread_mutex_unlock(&mesh->mu);
 }
 
 int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)

@@ -296,22 +296,11 @@ static int agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
 	return SNAP_ELOST;
 }
 
-static void drop_except(struct snap_mesh *mesh, const char *job, uint64_t keep)
+/* Before serving (the budget is counted afterwards by account_parity). */
+static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
 {
-	uint64_t *steps;
-	size_t n;
-	if (mesh_list_records(mesh->store->root, job, &steps, &n))
-		return;
-	for (size_t i = 0; i < n; i++) {
-		char p[SNAP_FILE_MAX];
-		if (steps[i] == keep)
-			continue;
-		mesh_ec_path(mesh->store->root, job, steps[i], "rec", p, sizeof(p));
-		unlink(p);
-		mesh_ec_path(mesh->store->root, job, steps[i], "parity", p, sizeof(p));
-		unlink(p);
-	}
-	free(steps);
+	uint64_t freed;
+	mesh_ec_prune(mesh->store->root, job, has_keep, keep, &freed);
 }
 
 int mesh_recover(struct snap_mesh *mesh)
@@ -384,13 +373,26 @@ int mesh_recover(struct snap_mesh *mesh)
 			mesh_warn(mesh, "%s", j->lost_msg);
 			continue;
 		}
-		drop_except(mesh, j->name, best);
+		drop_except(mesh, j->name, 1, best);
 		j->has_prot = 1;
 		j->prot = best;
 		if (mesh->rank == 0)
 			mesh_say(mesh, "job %s: step %" PRIu64 " verified on every node (rebuilt where lost or corrupt)",
 				 j->name, best);
 	}
+	/* Jobs with no record on any node have no protected step: whatever is
+	 * in their ec directories (a first encode killed halfway) is garbage. */
+	DIR *d = opendir(mesh->store->root);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		int known = 0;
+		for (int i = 0; i < total && !known; i++)
+			known = strcmp(all[i].job, de->d_name) == 0;
+		if (!known && snap_job_name_ok(de->d_name))
+			drop_except(mesh, de->d_name, 0, 0);
+	}
+	if (d)
+		closedir(d);
 	free(cnt);
 	free(dsp);
 	free(bc);

@@ -256,6 +256,13 @@ def main():
                     hosted = len([r for r in range(a.world) if r % a.nodes == n])
                     if sum(f.endswith(".man") for f in got) != hosted:
                         fail(f"trial {t}: node {n}: {sorted(got)} after the rebuild, expected {hosted} manifests")
+                # Older steps and leftovers (orphans planted below) are gone.
+                keep = {f"step-{expect_exact}.rec", f"step-{expect_exact}.parity"}
+                for n in range(a.nodes):
+                    ec = os.path.join(mesh.root(n), JOB, "ec")
+                    left = set(os.listdir(ec)) if os.path.isdir(ec) else set()
+                    if left != keep:
+                        fail(f"trial {t}: node {n} ec/ holds {sorted(left)} after the relaunch, expected {sorted(keep)}")
             busy = 0 < t < a.trials and rng.random() < 0.35
             # >= slots + 1 steps: a rank cannot finish before the others connect
             # (retention holds it back), so all ranks share one incarnation.
@@ -326,6 +333,16 @@ def main():
                                 fh.seek(off)
                                 fh.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
                             want_files.setdefault(n, {})[f] = files[f]
+            if expect_exact is not None:
+                # Leftovers of killed encodes on one survivor: a parity file
+                # without record, half-written tmp files.
+                alive = [n for n in range(a.nodes) if n not in lost_all]
+                n = rng.choice(alive)
+                ec = os.path.join(mesh.root(n), JOB, "ec")
+                for f in (f"step-{expect_exact + 1000}.parity", f"step-{expect_exact}.parity.tmp",
+                          f"step-{expect_exact + 1}.rec.tmp"):
+                    with open(os.path.join(ec, f), "wb") as fh:
+                        fh.write(os.urandom(4096))
             print(f"trial {t}: {'busy' if busy else 'quiet'} restored={got} lost={sorted(lost_all)}"
                   f" next expect={expect_exact if expect_exact is not None else f'>={lower}'}")
         if a.final_loss:
