@@ -46,26 +46,6 @@ int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen)
 	return 0;
 }
 
-int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap)
-{
-	size_t o = 0;
-	for (const char *p = pat; *p; p++) {
-		int n;
-		if (p[0] == '%' && p[1] == 'n') {
-			n = snprintf(out + o, cap - o, "%d", rank);
-			p++;
-		} else {
-			n = snprintf(out + o, cap - o, "%c", *p);
-		}
-		if (n < 0 || (size_t)n >= cap - o)
-			return SNAP_EINVAL;
-		o += (size_t)n;
-	}
-	if (o == 0 && cap)
-		out[0] = 0;
-	return 0;
-}
-
 static void vlog(struct snap_mesh *mesh, const char *fmt, va_list ap)
 {
 	char msg[MESH_ERRLEN + 256];

@@ -26,14 +26,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "meshfiles.h" /* snap_mesh_expand */
 #include "store.h"
 
 struct snap_mesh;
 
 /* "K+M" (e.g. "4+2") -> k, m; SNAP_EINVAL with a message otherwise. */
 int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen);
-/* Replace every "%n" in pat by rank. SNAP_EINVAL when it does not fit. */
-int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap);
 
 /*
  * MPI_Init, then form the groups (snap_ec_comm_split). On a refused shape

@@ -12,6 +12,26 @@
 #include "internal.h"
 #include "meshfiles.h"
 
+int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap)
+{
+	size_t o = 0;
+	for (const char *p = pat; *p; p++) {
+		int n;
+		if (p[0] == '%' && p[1] == 'n') {
+			n = snprintf(out + o, cap - o, "%d", rank);
+			p++;
+		} else {
+			n = snprintf(out + o, cap - o, "%c", *p);
+		}
+		if (n < 0 || (size_t)n >= cap - o)
+			return SNAP_EINVAL;
+		o += (size_t)n;
+	}
+	if (o == 0 && cap)
+		out[0] = 0;
+	return 0;
+}
+
 size_t mesh_blob_size(uint32_t n)
 {
 	return 8 + (size_t)n * sizeof(struct mesh_slot_ent);

@@ -25,6 +25,10 @@
 
 #include "store.h"
 
+/* Replace every "%n" in pat by rank (no MPI: snapsmp and snaptool status).
+ * SNAP_EINVAL when the result does not fit in cap. */
+int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap);
+
 #define MESH_BLOB_MAGIC 0x31414d53u /* "SMA1" */
 
 struct mesh_slot_ent {

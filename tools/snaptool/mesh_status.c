@@ -20,20 +20,6 @@
 
 #define MAXSTEPS 8
 
-static void expand(const char *pat, int n, char *out, size_t cap)
-{
-	size_t o = 0;
-	for (const char *p = pat; *p && o + 12 < cap; p++) {
-		if (p[0] == '%' && p[1] == 'n') {
-			o += (size_t)snprintf(out + o, cap - o, "%d", n);
-			p++;
-		} else {
-			out[o++] = *p;
-		}
-	}
-	out[o] = 0;
-}
-
 /* Record of step on node: 1 with info when it unpacks. */
 static int record(const char *root, const char *job, uint64_t step, struct snap_ec_meta_info *in)
 {
@@ -194,7 +180,14 @@ int cmd_mesh_status(int argc, char **argv)
 		return ST_FAIL;
 	char root[SNAP_PATH_MAX], err[512];
 	for (int n = 0; n < nodes; n++) {
-		expand(pat, n, root, sizeof(root));
+		if (snap_mesh_expand(pat, n, root, sizeof(root))) {
+			fprintf(stderr, "snaptool status: --store %s: node %d's path does not fit %zu bytes\n", pat, n,
+				sizeof(root));
+			while (n-- > 0)
+				snap_store_close(st[n]);
+			free(st);
+			return ST_USAGE;
+		}
 		if (snap_store_open(&st[n], root, 64, UINT64_MAX, 1, NULL, err, sizeof(err)))
 			printf("node%d: %s: no store (lost or not started)\n", n, root);
 	}
