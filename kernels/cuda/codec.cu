@@ -322,8 +322,10 @@ extern "C" int snap_codec_cuda_decompress(const struct snap_codec_info *info,
 		return SNAP_EINVAL;
 	if (src_len < info->stream_len)
 		return SNAP_ETRUNC;
-	if (info->count > dst_cap / dt.esize || (!d_dst && info->count))
+	if (info->count > dst_cap / dt.esize)
 		return SNAP_EOVERFLOW;
+	if (!d_dst && info->count) /* as snap_codec_decompress */
+		return SNAP_EINVAL;
 	if (scratch_len < snap_codec_cuda_decode_scratch_size(info) || !d_scratch)
 		return SNAP_EINVAL;
 	struct snapc_lyq q;

@@ -157,6 +157,33 @@ static void real_data(const char *path)
 	free(f); free(in); free(o);
 }
 
+/* Argument errors agree with the C side: a NULL destination for a nonempty
+ * stream is SNAP_EINVAL on both (host-side checks, nothing is launched). */
+static void null_dst(void)
+{
+	enum { N = 300 };
+	float f[N];
+	for (int i = 0; i < N; i++)
+		f[i] = (float)i;
+	struct snap_codec_params p = { SNAP_CODEC_LOSSLESS, SNAP_DTYPE_F32, 0, 256 };
+	size_t cap = snap_codec_bound(&p, N), len = 0;
+	uint8_t *s = malloc(cap);
+	struct snap_codec_info info;
+	CHECK(snap_codec_compress(&p, f, N, s, cap, &len) == 0 &&
+	      snap_codec_inspect(s, len, &info) == 0, "null_dst: host stream");
+	int rc = snap_codec_decompress(s, len, NULL, sizeof(f), NULL);
+	CHECK(rc == SNAP_EINVAL, "C decode to NULL rc %d", rc);
+	void *d_s;
+	int *d_st;
+	CU(cudaMalloc(&d_s, len));
+	CU(cudaMalloc((void **)&d_st, sizeof(int)));
+	rc = snap_codec_cuda_decompress(&info, d_s, len, NULL, sizeof(f), NULL, 0, d_st, NULL);
+	CHECK(rc == SNAP_EINVAL, "GPU decode to NULL rc %d", rc);
+	CU(cudaFree(d_s));
+	CU(cudaFree(d_st));
+	free(s);
+}
+
 int main(int argc, char **argv)
 {
 	int ndev = 0;
@@ -164,6 +191,7 @@ int main(int argc, char **argv)
 		printf("SKIP: no usable CUDA device\n");
 		return 77;
 	}
+	null_dst();
 	const size_t lens[] = { 0, 1, 33, 255, 257, 4095, 4097, 3 * 4096 + 17, 100000 };
 	for (int d = 0; d < 3; d++)
 		for (int g = 0; g < GEN_COUNT; g++)
