@@ -26,7 +26,6 @@ struct mjob {
 	uint64_t prot;
 	struct mesh_pin *pins;        /* this node's slots of prot, refs held */
 	uint32_t npins;
-	uint64_t prot_parity;         /* parity bytes of prot on this node */
 	int has_failed;               /* last encode attempt failed: don't retry it */
 	uint64_t failed;
 	uint64_t complete[MESH_MAX_COMPLETE]; /* newest first */
@@ -48,7 +47,6 @@ struct snap_mesh {
 	struct mjob *jobs;
 	int quiet;
 	unsigned period_ms;
-	uint32_t chunk;
 };
 
 void mesh_say(struct snap_mesh *mesh, const char *fmt, ...) SNAP_PRINTF(2, 3);

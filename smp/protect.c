@@ -193,7 +193,7 @@ int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	/* Every member must take part in both collective phases, even after a
 	 * local failure: it then passes a zero length / no parity and the
 	 * library fails the whole group instead of hanging it. */
-	struct snap_ec_opts opts = { .chunk_size = mesh->chunk };
+	struct snap_ec_opts opts = { 0 }; /* default chunk and window */
 	char why[512] = "";
 	int rc = snap_ec_encode_begin(mesh->group, &mesh->grp, g, local ? 0 : data_len, local ? NULL : blob,
 				      local ? 0 : blen, &opts, &enc, why, sizeof(why));
@@ -249,7 +249,6 @@ int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 		src.pins = NULL;
 		j->has_prot = 1;
 		j->prot = g;
-		j->prot_parity = plen;
 	} else {
 		unpin(mesh, j->name, src.pins, src.n);
 		j->has_failed = 1;

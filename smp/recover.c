@@ -155,7 +155,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 		}
 	}
 	struct snap_ec_rebuild *rb = NULL;
-	struct snap_ec_opts opts = { .chunk_size = mesh->chunk };
+	struct snap_ec_opts opts = { 0 }; /* the chunk size comes from the record */
 	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
 	snap_ec_meta_free(mine);
 	if (rc) {
@@ -178,7 +178,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	void *parity = NULL;
 	if (!local && (!iov || !man))
 		local = SNAP_ENOMEM;
-	if (!local && (mesh_mkdirs(root, job, -1) || 0)) {
+	if (!local && mesh_mkdirs(root, job, -1)) {
 		snap_fmt(msg, len, "cannot create %s/%s/ec: %s", root, job, strerror(errno));
 		local = SNAP_EIO;
 	}
