@@ -174,12 +174,14 @@ int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	if (local)
 		snap_fmt(err, sizeof(err), "out of memory collecting step %" PRIu64, g);
 	size_t blen = mesh_blob_size(src.n);
-	if (!local && (blen > SNAP_EC_APP_MAX || !(blob = malloc(blen)))) {
+	if (!local && blen > SNAP_EC_APP_MAX) {
 		snap_fmt(err, sizeof(err), "%u ranks on one node do not fit the %u-byte slot list", src.n, SNAP_EC_APP_MAX);
 		local = SNAP_EINVAL;
 	}
-	if (!local && !(iov = calloc(2 * (size_t)src.n + 1, sizeof(*iov))))
+	if (!local && (!(blob = malloc(blen)) || !(iov = calloc(2 * (size_t)src.n + 1, sizeof(*iov))))) {
+		snap_fmt(err, sizeof(err), "out of memory for the slot list of step %" PRIu64, g);
 		local = SNAP_ENOMEM;
+	}
 	if (!local) {
 		mesh_blob_pack(src.ent, src.n, blob);
 		local = map_sources(mesh, j->name, &src, iov, err, sizeof(err));

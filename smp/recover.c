@@ -176,8 +176,10 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	struct iovec *iov = calloc(2 * (size_t)n + 1, sizeof(*iov));
 	void **man = calloc((size_t)n + 1, sizeof(void *));
 	void *parity = NULL;
-	if (!local && (!iov || !man))
+	if (!local && (!iov || !man)) {
+		snap_fmt(msg, len, "out of memory for the slot list of step %" PRIu64, g);
 		local = SNAP_ENOMEM;
+	}
 	if (!local && mesh_mkdirs(root, job, -1)) {
 		snap_fmt(msg, len, "cannot create %s/%s/ec: %s", root, job, strerror(errno));
 		local = SNAP_EIO;
@@ -187,9 +189,14 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 		char sp[SNAP_FILE_MAX], mp[SNAP_FILE_MAX];
 		snap_store_path(mesh->store, job, e->rank, e->slot, 0, sp, sizeof(sp));
 		snap_store_path(mesh->store, job, e->rank, e->slot, 1, mp, sizeof(mp));
-		if (mesh_mkdirs(root, job, (int)e->rank) || !(man[i] = calloc(1, e->man_len ? e->man_len : 1))) {
+		if (mesh_mkdirs(root, job, (int)e->rank)) {
 			local = SNAP_EIO;
 			snap_fmt(msg, len, "cannot create the directory of %s", sp);
+			break;
+		}
+		if (!(man[i] = calloc(1, e->man_len ? e->man_len : 1))) {
+			local = SNAP_ENOMEM;
+			snap_fmt(msg, len, "out of memory for manifest %s", mp);
 			break;
 		}
 		void *fb;

@@ -63,10 +63,12 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 				     mine->group, mine->index, mine->k, mine->m, g->id, g->index, g->k, g->m);
 		} else {
 			snap_ec_meta_pack(mine, NULL, 0, &psize);
-			packed = malloc(psize);
-			if (!packed || psize > INT32_MAX) {
+			if (psize > INT32_MAX)
+				rc = ec_errf(err, errlen, SNAP_EOVERFLOW,
+					     "ec: packed meta of %zu bytes exceeds what one MPI_Bcast can carry", psize);
+			else if (!(packed = malloc(psize)))
 				rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
-			} else {
+			if (!rc) {
 				snap_ec_meta_pack(mine, packed, psize, &psize);
 				uint8_t saved[4];
 				memcpy(saved, packed + META_INDEX_OFF, 4);
