@@ -62,8 +62,10 @@ int io_lz4_decode(const void *src, size_t n, void *dst, size_t cap, size_t *out_
 struct io_uring_writer;
 struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes);
 void io_uw_free(struct io_uring_writer *u);
-/* Starts a file: fd_direct may be -1 (no O_DIRECT); fd_buf is a plain fd. */
-void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf);
+/* Starts a file: fd_direct may be -1 (no O_DIRECT); fd_buf is a plain fd.
+ * A writer whose submit or wait failed earlier is poisoned: this rebuilds
+ * its ring first and returns -errno if that fails. */
+int io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf);
 /* Queues src[0..len) for file offset off; updates *crc (running state, not
  * finalised) in order, so *crc is complete when this returns even though
  * writes may still be in flight. tag is the caller's name for the range
@@ -71,8 +73,12 @@ void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf);
  * the first failed write so far (of this range or an earlier one). */
 int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc,
 		size_t tag);
-/* Waits for everything in flight; returns 0 or the first -errno. */
+/* Waits for everything in flight; returns 0 or the first -errno. A failed
+ * wait is retried (for about a second) rather than leaving writes in
+ * flight; io_uw_inflight says whether any still are, in which case their
+ * fds must stay open. */
 int io_uw_drain(struct io_uring_writer *u);
+unsigned io_uw_inflight(const struct io_uring_writer *u);
 /* The tag of the range whose write failed first (valid when a write or
  * drain returned an error since io_uw_begin). */
 size_t io_uw_error_tag(const struct io_uring_writer *u);

@@ -33,8 +33,14 @@ struct io_uring_writer {
 	int error;             /* first -errno */
 	size_t error_tag;      /* tag of the range that failed first */
 	size_t cur_tag;        /* tag of the range being queued */
+	int poisoned;          /* a submit or a wait failed: rebuild the ring before reuse */
+	int ring_ok;           /* ring is initialised */
 	struct req *reqs;
 };
+
+/* How long a drain keeps retrying a failing wait (1 ms apart) before it
+ * gives up with writes still in flight. */
+#define DRAIN_TRIES 1000
 
 struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes)
 {
@@ -47,6 +53,7 @@ struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes)
 		free(u);
 		return NULL;
 	}
+	u->ring_ok = 1;
 	u->qd = qd;
 	u->io_bytes = io_bytes;
 	u->fd_direct = u->fd_buf = -1;
@@ -58,19 +65,49 @@ void io_uw_free(struct io_uring_writer *u)
 	if (!u)
 		return;
 	io_uw_drain(u);
-	io_uring_queue_exit(&u->ring);
-	for (unsigned i = 0; i < u->qd; i++)
+	if (u->ring_ok)
+		io_uring_queue_exit(&u->ring);
+	/* Bounce buffers the kernel may still read from are leaked, not freed. */
+	for (unsigned i = 0; i < u->qd && u->inflight == 0; i++)
 		free(u->reqs[i].bounce);
 	free(u->reqs);
 	free(u);
 }
 
-void io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf)
+/* After a failed submit the prepared SQE is still in the submission ring
+ * (the next submit would send it, with an fd and pointer long gone), and
+ * after a failed wait the ring's state is unknown: start from a new ring. */
+static int rebuild(struct io_uring_writer *u)
 {
+	io_uw_drain(u);
+	if (u->inflight > 0)
+		return -EBUSY; /* the kernel may still use the old requests */
+	if (u->ring_ok)
+		io_uring_queue_exit(&u->ring);
+	u->ring_ok = 0;
+	for (unsigned i = 0; i < u->qd; i++)
+		u->reqs[i].busy = 0;
+	int rc = io_uring_queue_init(u->qd, &u->ring, 0);
+	if (rc < 0)
+		return rc;
+	u->ring_ok = 1;
+	u->poisoned = 0;
+	return 0;
+}
+
+int io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf)
+{
+	int rc = u->poisoned ? rebuild(u) : 0;
 	u->fd_direct = fd_direct;
 	u->fd_buf = fd_buf;
 	u->error = 0;
 	u->error_tag = 0;
+	return rc;
+}
+
+unsigned io_uw_inflight(const struct io_uring_writer *u)
+{
+	return u->inflight;
 }
 
 static void note(struct io_uring_writer *u, int e, size_t tag)
@@ -115,6 +152,7 @@ static int reap_one(struct io_uring_writer *u)
 	while (rc == -EINTR);
 	if (rc < 0) {
 		note(u, rc, u->cur_tag);
+		u->poisoned = 1;
 		return rc;
 	}
 	struct req *r = io_uring_cqe_get_data(cqe);
@@ -143,16 +181,21 @@ static struct req *free_req(struct io_uring_writer *u)
 static int submit(struct io_uring_writer *u, struct req *r)
 {
 	struct io_uring_sqe *sqe = io_uring_get_sqe(&u->ring);
-	if (!sqe)
+	if (!sqe) {
+		u->poisoned = 1;
 		return -EBUSY; /* cannot happen: one sqe per free req */
+	}
 	io_uring_prep_write(sqe, r->fd, r->ptr, (unsigned)r->len, r->off);
 	io_uring_sqe_set_data(sqe, r);
 	r->busy = 1;
 	u->inflight++;
 	int rc = io_uring_submit(&u->ring);
 	if (rc < 0) {
+		/* Not taken by the kernel, but still queued in the ring: no
+		 * submit may follow until the ring is rebuilt. */
 		r->busy = 0;
 		u->inflight--;
+		u->poisoned = 1;
 		return rc;
 	}
 	return 0;
@@ -181,6 +224,10 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 {
 	const char *s = src;
 	u->cur_tag = tag;
+	if (u->poisoned) {
+		note(u, -EIO, tag);
+		return u->error;
+	}
 	uint64_t end = off + len;
 	uint64_t a = off, b = off;
 	if (u->fd_direct >= 0) {
@@ -242,8 +289,15 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 
 int io_uw_drain(struct io_uring_writer *u)
 {
-	while (u->inflight > 0)
-		if (reap_one(u) < 0)
-			break;
+	/* A failed wait leaves the writes in flight, and their fds and
+	 * buffers must outlive them: keep waiting (the failure is recorded). */
+	for (unsigned fails = 0; u->inflight > 0 && u->ring_ok && fails < DRAIN_TRIES;) {
+		if (reap_one(u) == 0) {
+			fails = 0;
+		} else {
+			fails++;
+			usleep(1000);
+		}
+	}
 	return u->error;
 }

@@ -386,15 +386,21 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	if (!(w->o.flags & SNAP_IO_NO_DIRECT))
 		fdd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
 	*direct = fdd >= 0;
-	io_uw_begin(w->uw, fdd, fd);
 	int rc = 0;
 	char dsname[3 * IO_MAX_NAME + 1];
+	int e = io_uw_begin(w->uw, fdd, fd);
+	if (e) {
+		if (fdd >= 0)
+			close(fdd);
+		close(fd);
+		return io_fail(err, SNAP_EIO, "%s: rebuilding the io_uring ring after an earlier failure failed: %s",
+			       final, strerror(-e));
+	}
 	/* Writes of all regions stay in flight together; the CRC is complete
 	 * once a region is queued, so it is checked per region here, and the
 	 * writes are drained once at the end. Each write carries its region's
 	 * index so a failure still names the dataset. */
 	size_t bad_crc = SIZE_MAX;
-	int e = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (plan[i].off == HADDR_UNDEF)
 			continue;
@@ -424,6 +430,11 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	if (!rc && fsync(fd) < 0) {
 		e = errno;
 		rc = io_fail(err, io_errno_code(e), "%s: fsync failed: %s", final, strerror(e));
+	}
+	if (io_uw_inflight(w->uw) > 0) {
+		/* The drain gave up with writes in flight (rc is set): keep their
+		 * fds open, leaked, so the numbers are not reused under them. */
+		return rc ? rc : io_fail(err, SNAP_EIO, "%s: io_uring writes still in flight", final);
 	}
 	if (fdd >= 0)
 		close(fdd);
