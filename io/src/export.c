@@ -141,7 +141,8 @@ static int collect(const char *dir, const char *job, uint64_t step, uint32_t wor
 		struct io_ds *ds = NULL;
 		size_t nd = 0;
 		io_path_rank(path, sizeof path, dir, job, step, r);
-		if ((rc = io_rank_open(path, &f, &ds, &nd, err)) < 0)
+		struct io_rank_id id = {job, step, r, world};
+		if ((rc = io_rank_open(path, &id, &f, &ds, &nd, err)) < 0)
 			break;
 		H5Fclose(f);
 		for (size_t i = 0; i < nd && !rc; i++) {
@@ -234,7 +235,8 @@ static int copy_data(hid_t f, const char *out, const char *dir, const char *job,
 		struct io_ds *ds = NULL;
 		size_t nd = 0;
 		io_path_rank(path, sizeof path, dir, job, step, r);
-		if ((rc = io_rank_open(path, &rf, &ds, &nd, err)) < 0)
+		struct io_rank_id id = {job, step, r, world};
+		if ((rc = io_rank_open(path, &id, &rf, &ds, &nd, err)) < 0)
 			break;
 		for (size_t i = 0; i < n && !rc; i++) {
 			if (!s[i].chosen || s[i].rank != r)

@@ -109,15 +109,21 @@ struct io_ds {
 	struct snap_io_region_info info;
 	uint64_t off;          /* file offset of contiguous data, else UINT64_MAX */
 };
-/* Opens a rank file and reads its datasets' metadata. */
-int io_rank_open(const char *path, hid_t *file, struct io_ds **ds, size_t *n,
-		 struct snap_io_err *err);
+/* Who a rank file says it is (root attributes). */
+struct io_rank_id {
+	const char *job;
+	uint64_t step;
+	uint32_t rank, world;
+};
+/* Opens a rank file and reads its datasets' metadata. When expect is not
+ * NULL, the file's job, step, rank and world must equal it (SNAP_EMISMATCH
+ * naming the file and the fields otherwise): a rank file swapped with
+ * another rank's has valid checksums but is the wrong shard. */
+int io_rank_open(const char *path, const struct io_rank_id *expect, hid_t *file, struct io_ds **ds,
+		 size_t *n, struct snap_io_err *err);
 /* Reads one dataset's raw bytes (CRC-verified) into buf[0..info.bytes). */
 int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf,
 	       struct snap_io_err *err);
-/* Root attributes of a rank file. */
-int io_rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
-		  uint32_t *rank, uint32_t *world, struct snap_io_err *err);
 
 /* h5 attribute helpers (write.c) */
 int io_attr_str(hid_t obj, const char *name, const char *val);

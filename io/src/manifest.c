@@ -136,17 +136,10 @@ static int summarise(const char *path, const char *job, uint64_t step, uint32_t 
 	hid_t f;
 	struct io_ds *ds = NULL;
 	size_t n = 0;
-	int rc = io_rank_open(path, &f, &ds, &n, err);
+	struct io_rank_id id = {job, step, rank, world};
+	int rc = io_rank_open(path, &id, &f, &ds, &n, err);
 	if (rc)
 		return rc;
-	char fjob[160];
-	uint64_t fstep;
-	uint32_t frank, fworld;
-	rc = io_rank_attrs(f, path, fjob, sizeof fjob, &fstep, &frank, &fworld, err);
-	if (!rc && (strcmp(fjob, job) || fstep != step || frank != rank || fworld != world))
-		rc = io_fail(err, SNAP_EMISMATCH, "%s: file says job %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32
-			     ", expected %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32, path, fjob, fstep, frank,
-			     fworld, job, step, rank, world);
 	struct stat st;
 	if (!rc && stat(path, &st) < 0)
 		rc = io_fail(err, SNAP_EIO, "%s: stat failed", path);

@@ -54,8 +54,8 @@ int io_get_attr_u64(hid_t obj, const char *name, uint64_t *v, size_t max, size_t
 	return rc;
 }
 
-int io_rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
-		  uint32_t *rank, uint32_t *world, struct snap_io_err *err)
+static int rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
+		      uint32_t *rank, uint32_t *world, struct snap_io_err *err)
 {
 	char fmt[32];
 	uint64_t ver = 0, r = 0, w = 0;
@@ -182,7 +182,8 @@ static int by_name(const void *a, const void *b)
 	return strcmp(((const struct io_ds *)a)->name, ((const struct io_ds *)b)->name);
 }
 
-int io_rank_open(const char *path, hid_t *file, struct io_ds **ds, size_t *n, struct snap_io_err *err)
+int io_rank_open(const char *path, const struct io_rank_id *expect, hid_t *file, struct io_ds **ds, size_t *n,
+		 struct snap_io_err *err)
 {
 	struct stat st;
 	if (stat(path, &st) < 0)
@@ -190,10 +191,16 @@ int io_rank_open(const char *path, hid_t *file, struct io_ds **ds, size_t *n, st
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (f < 0)
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: not a readable HDF5 file (truncated or corrupt?)", path);
-	char job[160];
-	uint64_t step;
-	uint32_t rank, world;
-	int rc = io_rank_attrs(f, path, job, sizeof job, &step, &rank, &world, err);
+	char job[160] = "";
+	uint64_t step = 0;
+	uint32_t rank = 0, world = 0;
+	int rc = rank_attrs(f, path, job, sizeof job, &step, &rank, &world, err);
+	if (!rc && expect &&
+	    (strcmp(job, expect->job) || step != expect->step || rank != expect->rank || world != expect->world))
+		rc = io_fail(err, SNAP_EMISMATCH, "%s: file says job %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32
+			     ", expected job %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32 " (a rank file moved or "
+			     "copied from another rank or step?)", path, job, step, rank, world, expect->job,
+			     expect->step, expect->rank, expect->world);
 	struct walk w = {.path = path, .err = err};
 	if (!rc) {
 		hsize_t idx = 0;
@@ -368,7 +375,8 @@ static int open_persisted_rank(const char *dir, const char *job, uint64_t step, 
 		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " has %" PRIu32 " ranks; no rank %" PRIu32, step, world, rank);
 	if (io_path_rank(path, cap, dir, job, step, rank))
 		return io_fail(err, SNAP_EINVAL, "path too long");
-	return io_rank_open(path, f, ds, n, err);
+	struct io_rank_id id = {job, step, rank, world};
+	return io_rank_open(path, &id, f, ds, n, err);
 }
 
 int snap_io_list_regions(const char *dir, const char *job, uint64_t step, uint32_t rank,

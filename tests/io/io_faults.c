@@ -147,6 +147,26 @@ int main(int argc, char **argv)
 	CHECK(restores(dir, 1, 1));
 	CHECK(rename(q, p) == 0);
 
+	printf("rank file swapped with another rank's (same size, valid checksums)\n");
+	snprintf(p, sizeof p, "%s/" JOB "/step-1/rank-0.h5", dir);
+	snprintf(q, sizeof q, "%s.orig", p);
+	copy_file(p, q);
+	{
+		char p1[4096];
+		snprintf(p1, sizeof p1, "%s/" JOB "/step-1/rank-1.h5", dir);
+		CHECK(fsize(p1) == fsize(p));
+		copy_file(p1, p);
+		static float a[N];
+		struct snap_io_dest d = {"w/main", a, sizeof a};
+		EXPECT_ERR(snap_io_read_rank(dir, JOB, 1, 0, &d, 1, &err), SNAP_EMISMATCH, &err, "step-1/rank-0.h5",
+			   "rank 1/2", "rank 0/2");
+		EXPECT_ERR(snap_io_verify_step(dir, JOB, 1, &bad, &err), SNAP_EMISMATCH, &err, "step-1/rank-0.h5");
+		CHECK(bad == 1);
+	}
+	CHECK(restores(dir, 1, 1));
+	rename(q, p);
+	CHECK(restores(dir, 1, 0));
+
 	printf("torn manifest: step not persisted\n");
 	snprintf(p, sizeof p, "%s/" JOB "/step-2/MANIFEST", dir);
 	snprintf(q, sizeof q, "%s.orig", p);

@@ -199,7 +199,9 @@ struct snap_io_dest {
  * Restores n regions of a persisted step's rank file into caller buffers and
  * verifies each against its recorded CRC32C. Errors name file and dataset:
  * SNAP_ENOENT (step not persisted, file or region missing), SNAP_EMISMATCH
- * (bytes differ from the region's), SNAP_ETRUNC (file shorter than its
+ * (bytes differ from the region's, or the file's own job/step/rank/world
+ * attributes are not this step's rank of the manifest's world, e.g. another
+ * rank's file copied over it), SNAP_ETRUNC (file shorter than its
  * data), SNAP_ECORRUPT (checksum or LZ4 framing wrong), SNAP_EIO.
  * On failure the buffers' contents are unspecified.
  */
