@@ -58,6 +58,27 @@ size_t io_lz4_encode(const void *src, size_t n, void *dst);
  * the original size, which must be <= cap. */
 int io_lz4_decode(const void *src, size_t n, void *dst, size_t cap, size_t *out_n);
 
+/* lz4chunk.c: how an LZ4 dataset is cut into chunks, shared by writer and
+ * reader so they cannot disagree. Chunk shape: ones before dim j, a run of
+ * cj along dim j, whole dims after it; so chunk (o, r) -- o counts the
+ * index tuples of the dims before j, r the runs along j -- is one
+ * contiguous range of the C-order data, and only the last run is short. */
+struct io_chunk_geom {
+	int ndim, j;
+	uint64_t shape[SNAP_MAX_NDIM];
+	hsize_t chunk[SNAP_MAX_NDIM];
+	uint64_t cj, outer, runs;
+	uint64_t row_bytes;    /* bytes of one index along dim j */
+	size_t full;           /* bytes of a full chunk (edge chunks are padded to it) */
+};
+/* Writer: whole trailing dims while they fit target bytes, then a run. */
+void io_chunk_plan(const uint64_t *shape, int ndim, size_t es, size_t target, struct io_chunk_geom *g);
+/* Reader: from a dataset's stored chunk shape; -1 if snapio does not
+ * write that shape. */
+int io_chunk_from(const uint64_t *shape, int ndim, size_t es, const hsize_t *chunk, struct io_chunk_geom *g);
+/* Chunk (o, r): its HDF5 offset, its byte offset in the data, its bytes. */
+void io_chunk_at(const struct io_chunk_geom *g, uint64_t o, uint64_t r, hsize_t *off, uint64_t *src, size_t *len);
+
 /* uring.c: bulk writes of memory to file offsets. */
 struct io_uring_writer;
 struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes);

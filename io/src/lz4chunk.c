@@ -96,3 +96,73 @@ int io_lz4_decode(const void *src, size_t n, void *dst, size_t cap, size_t *out_
 	*out_n = orig;
 	return 0;
 }
+
+static void geom_finish(struct io_chunk_geom *g, const uint64_t *shape, int ndim, size_t es)
+{
+	g->ndim = ndim;
+	uint64_t stride = 1;
+	g->outer = 1;
+	for (int d = 0; d < ndim; d++) {
+		g->shape[d] = shape[d];
+		if (d > g->j)
+			stride *= shape[d];
+		else if (d < g->j)
+			g->outer *= shape[d];
+	}
+	g->cj = g->chunk[g->j];
+	g->runs = (shape[g->j] + g->cj - 1) / g->cj;
+	g->row_bytes = stride * es;
+	g->full = (size_t)(g->cj * g->row_bytes);
+}
+
+void io_chunk_plan(const uint64_t *shape, int ndim, size_t es, size_t target, struct io_chunk_geom *g)
+{
+	uint64_t inner = es;
+	int j = -1;
+	for (int d = ndim - 1; d >= 0; d--) {
+		if (j < 0 && inner * shape[d] <= target) {
+			g->chunk[d] = shape[d];
+			inner *= shape[d];
+		} else if (j < 0) {
+			j = d;
+			uint64_t c = target / inner;
+			g->chunk[d] = c ? c : 1;
+		} else {
+			g->chunk[d] = 1;
+		}
+	}
+	g->j = j < 0 ? 0 : j;
+	geom_finish(g, shape, ndim, es);
+}
+
+int io_chunk_from(const uint64_t *shape, int ndim, size_t es, const hsize_t *chunk, struct io_chunk_geom *g)
+{
+	g->j = 0;
+	for (int d = 0; d < ndim; d++) {
+		g->chunk[d] = chunk[d];
+		if (chunk[d] != shape[d])
+			g->j = d;
+	}
+	for (int d = 0; d < g->j; d++)
+		if (chunk[d] != 1)
+			return -1;
+	if (chunk[g->j] == 0)
+		return -1;
+	geom_finish(g, shape, ndim, es);
+	return 0;
+}
+
+void io_chunk_at(const struct io_chunk_geom *g, uint64_t o, uint64_t r, hsize_t *off, uint64_t *src, size_t *len)
+{
+	uint64_t rem = o;
+	for (int d = g->ndim - 1; d > g->j; d--)
+		off[d] = 0;
+	for (int d = g->j - 1; d >= 0; d--) {
+		off[d] = rem % g->shape[d];
+		rem /= g->shape[d];
+	}
+	off[g->j] = r * g->cj;
+	uint64_t rows = g->shape[g->j] - off[g->j] < g->cj ? g->shape[g->j] - off[g->j] : g->cj;
+	*len = (size_t)(rows * g->row_bytes);
+	*src = (o * g->shape[g->j] + off[g->j]) * g->row_bytes;
+}

@@ -269,39 +269,30 @@ static int read_lz4(hid_t file, const char *path, const struct io_ds *d, void *b
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, d->dataset);
 	hid_t dcpl = H5Dget_create_plist(ds);
 	hsize_t chunk[SNAP_MAX_NDIM];
-	int rc = 0;
-	if (dcpl < 0 || H5Pget_chunk(dcpl, in->ndim, chunk) != in->ndim)
-		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no chunk layout", path, d->dataset);
+	int nc = dcpl >= 0 ? H5Pget_chunk(dcpl, in->ndim, chunk) : -1;
 	if (dcpl >= 0)
 		H5Pclose(dcpl);
-	int j = 0;
-	for (int k = 0; k < in->ndim; k++)
-		if (chunk[k] != in->shape[k])
-			j = k;
-	for (int k = 0; k < j && !rc; k++)
-		if (chunk[k] != 1)
-			rc = io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\": chunk shape not written by snapio", path,
-				     d->dataset);
-	size_t es = snap_dtype_size(in->dtype);
-	uint64_t stride = 1, outer = 1;
-	for (int k = j + 1; k < in->ndim; k++)
-		stride *= in->shape[k];
-	for (int k = 0; k < j; k++)
-		outer *= in->shape[k];
-	uint64_t cj = chunk[j], runs = rc ? 0 : (in->shape[j] + cj - 1) / cj;
-	size_t full = (size_t)(cj * stride * es), enc_cap = 0;
-	unsigned char *raw = rc ? NULL : malloc(full), *enc = NULL;
-	if (!rc && !raw)
+	if (nc != in->ndim) {
+		H5Dclose(ds);
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no chunk layout", path, d->dataset);
+	}
+	struct io_chunk_geom cg;
+	if (io_chunk_from(in->shape, in->ndim, snap_dtype_size(in->dtype), chunk, &cg) < 0) {
+		H5Dclose(ds);
+		return io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\": chunk shape not written by snapio", path,
+			       d->dataset);
+	}
+	int rc = 0;
+	size_t full = cg.full, enc_cap = 0;
+	unsigned char *raw = malloc(full), *enc = NULL;
+	if (!raw)
 		rc = io_fail(err, SNAP_ENOMEM, "out of memory for a %zu-byte chunk", full);
-	for (uint64_t o = 0; o < outer && !rc; o++) {
-		hsize_t off[SNAP_MAX_NDIM] = {0};
-		uint64_t rem = o;
-		for (int k = j - 1; k >= 0; k--) {
-			off[k] = rem % in->shape[k];
-			rem /= in->shape[k];
-		}
-		for (uint64_t r = 0; r < runs && !rc; r++) {
-			off[j] = r * cj;
+	for (uint64_t o = 0; o < cg.outer && !rc; o++) {
+		for (uint64_t r = 0; r < cg.runs && !rc; r++) {
+			hsize_t off[SNAP_MAX_NDIM];
+			uint64_t at;
+			size_t len;
+			io_chunk_at(&cg, o, r, off, &at, &len);
 			hsize_t sz = 0;
 			uint32_t filters = 0;
 			if (H5Dget_chunk_storage_size(ds, off, &sz) < 0 || sz == 0) {
@@ -329,11 +320,9 @@ static int read_lz4(hid_t file, const char *path, const struct io_ds *d, void *b
 				rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": LZ4 chunk %" PRIu64 ":%" PRIu64
 					     " is corrupt", path, d->dataset, o, r);
 			} else {
-				uint64_t rows = in->shape[j] - off[j] < cj ? in->shape[j] - off[j] : cj;
-				size_t len = (size_t)(rows * stride * es);
 				*crc = io_crc_update(*crc, raw, len);
 				if (buf)
-					memcpy((char *)buf + (o * in->shape[j] + off[j]) * stride * es, raw, len);
+					memcpy((char *)buf + at, raw, len);
 			}
 		}
 	}

@@ -183,47 +183,15 @@ static int check_regions(const struct snap_io_region *r, size_t n, struct snap_i
 	return rc;
 }
 
-/* Chunk shape for LZ4: whole trailing dims while they fit chunk_bytes, a
- * run of the next dim, ones before it. Every chunk is then one contiguous
- * range of the C-order source; only the last of each run is short. */
-static int chunk_dims(const struct snap_io_region *g, size_t target, hsize_t *chunk)
-{
-	size_t es = snap_dtype_size(g->dtype);
-	uint64_t inner = es;
-	int j = -1;
-	for (int d = g->ndim - 1; d >= 0; d--) {
-		if (j < 0 && inner * g->shape[d] <= target) {
-			chunk[d] = g->shape[d];
-			inner *= g->shape[d];
-		} else if (j < 0) {
-			j = d;
-			uint64_t c = target / inner;
-			chunk[d] = c ? c : 1;
-		} else {
-			chunk[d] = 1;
-		}
-	}
-	return j < 0 ? 0 : j;
-}
-
 struct lz4buf {
 	unsigned char *raw, *enc;
 	size_t cap;
 };
 
-static int write_lz4(hid_t ds, const struct snap_io_region *g, size_t target, struct lz4buf *b,
-		     uint32_t *crc, uint64_t *stored)
+static int write_lz4(hid_t ds, const struct snap_io_region *g, const struct io_chunk_geom *cg,
+		     struct lz4buf *b, uint32_t *crc, uint64_t *stored)
 {
-	hsize_t chunk[SNAP_MAX_NDIM];
-	int j = chunk_dims(g, target, chunk);
-	size_t es = snap_dtype_size(g->dtype);
-	uint64_t stride = 1, outer = 1;
-	for (int d = j + 1; d < g->ndim; d++)
-		stride *= g->shape[d];
-	for (int d = 0; d < j; d++)
-		outer *= g->shape[d];
-	uint64_t cj = chunk[j], runs = (g->shape[j] + cj - 1) / cj;
-	size_t full = (size_t)(cj * stride * es);
+	size_t full = cg->full;
 	if (full > b->cap) {
 		free(b->raw);
 		free(b->enc);
@@ -234,18 +202,13 @@ static int write_lz4(hid_t ds, const struct snap_io_region *g, size_t target, st
 			return SNAP_ENOMEM;
 	}
 	const unsigned char *src = g->data;
-	for (uint64_t o = 0; o < outer; o++) {
-		hsize_t off[SNAP_MAX_NDIM] = {0};
-		uint64_t rem = o;
-		for (int d = j - 1; d >= 0; d--) {
-			off[d] = rem % g->shape[d];
-			rem /= g->shape[d];
-		}
-		for (uint64_t r = 0; r < runs; r++) {
-			off[j] = r * cj;
-			uint64_t rows = g->shape[j] - off[j] < cj ? g->shape[j] - off[j] : cj;
-			size_t len = (size_t)(rows * stride * es);
-			const unsigned char *p = src + (size_t)((o * g->shape[j] + off[j]) * stride * es);
+	for (uint64_t o = 0; o < cg->outer; o++) {
+		for (uint64_t r = 0; r < cg->runs; r++) {
+			hsize_t off[SNAP_MAX_NDIM];
+			uint64_t at;
+			size_t len;
+			io_chunk_at(cg, o, r, off, &at, &len);
+			const unsigned char *p = src + (size_t)at;
 			*crc = io_crc_update(*crc, p, len);
 			const void *in = p;
 			if (len < full) { /* edge chunk: HDF5 stores it full size */
@@ -313,14 +276,12 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		hid_t t = io_h5_type(g->dtype), s = H5Screate_simple(g->ndim, dims, NULL);
 		hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), ds = -1;
 		int ok = t >= 0 && s >= 0 && dcpl >= 0 && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0;
+		struct io_chunk_geom cg;
+		if (lz4)
+			io_chunk_plan(g->shape, g->ndim, snap_dtype_size(g->dtype), w->o.chunk_bytes, &cg);
 		if (ok && lz4) {
-			hsize_t chunk[SNAP_MAX_NDIM];
-			chunk_dims(g, w->o.chunk_bytes, chunk);
-			uint64_t cb = snap_dtype_size(g->dtype);
-			for (int d = 0; d < g->ndim; d++)
-				cb *= chunk[d];
-			unsigned cd[1] = {(unsigned)cb};
-			ok = H5Pset_chunk(dcpl, g->ndim, chunk) >= 0 &&
+			unsigned cd[1] = {(unsigned)cg.full};
+			ok = H5Pset_chunk(dcpl, g->ndim, cg.chunk) >= 0 &&
 			     H5Pset_filter(dcpl, IO_LZ4_FILTER, H5Z_FLAG_OPTIONAL, 1, cd) >= 0;
 		} else if (ok) {
 			ok = H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
@@ -341,7 +302,7 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		} else if (lz4) {
 			uint32_t c = 0xFFFFFFFFu;
 			errno = 0;
-			int e = write_lz4(ds, g, w->o.chunk_bytes, &lb, &c, stored);
+			int e = write_lz4(ds, g, &cg, &lb, &c, stored);
 			if (e == SNAP_ENOMEM)
 				rc = io_fail(err, e, "%s: out of memory for LZ4 chunk of dataset \"%s\"", final, dsname);
 			else if (e)
