@@ -248,8 +248,11 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 	char dsname[3 * IO_MAX_NAME + 1];
 	struct lz4buf lb = {0};
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-	if (fapl < 0 || H5Pset_alignment(fapl, IO_ALIGN, IO_ALIGN) < 0)
+	if (fapl < 0 || H5Pset_alignment(fapl, IO_ALIGN, IO_ALIGN) < 0) {
+		if (fapl >= 0)
+			H5Pclose(fapl);
 		return io_fail_h5(err, SNAP_EIO, "%s: HDF5 property setup failed", final);
+	}
 	errno = 0;
 	f = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
 	H5Pclose(fapl);
@@ -454,8 +457,10 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 		unlink(tmp);
 		return rc;
 	}
+	/* The file is complete, fsynced and in place: it stays (see io.h). */
 	if ((rc = io_fsync_dir(sdir)) < 0)
-		return io_fail(err, io_errno_code(-rc), "%s: fsync of directory failed: %s", sdir, strerror(-rc));
+		return io_fail(err, io_errno_code(-rc), "%s: fsync of directory failed: %s (%s is complete and in "
+			       "place; only its directory entry may not be durable)", sdir, strerror(-rc), final);
 	if (stats) {
 		uint64_t raw = 0;
 		for (size_t i = 0; i < n; i++)

@@ -129,7 +129,12 @@ void snap_io_writer_free(struct snap_io_writer *w);
  *
  * Refuses (SNAP_ESTATE) to write into a step that is already persisted.
  * An existing rank file of an unsealed step is replaced atomically.
- * On any failure the temp file is removed and no rank file appears.
+ * On any failure the temp file is removed and no rank file appears, with
+ * one exception: when only the final fsync of the step directory fails
+ * (the message says "fsync of directory failed"), the rank file is already
+ * renamed into place, complete and fsynced, and is left there; only the
+ * durability of its directory entry across a crash is unknown. Writing the
+ * rank again (or sealing, which fsyncs the directory again) settles it.
  * ENOSPC from the disk is SNAP_ENOSPC; permission problems SNAP_EPERM;
  * other I/O failures SNAP_EIO. stats may be NULL.
  */
