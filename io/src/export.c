@@ -4,8 +4,10 @@
  * or materialised. Only metadata of every rank file is held at once.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +21,8 @@ struct shard {
 	int chosen;
 	struct snap_io_region_info info;
 };
+
+static atomic_uint tmp_seq;
 
 static int shard_cmp(const void *a, const void *b)
 {
@@ -140,7 +144,10 @@ static int collect(const char *dir, const char *job, uint64_t step, uint32_t wor
 		hid_t f;
 		struct io_ds *ds = NULL;
 		size_t nd = 0;
-		io_path_rank(path, sizeof path, dir, job, step, r);
+		if (io_path_rank(path, sizeof path, dir, job, step, r)) {
+			rc = io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
+			break;
+		}
 		struct io_rank_id id = {job, step, r, world};
 		if ((rc = io_rank_open(path, &id, &f, &ds, &nd, err)) < 0)
 			break;
@@ -234,7 +241,10 @@ static int copy_data(hid_t f, const char *out, const char *dir, const char *job,
 		hid_t rf;
 		struct io_ds *ds = NULL;
 		size_t nd = 0;
-		io_path_rank(path, sizeof path, dir, job, step, r);
+		if (io_path_rank(path, sizeof path, dir, job, step, r)) {
+			rc = io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
+			break;
+		}
 		struct io_rank_id id = {job, step, r, world};
 		if ((rc = io_rank_open(path, &id, &rf, &ds, &nd, err)) < 0)
 			break;
@@ -297,7 +307,8 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 	if ((rc = io_manifest_load(dir, job, step, 1, &world, NULL, err)) < 0)
 		return rc;
 	char sdir[4096], sdir_abs[PATH_MAX], out_dir[4096], out_abs[PATH_MAX], tmp[4200];
-	io_path_step(sdir, sizeof sdir, dir, job, step);
+	if (io_path_step(sdir, sizeof sdir, dir, job, step))
+		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
 	snprintf(out_dir, sizeof out_dir, "%s", out_path);
 	char *slash = strrchr(out_dir, '/');
 	if (!slash)
@@ -308,7 +319,11 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 		*slash = '\0';
 	if (!realpath(sdir, sdir_abs) || !realpath(out_dir, out_abs))
 		return io_fail(err, io_errno_code(errno), "cannot resolve %s or %s: %s", sdir, out_dir, strerror(errno));
-	snprintf(tmp, sizeof tmp, "%s.tmp.%d", out_path, (int)getpid());
+	/* pid and a sequence number: concurrent exports in one process to
+	 * the same out_path must not share a temp file. */
+	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", out_path, (int)getpid(), atomic_fetch_add(&tmp_seq, 1)) >=
+	    (int)sizeof tmp)
+		return io_fail(err, SNAP_EINVAL, "output path too long: %s", out_path);
 	struct shard *s = NULL;
 	size_t n = 0;
 	io_h5_enter();
@@ -342,6 +357,13 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 		free(s[i].dataset);
 	}
 	free(s);
+	if (!rc) { /* the data must be on disk before the name points at it */
+		int fd = open(tmp, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || fsync(fd) < 0)
+			rc = io_fail(err, io_errno_code(errno), "%s: fsync failed: %s", tmp, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+	}
 	if (!rc && rename(tmp, out_path) < 0)
 		rc = io_fail(err, io_errno_code(errno), "%s: rename failed: %s", out_path, strerror(errno));
 	if (rc)

@@ -11,7 +11,10 @@ static int verify_rank(const char *dir, const char *job, uint64_t step, uint32_t
 		       const struct io_manifest_rank *m, size_t *bad, struct snap_io_err *err)
 {
 	char path[4096];
-	io_path_rank(path, sizeof path, dir, job, step, rank);
+	if (io_path_rank(path, sizeof path, dir, job, step, rank)) {
+		(*bad)++;
+		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
+	}
 	struct stat st;
 	if (stat(path, &st) < 0) {
 		(*bad)++;
