@@ -17,6 +17,9 @@ Each trial relaunches the mesh over the previous trial's stores:
                newest step the daemons logged as protected (a node lost in the
                middle of an encode must not cost the previous protected step).
 The trainer checks restored state itself (exit 3 on a mismatch).
+Then a protect fails on node 0 (its parity file cannot be created): no newer
+step may be reported protected, every node keeps the previous protected step's
+files, and after a relaunch that loses a node the ranks restore that step.
 Finally (--final-loss) M+1 nodes of group 0 are lost: the relaunch must name
 the group and its lost nodes, refuse the restore (SNAP_ELOST), and leave the
 surviving stores byte-identical.
@@ -219,6 +222,8 @@ def main():
     ap.add_argument("--trials", type=int, default=10)
     ap.add_argument("--bytes", default="96K")
     ap.add_argument("--final-loss", action="store_true")
+    ap.add_argument("--no-failed-protect", dest="failed_protect", action="store_false",
+                    help="skip the failed-protect phase (about 3 s)")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
@@ -319,9 +324,19 @@ def main():
                 if expect_exact is not None and len(lost) < a.m and rng.random() < 0.5:
                     n = rng.choice([x for x in g if x not in lost])
                     files = step_files(mesh.root(n), expect_exact)
-                    victims = [f for f in files if f.endswith((".parity", ".rec")) or (f.split("/")[-1].startswith("slot-")
-                                                                            and not f.endswith(".man"))]
-                    if victims:
+                    victims = [f for f in files if f.endswith((".parity", ".rec")) or f.split("/")[-1].startswith("slot-")]
+                    par = [f for f in files if f.endswith(".parity")]
+                    if par and rng.random() < 0.3:
+                        # parity deleted or truncated while its record stays:
+                        # one erased piece per stripe from this node, rebuilt
+                        f = par[0]
+                        p = os.path.join(mesh.root(n), f)
+                        if rng.random() < 0.5:
+                            os.unlink(p)
+                        else:
+                            os.truncate(p, os.path.getsize(p) // 2)
+                        want_files.setdefault(n, {})[f] = files[f]
+                    elif victims:
                         f = rng.choice(victims)
                         p = os.path.join(mesh.root(n), f)
                         size = os.path.getsize(p)
@@ -345,6 +360,48 @@ def main():
                         fh.write(os.urandom(4096))
             print(f"trial {t}: {'busy' if busy else 'quiet'} restored={got} lost={sorted(lost_all)}"
                   f" next expect={expect_exact if expect_exact is not None else f'>={lower}'}")
+        if a.failed_protect:
+            # A protect that fails on one node (its parity file cannot be
+            # created) fails everywhere; the previous protected step P stays
+            # protected on every node and is what a relaunch rebuilds.
+            deadline = time.time() + 30
+            while not have_record(mesh, a, target) and time.time() < deadline:
+                time.sleep(0.02)
+            P = target
+            ec0 = os.path.join(mesh.root(0), JOB, "ec")
+            blocks = [os.path.join(ec0, f"step-{P + i}.parity.tmp") for i in range(1, 12)]
+            for b in blocks:
+                os.mkdir(b)
+            procs = start_trainers(a, mesh, logdir, "fp", P + 3)
+            for p, _, err in procs:
+                if p.wait() != 0:
+                    fail(f"failed protect: trainer exited {p.returncode}; see {err}")
+            time.sleep(0.5)
+            text = mesh.text()
+            if "protect failed on node 0" not in text:
+                fail(f"failed protect: no failure logged; see {mesh.log}")
+            if any(re.findall(rf"job mt step {x} protected", text) for x in range(P + 1, P + 4)):
+                fail("failed protect: a step after the blocked one was reported protected")
+            for n in range(a.nodes):
+                ec = os.path.join(mesh.root(n), JOB, "ec")
+                left = {f for f in os.listdir(ec) if not f.endswith(".parity.tmp") or n != 0}
+                if left != {f"step-{P}.rec", f"step-{P}.parity"}:
+                    fail(f"failed protect: node {n} ec/ holds {sorted(left)}, expected step {P} only")
+            mesh.kill()
+            for b in blocks:
+                os.rmdir(b)
+            lost = groups[0][-1]
+            shutil.rmtree(mesh.root(lost))
+            mesh.start(os.path.join(logdir, "fp-relaunch.log"))
+            procs = start_trainers(a, mesh, logdir, "fp2", P + 4)
+            restored = set()
+            for p, log, err in procs:
+                p.wait()
+                restored.add(restored_of(log))
+            if restored != {P}:
+                fail(f"failed protect: after losing node {lost} ranks restored {sorted(restored, key=str)}, "
+                     f"expected the protected step {P}")
+            print(f"failed protect: steps after {P} refused on node 0, {P} stayed protected and was restored")
         if a.final_loss:
             mesh.kill()
             g = groups[0]
