@@ -82,8 +82,11 @@ static int scan_records(struct snap_mesh *mesh, struct rent **out, int *nout)
 			if (*nout == cap) {
 				cap = cap ? cap * 2 : 16;
 				void *q = realloc(*out, (size_t)cap * sizeof(**out));
-				if (!q)
-					break;
+				if (!q) {
+					/* A record silently left out would make this node's view differ. */
+					mesh_warn(mesh, "out of memory listing the erasure-coding records");
+					snap_mesh_abort(mesh, 1);
+				}
 				*out = q;
 			}
 			struct rent *e = &(*out)[(*nout)++];
@@ -318,12 +321,9 @@ int mesh_recover(struct snap_mesh *mesh)
 	int *cnt = calloc((size_t)mesh->size, sizeof(int)), *dsp = calloc((size_t)mesh->size, sizeof(int));
 	int *bc = calloc((size_t)mesh->size, sizeof(int)), *bd = calloc((size_t)mesh->size, sizeof(int));
 	if (!cnt || !dsp || !bc || !bd) {
-		free(cnt);
-		free(dsp);
-		free(bc);
-		free(bd);
-		free(mine);
-		return SNAP_ENOMEM; /* every node fails its start the same way or mpirun reaps it */
+		/* Peers are about to enter the collectives below: abort, never hang them. */
+		mesh_warn(mesh, "out of memory before the relaunch agreement");
+		snap_mesh_abort(mesh, 1);
 	}
 	MPI_Allgather(&nmine, 1, MPI_INT, cnt, 1, MPI_INT, mesh->world);
 	int total = 0;
@@ -334,6 +334,10 @@ int mesh_recover(struct snap_mesh *mesh)
 		bd[i] = dsp[i] * (int)sizeof(struct rent);
 	}
 	all = calloc((size_t)total + 1, sizeof(*all));
+	if (!all) {
+		mesh_warn(mesh, "out of memory gathering the erasure-coding records");
+		snap_mesh_abort(mesh, 1);
+	}
 	MPI_Allgatherv(mine, nmine * (int)sizeof(struct rent), MPI_BYTE, all, bc, bd, MPI_BYTE, mesh->world);
 	/* Jobs in name order (the same list on every node). */
 	for (int i = 0; i < total; i++)
