@@ -328,7 +328,7 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 	size_t n = 0;
 	io_h5_enter();
 	rc = collect(dir, job, step, world, &s, &n, err);
-	if (!rc)
+	if (!rc && n)
 		qsort(s, n, sizeof *s, shard_cmp);
 	hid_t f = -1;
 	if (!rc && (f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) < 0)

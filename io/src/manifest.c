@@ -300,7 +300,8 @@ int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t
 		all[n++] = s;
 	}
 	closedir(d);
-	qsort(all, n, sizeof *all, desc);
+	if (n) /* all is NULL when no step is persisted: qsort(NULL, 0) is undefined */
+		qsort(all, n, sizeof *all, desc);
 	for (size_t i = 0; i < n && i < cap; i++)
 		steps[i] = all[i];
 	free(all);

@@ -404,7 +404,8 @@ int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t 
 	io_h5_enter();
 	int rc = open_persisted_rank(dir, job, step, rank, path, sizeof path, &f, &ds, &nds, err);
 	if (!rc) {
-		qsort(ds, nds, sizeof *ds, by_name);
+		if (nds)
+			qsort(ds, nds, sizeof *ds, by_name);
 		for (size_t i = 0; i < n && !rc; i++) {
 			struct io_ds key;
 			if (!dests[i].name || strlen(dests[i].name) > IO_MAX_NAME) {
@@ -412,7 +413,7 @@ int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t 
 				break;
 			}
 			strcpy(key.name, dests[i].name);
-			const struct io_ds *d = bsearch(&key, ds, nds, sizeof *ds, by_name);
+			const struct io_ds *d = nds ? bsearch(&key, ds, nds, sizeof *ds, by_name) : NULL;
 			if (!d)
 				rc = io_fail(err, SNAP_ENOENT, "%s: no region \"%s\"", path, dests[i].name);
 			else if (d->info.bytes != dests[i].bytes)

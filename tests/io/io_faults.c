@@ -110,6 +110,15 @@ int main(int argc, char **argv)
 	struct snap_io_err err = {0};
 	size_t bad;
 
+	printf("a job directory with only an unfinished step: no persisted step\n");
+	snprintf(p, sizeof p, "mkdir -p '%s/" JOB "/step-1'", dir);
+	CHECK(system(p) == 0);
+	CHECK(snap_io_list_steps(dir, JOB, NULL, 0, &err) == 0);
+	{
+		uint64_t s;
+		EXPECT_ERR(snap_io_newest_step(dir, JOB, &s, &err), SNAP_ENOENT, &err, "no persisted step");
+	}
+
 	printf("good steps 1 (none) and 2 (lz4), world 2\n");
 	write_step(dir, 1, SNAP_IO_CODEC_NONE, 2);
 	write_step(dir, 2, SNAP_IO_CODEC_LZ4, 2);
