@@ -35,4 +35,13 @@ enum { SNAPC_ISA_SCALAR = 0, SNAPC_ISA_SSE2 = 1, SNAPC_ISA_AVX2 = 2 /* + F16C */
 extern int snapc_isa, snapc_isa_detected;
 int snapc_set_isa(int level);
 
+/* The AVX2 (+F16C) fast paths are compiled on x86-64 with GCC/clang as
+ * functions of their own target, whatever the baseline of the build, and
+ * run only when snapc_isa says so. */
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+#define SNAPC_HAVE_AVX2 1
+#define SNAPC_AVX2_FN __attribute__((target("avx2,f16c")))
+#endif
+
 #endif

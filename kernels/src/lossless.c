@@ -14,6 +14,13 @@
 #include "snap/codec.h"
 #include "codec_impl.h"
 
+/* Whether the AVX2 coders of 2-byte dtypes run (es: element size). */
+#if defined(SNAPC_HAVE_AVX2)
+#define SNAPC_AVX2_16(es) ((es) == 2 && snapc_isa >= SNAPC_ISA_AVX2)
+#else
+#define SNAPC_AVX2_16(es) 0
+#endif
+
 /* Sort nonzero histogram bins by (count desc, exponent asc): the table order
  * the GPU computes by ranking. Insertion sort: blocks have few distinct
  * exponents. */
@@ -107,6 +114,206 @@ hist4(const uint8_t *src, uint32_t n, const uint32_t es, const uint32_t M,
 		hist[s] += h4[0][s] + h4[1][s] + h4[2][s];
 }
 
+#if defined(SNAPC_HAVE_AVX2)
+/*
+ * 2-byte dtypes with AVX2 (bf16: E 8, M 7; f16: E 5, M 10), a chunk of 32
+ * values (two vectors of 16) at a time: a first pass writes the exponents
+ * as bytes (for the histogram and the codes), a second codes them and
+ * splits off the rests. Same bytes as the scalar coder.
+ */
+#define LDU(p) _mm256_loadu_si256((const __m256i *)(const void *)(p))
+#define STU(p, v) _mm256_storeu_si256((__m256i *)(void *)(p), (v))
+#define STU128(p, v) _mm_storeu_si128((__m128i *)(void *)(p), (v))
+
+/* Left-packing of the escapes of 8 values: leftpack[m] holds, byte by
+ * byte, the positions of the set bits of m (a pshufb control), leftpack_n[m]
+ * their number. */
+static uint64_t leftpack[256];
+static uint8_t leftpack_n[256];
+
+__attribute__((constructor)) static void leftpack_init(void)
+{
+	for (uint32_t m = 0; m < 256; m++) {
+		uint32_t c = 0;
+		for (uint32_t j = 0; j < 8; j++)
+			if (m >> j & 1)
+				leftpack[m] |= (uint64_t)j << (8 * c++);
+		leftpack_n[m] = (uint8_t)c;
+	}
+}
+
+/* 32 words (a then b, each < 256) as 32 bytes in order. */
+static inline SNAPC_AVX2_FN __m256i bytes_of(__m256i a, __m256i b)
+{
+	return _mm256_permute4x64_epi64(_mm256_packus_epi16(a, b), 0xd8);
+}
+
+/* Exponents of the first n values (n a multiple of 32) as bytes. */
+static SNAPC_AVX2_FN void exps16_avx2(const uint8_t *src, uint32_t n, uint32_t M,
+				      uint32_t emask, uint8_t *ebuf)
+{
+	const __m128i sh = _mm_cvtsi32_si128((int)M);
+	const __m256i em = _mm256_set1_epi16((short)emask);
+	for (uint32_t i = 0; i < n; i += SNAPC_GROUP) {
+		__m256i a = _mm256_and_si256(_mm256_srl_epi16(LDU(src + 2 * (size_t)i), sh), em);
+		__m256i b = _mm256_and_si256(_mm256_srl_epi16(LDU(src + 2 * (size_t)i + 32), sh), em);
+		STU(ebuf + i, bytes_of(a, b));
+	}
+}
+
+/* 16 words of 11 bits, LSB first: 22 bytes at d, and up to 10 bytes after
+ * them overwritten. */
+static inline SNAPC_AVX2_FN void pack11x16(__m256i r, uint8_t *d)
+{
+	__m256i x = _mm256_madd_epi16(r, _mm256_set1_epi32(1 | 2048 << 16)); /* 22 bits */
+	x = _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi64x(0xffffffff)),
+			    _mm256_slli_epi64(_mm256_srli_epi64(x, 32), 22)); /* 44 bits */
+	__m256i a = _mm256_sllv_epi64(x, _mm256_set_epi64x(44, 0, 44, 0));
+	__m256i b = _mm256_srlv_epi64(x, _mm256_set_epi64x(20, 64, 20, 64));
+	a = _mm256_or_si256(a, _mm256_bsrli_epi128(a, 8));
+	x = _mm256_blend_epi32(a, b, 0xcc); /* 88 bits per lane */
+	STU128(d, _mm256_castsi256_si128(x));
+	STU128(d + 11, _mm256_extracti128_si256(x, 1));
+}
+
+/* Codes, escapes and rests of the first nfull values (a multiple of 32),
+ * whose exponent bytes are ebuf; map as in snapc_ll_encode, sym[0..T) the
+ * table. The codes are packed into a staging area first (the vector stores
+ * run past a chunk) and copied out exactly; the escapes are gathered at the
+ * front of ebuf (overwriting it) and copied to *escpp, which is advanced. */
+static SNAPC_AVX2_FN void chunks16_avx2(const uint8_t *src, uint8_t *ebuf,
+					uint32_t nfull, uint32_t E, uint32_t k,
+					const uint8_t *sym, uint32_t T,
+					const uint8_t *map, uint8_t *codes,
+					uint8_t **escpp, uint8_t *rest)
+{
+	uint8_t stage[SNAP_CODEC_BLOCK_MAX + 32], tmp[64];
+	uint32_t nesc = 0;
+	const uint32_t esc = k ? (1u << k) - 1 : 0;
+	const int escapes = k && k != E;
+	/* code of an exponent: table symbols lie in nr 16-wide windows from
+	 * lo; lut[r] holds code ^ esc at symbol - (lo + 16 r), 0 elsewhere. */
+	uint32_t lo = 255, hi = 0, nr = 0;
+	__m256i lut[4];
+	for (uint32_t t = 0; t < T; t++) {
+		lo = sym[t] < lo ? sym[t] : lo;
+		hi = sym[t] > hi ? sym[t] : hi;
+	}
+	if (escapes && (hi - lo) / 16 < 4) {
+		uint8_t tb[4][16];
+		memset(tb, 0, sizeof(tb));
+		nr = (hi - lo) / 16 + 1;
+		for (uint32_t t = 0; t < T; t++)
+			tb[(sym[t] - lo) / 16][(sym[t] - lo) % 16] = (uint8_t)(t ^ esc);
+		for (uint32_t r = 0; r < nr; r++)
+			lut[r] = _mm256_broadcastsi128_si256(
+				_mm_loadu_si128((const __m128i *)(const void *)tb[r]));
+	}
+	const __m256i vesc = _mm256_set1_epi8((char)esc), v15 = _mm256_set1_epi8(15);
+	/* k-bit packing (1 <= k <= 7): byte pairs, word pairs, dword pairs
+	 * merged by multiply-adds and a shift, leaving k bytes per qword that
+	 * one shuffle moves together (2k bytes per lane). */
+	const __m256i mul1 = _mm256_set1_epi16((short)(1 | (1u << k) << 8));
+	const __m256i mul2 = _mm256_set1_epi32((int)(1 | (1u << 2 * k) << 16));
+	const __m256i lo32 = _mm256_set1_epi64x(0xffffffff);
+	const __m128i c4k = _mm_cvtsi32_si128((int)(4 * k));
+	uint8_t sh[16];
+	for (uint32_t j = 0; j < 16; j++)
+		sh[j] = j < k ? (uint8_t)j : j < 2 * k ? (uint8_t)(8 + j - k) : 0x80;
+	const __m256i cmp = _mm256_broadcastsi128_si256(
+		_mm_loadu_si128((const __m128i *)(const void *)sh));
+	const __m256i m7f = _mm256_set1_epi16(0x7f), m80 = _mm256_set1_epi16(0x80);
+	const __m256i m3ff = _mm256_set1_epi16(0x3ff), m400 = _mm256_set1_epi16(0x400);
+
+	for (uint32_t c0 = 0; c0 < nfull; c0 += SNAPC_GROUP) {
+		__m256i a = LDU(src + 2 * (size_t)c0), b = LDU(src + 2 * (size_t)c0 + 32);
+		if (E == 8) { /* rest = sign << 7 | mantissa: one byte */
+			a = _mm256_or_si256(_mm256_and_si256(a, m7f),
+					    _mm256_and_si256(_mm256_srli_epi16(a, 8), m80));
+			b = _mm256_or_si256(_mm256_and_si256(b, m7f),
+					    _mm256_and_si256(_mm256_srli_epi16(b, 8), m80));
+			STU(rest + c0, bytes_of(a, b));
+		} else { /* rest = sign << 10 | mantissa: 11 bits, 44 bytes a chunk */
+			a = _mm256_or_si256(_mm256_and_si256(a, m3ff),
+					    _mm256_and_si256(_mm256_srli_epi16(a, 5), m400));
+			b = _mm256_or_si256(_mm256_and_si256(b, m3ff),
+					    _mm256_and_si256(_mm256_srli_epi16(b, 5), m400));
+			int last = c0 + SNAPC_GROUP == nfull;
+			uint8_t *d = last ? tmp : rest + (size_t)c0 * 11 / 8;
+			pack11x16(a, d);
+			pack11x16(b, d + 22);
+			if (last)
+				memcpy(rest + (size_t)c0 * 11 / 8, tmp, 44);
+		}
+		if (!k)
+			continue;
+		__m256i code = LDU(ebuf + c0);
+		if (escapes) {
+			if (nr) {
+				__m256i acc = _mm256_setzero_si256();
+				for (uint32_t r = 0; r < nr; r++) {
+					__m256i idx = _mm256_sub_epi8(code, _mm256_set1_epi8((char)(lo + 16 * r)));
+					__m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(idx, v15), idx);
+					acc = _mm256_or_si256(acc, _mm256_and_si256(in,
+						_mm256_shuffle_epi8(lut[r], idx)));
+				}
+				code = _mm256_xor_si256(acc, vesc);
+			} else {
+				for (uint32_t j = 0; j < SNAPC_GROUP; j++)
+					tmp[j] = map[ebuf[c0 + j]];
+				code = LDU(tmp);
+			}
+			/* escapes, in value order, packed left into ebuf itself:
+			 * the 8-byte stores end before the group read next */
+			uint32_t em = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(code, vesc));
+			for (uint32_t g = 0; g < SNAPC_GROUP; g += 8) {
+				uint32_t m = (em >> g) & 0xff;
+				__m128i e8 = _mm_loadl_epi64((const __m128i *)(const void *)(ebuf + c0 + g));
+				e8 = _mm_shuffle_epi8(e8, _mm_cvtsi64_si128((long long)leftpack[m]));
+				_mm_storel_epi64((__m128i *)(void *)(ebuf + nesc), e8);
+				nesc += leftpack_n[m];
+			}
+		}
+		uint8_t *d = stage + (size_t)c0 * k / 8;
+		if (k == 8) {
+			STU(d, code);
+			continue;
+		}
+		__m256i x = _mm256_maddubs_epi16(mul1, code);
+		x = _mm256_madd_epi16(x, mul2);
+		x = _mm256_or_si256(_mm256_and_si256(x, lo32),
+				    _mm256_sll_epi64(_mm256_srli_epi64(x, 32), c4k));
+		x = _mm256_shuffle_epi8(x, cmp);
+		STU128(d, _mm256_castsi256_si128(x));
+		STU128(d + 2 * k, _mm256_extracti128_si256(x, 1));
+	}
+	memcpy(codes, stage, (size_t)nfull * k / 8);
+	memcpy(*escpp, ebuf, nesc);
+	*escpp += nesc;
+}
+
+/* Exponent histogram from exponent bytes: eight 16-bit counter sets
+ * (each sees at most n/8 <= 2048 values), so that runs of one exponent do
+ * not chain their increments. */
+static void hist_bytes(const uint8_t *e, uint32_t n, uint32_t nsym, uint32_t *hist)
+{
+	uint16_t h8[8][256];
+	uint32_t i;
+	memset(h8, 0, sizeof(h8));
+	for (i = 0; i + 8 <= n; i += 8) {
+		uint64_t w;
+		memcpy(&w, e + i, 8);
+		for (int j = 0; j < 8; j++)
+			h8[j][(w >> 8 * j) & 0xff]++;
+	}
+	for (; i < n; i++)
+		hist[e[i]]++;
+	for (uint32_t s = 0; s < nsym; s++)
+		for (int j = 0; j < 8; j++)
+			hist[s] += h8[j][s];
+}
+#endif
+
 int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 		    uint8_t *dst, size_t cap, size_t *len)
 {
@@ -115,11 +322,24 @@ int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 	uint32_t hist[256] = {0}, cnt[256];
 	uint8_t sym[256], map[256];
 	uint32_t i;
+	const int avx2_16 = SNAPC_AVX2_16(es);
+#if defined(SNAPC_HAVE_AVX2)
+	uint8_t ebuf[SNAP_CODEC_BLOCK_MAX];
+#endif
+	const uint32_t nfull = n / SNAPC_GROUP * SNAPC_GROUP;
 
-	if (es == 4)
+	if (avx2_16) {
+#if defined(SNAPC_HAVE_AVX2)
+		exps16_avx2(src, nfull, M, emask, ebuf);
+		for (i = nfull; i < n; i++)
+			ebuf[i] = (uint8_t)((snapc_ldel(src, i, 2) >> M) & emask);
+		hist_bytes(ebuf, n, emask + 1, hist);
+#endif
+	} else if (es == 4) {
 		hist4(src, n, 4, 23, 0xff, hist);
-	else
+	} else {
 		hist4(src, n, 2, M, emask, hist);
+	}
 	uint32_t distinct = sorted_table(hist, emask + 1, sym, cnt);
 	uint32_t k, T;
 	snapc_choose_k(cnt, distinct, n, E, &k, &T);
@@ -149,8 +369,12 @@ int snapc_ll_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 
 	uint32_t cbuf[SNAPC_GROUP], rbuf[SNAPC_GROUP];
 	uint32_t c0 = 0;
-	if (snapc_isa > SNAPC_ISA_SCALAR) {
-		uint32_t nfull = n / SNAPC_GROUP * SNAPC_GROUP;
+	if (avx2_16) {
+#if defined(SNAPC_HAVE_AVX2)
+		chunks16_avx2(src, ebuf, nfull, E, k, sym, T, map, codes, &escp, rest);
+		c0 = nfull;
+#endif
+	} else if (snapc_isa > SNAPC_ISA_SCALAR) {
 		const uint32_t escv = (k && k != E) ? esc : 0x100u;
 		if (es == 4)
 			ll_chunks(src, nfull, 4, 23, 8, k, map, escv, codes, &escp, rest);

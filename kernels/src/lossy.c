@@ -14,10 +14,6 @@
 #if defined(__SSE2__)
 #include <emmintrin.h>
 #endif
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#include <immintrin.h>
-#define SNAPC_HAVE_AVX2 1
-#endif
 
 #include "snap/codec.h"
 #include "codec_impl.h"
@@ -111,12 +107,11 @@ static void first_sse2(const uint8_t *src, uint32_t ng, uint32_t es,
 #endif
 
 #if defined(SNAPC_HAVE_AVX2)
-#define AVX2_FN __attribute__((target("avx2,f16c")))
 
 /* The same operations eight lanes at a time; es 4 f32, es 2 with E 8 bf16,
  * E 5 f16 (F16C converts exactly like snapc_h2f / snapc_f2h, nearest even,
  * for every non-NaN value; a NaN x is rejected by the range test anyway). */
-static AVX2_FN void first_avx2(const uint8_t *src, uint32_t ng, uint32_t es, uint32_t E,
+static SNAPC_AVX2_FN void first_avx2(const uint8_t *src, uint32_t ng, uint32_t es, uint32_t E,
 			       const struct snapc_lyq *qp, const struct first *o)
 {
 	const __m256 vinv = _mm256_set1_ps(qp->inv), vstep = _mm256_set1_ps(qp->step);
@@ -365,7 +360,7 @@ int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 #if defined(SNAPC_HAVE_AVX2)
 /* x' = dtype((float)(gb + code) * step) for a full group; the caller checks
  * that gb + code fits int32, so the int -> float rounding is the scalar one. */
-static AVX2_FN void dequant_avx2(const uint32_t *codes, int32_t gb, float step,
+static SNAPC_AVX2_FN void dequant_avx2(const uint32_t *codes, int32_t gb, float step,
 				 uint32_t es, uint32_t E, uint8_t *dst)
 {
 	const __m256i vgb = _mm256_set1_epi32(gb), r7fff = _mm256_set1_epi32(0x7fff);

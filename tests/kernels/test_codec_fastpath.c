@@ -1,7 +1,9 @@
 /* The C twin's fast paths (SSE2, AVX2+F16C, unrolled packers) against its
  * plain scalar reference (snapc_quant, snapc_pack32): for many random and
  * adversarial arrays, every dtype, both codecs, several bounds and block
- * sizes, each SIMD level available here must write the same stream bytes as
+ * sizes, and 2-byte arrays built bit by bit to reach every branch of the
+ * lossless coders (code-table windows, escape rates, raw exponents), each
+ * SIMD level available here must write the same stream bytes as
  * the scalar level and decode any stream to the same values. */
 #include "snap/codec.h"
 #include "codec_impl.h"
@@ -24,17 +26,11 @@ static void gen_values(int gen, float *f, size_t n, double scale)
 			f[i] *= (float)scale;
 }
 
-static void one(int dt, int gen, size_t n, uint32_t B, int codec, double bound, double scale)
+/* Every level against the scalar one on the n values of dtype dt at in. */
+static void compare(int dt, const uint8_t *in, size_t n, uint32_t B, int codec,
+		    double bound, const char *what)
 {
-	char what[200];
 	size_t es = snap_dtype_size(dt);
-	float *f = malloc((n ? n : 1) * 4);
-	uint8_t *raw = malloc(n * es + 8), *in = raw + 1 + (n & 1); /* unaligned */
-	gen_values(gen, f, n, scale);
-	snap_codec_convert(dt, in, SNAP_DTYPE_F32, f, n);
-	snprintf(what, sizeof(what), "dt=%d gen=%s n=%zu B=%u codec=%d bound=%g scale=%g",
-		 dt, tu_gen_name[gen], n, B, codec, bound, scale);
-
 	struct snap_codec_params p = { codec, dt, bound, B };
 	size_t cap = snap_codec_bound(&p, n);
 	uint8_t *ref = malloc(cap + 1), *s = malloc(cap + 1);
@@ -59,7 +55,56 @@ static void one(int dt, int gen, size_t n, uint32_t B, int codec, double bound, 
 	}
 	if (codec == SNAP_CODEC_LOSSLESS)
 		CHECK(memcmp(dref, in, n * es) == 0, "%s: lossless not exact", what);
-	free(f); free(raw); free(ref); free(s); free(dref); free(d);
+	free(ref); free(s); free(dref); free(d);
+}
+
+static void one(int dt, int gen, size_t n, uint32_t B, int codec, double bound, double scale)
+{
+	char what[200];
+	size_t es = snap_dtype_size(dt);
+	float *f = malloc((n ? n : 1) * 4);
+	uint8_t *raw = malloc(n * es + 8), *in = raw + 1 + (n & 1); /* unaligned */
+	gen_values(gen, f, n, scale);
+	snap_codec_convert(dt, in, SNAP_DTYPE_F32, f, n);
+	snprintf(what, sizeof(what), "dt=%d gen=%s n=%zu B=%u codec=%d bound=%g scale=%g",
+		 dt, tu_gen_name[gen], n, B, codec, bound, scale);
+	compare(dt, in, n, B, codec, bound, what);
+	free(f); free(raw);
+}
+
+/* 2-byte values built from their bits, for the lossless coders: exponents
+ * drawn (skewed) from a set of nsym exponents spread over a window of
+ * `spread` values (so the code table spans one to many 16-wide windows),
+ * a fraction pesc of them any exponent (escapes, incl. 0: zeros and
+ * denormals, and the maximum: Inf and NaN), random sign and mantissa bits;
+ * at byte offset off of the buffer. */
+static void one_bits16(int dt, size_t n, uint32_t B, uint32_t nsym, uint32_t spread,
+		       double pesc, size_t off)
+{
+	char what[200];
+	const uint32_t E = dt == SNAP_DTYPE_BF16 ? 8 : 5, M = dt == SNAP_DTYPE_BF16 ? 7 : 10;
+	const uint32_t emax = (1u << E) - 1;
+	uint32_t sym[64];
+	uint8_t *raw = malloc(2 * n + 8), *in = raw + off;
+	if (spread > emax + 1)
+		spread = emax + 1;
+	uint32_t lo = (uint32_t)(tu_next() % (emax + 2 - spread));
+	for (uint32_t t = 0; t < nsym; t++)
+		sym[t] = lo + (uint32_t)(tu_next() % spread);
+	for (size_t i = 0; i < n; i++) {
+		uint32_t e, r = (uint32_t)tu_next();
+		if (tu_unif() < pesc)
+			e = (uint32_t)(tu_next() % (emax + 1));
+		else /* symbol t with weight ~ 1/(t+1) */
+			e = sym[(uint32_t)((double)nsym * tu_unif() * tu_unif()) % nsym];
+		uint32_t v = (r >> 16 & 1) << (E + M) | e << M | (r & ((1u << M) - 1));
+		in[2 * i] = (uint8_t)v;
+		in[2 * i + 1] = (uint8_t)(v >> 8);
+	}
+	snprintf(what, sizeof(what), "bits16 dt=%d n=%zu B=%u nsym=%u spread=%u pesc=%g off=%zu",
+		 dt, n, B, nsym, spread, pesc, off);
+	compare(dt, in, n, B, SNAP_CODEC_LOSSLESS, 0, what);
+	free(raw);
 }
 
 int main(int argc, char **argv)
@@ -95,6 +140,21 @@ int main(int argc, char **argv)
 			one(dt, gen, n, B, r % 4 ? SNAP_CODEC_LOSSY_ABS : SNAP_CODEC_LOSSLESS, bound, scale);
 		}
 	}
+	/* exponent mixes of the 2-byte dtypes: table windows, escapes,
+	 * lengths around chunk and block boundaries, unaligned buffers */
+	static const uint32_t spreads[] = { 1, 2, 16, 17, 33, 64, 65, 100, 256 };
+	static const double pescs[] = { 0, 0.001, 0.05, 0.3, 1 };
+	static const size_t lens[] = { 32, 63, 64, 65, 255, 256, 288, 4064, 4096, 4127, 16384, 16416 };
+	for (int it = 0; it < iters; it++)
+		for (int r = 0; r < 400; r++) {
+			int dt = r & 1 ? SNAP_DTYPE_BF16 : SNAP_DTYPE_F16;
+			size_t n = r % 3 ? lens[tu_next() % (sizeof(lens) / sizeof(*lens))]
+					 : (size_t)(tu_next() % 20000);
+			one_bits16(dt, n, blocks[tu_next() % 3], 1 + (uint32_t)(tu_next() % 40),
+				   spreads[tu_next() % (sizeof(spreads) / sizeof(*spreads))],
+				   pescs[tu_next() % (sizeof(pescs) / sizeof(*pescs))],
+				   (size_t)(tu_next() % 4));
+		}
 	snapc_set_isa(snapc_isa_detected);
 	printf("%ld fast-path streams compared, %d failures\n", nstreams, tu_failures);
 	return tu_failures ? 1 : 0;
