@@ -166,18 +166,18 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, char *e
 	uint32_t slot = snap_get_u32(r);
 	uint64_t step = snap_get_u64(r);
 	uint32_t ncrc = snap_get_u32(r);
-	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 4) {
+	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 8) {
 		/* EPROTO closes the connection, which frees the slots it was writing. */
-		snap_fmt(err, ERRLEN, "malformed COMMIT (%u checksums announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
+		snap_fmt(err, ERRLEN, "malformed COMMIT (%u chunks announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
 		return SNAP_EPROTO;
 	}
-	uint32_t *crc = malloc(sizeof(uint32_t) * (ncrc ? ncrc : 1));
+	uint32_t *crc = malloc(sizeof(uint32_t) * (ncrc ? 2 * (size_t)ncrc : 1));
 	if (!crc)
 		return SNAP_ENOMEM;
-	for (uint32_t i = 0; i < ncrc; i++)
+	for (uint32_t i = 0; i < 2 * ncrc; i++)
 		crc[i] = snap_get_u32(r);
-	int rc = snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, ncrc, m->cfg->verify_commit, err,
-				   ERRLEN);
+	int rc = snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
+				   m->cfg->verify_commit, err, ERRLEN);
 	free(crc);
 	if (rc == 0)
 		persist_on_commit(m, c->job);

@@ -57,16 +57,29 @@ static int map_slot(const struct flush_rank *fr, const uint8_t **base, char *err
 	return 0;
 }
 
-/* A region's CRC32C from its chunks' CRCs in the manifest: no pass over the data. */
-static uint32_t region_crc(const struct snap_layout *lay, const struct snap_man_region *g, const uint32_t *crc)
+/* A raw region's CRC32C from its chunks' CRCs in the manifest: no pass over the data. */
+static uint32_t region_crc(const struct snap_manifest *m, const struct snap_man_region *g)
 {
 	uint32_t c = 0;
-	for (uint32_t k = 0; k < g->nchunks; k++) {
-		uint64_t off = (uint64_t)k * lay->chunk_size;
-		uint64_t len = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-		c = snap_crc32c_combine(c, crc[g->first_crc + k], len);
-	}
+	for (uint32_t k = 0; k < g->nchunks; k++)
+		c = snap_crc32c_combine(c, m->crc[g->first_crc + k], m->len[g->first_crc + k]);
 	return c;
+}
+
+/* A codec region goes to disk as its frames, as they are: never decoded and
+ * re-encoded, so a lossy snapshot is quantized once. */
+static void frames_of(const struct snap_manifest *m, const struct snap_man_region *g, const uint8_t *base,
+		      const void **frame, uint64_t *len, struct snap_io_region *o)
+{
+	for (uint32_t k = 0; k < g->nchunks; k++) {
+		frame[k] = base + g->offset + (uint64_t)k * g->frame_cap;
+		len[k] = m->len[g->first_crc + k];
+	}
+	o->nframes = g->nchunks;
+	o->frame_elems = m->layout.chunk_size / snap_dtype_size(g->dtype);
+	o->frame = frame;
+	o->frame_len = len;
+	o->frame_crc = m->crc + g->first_crc;
 }
 
 static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct flush_rank *fr)
@@ -77,7 +90,12 @@ static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct 
 	if (rc)
 		return rc;
 	struct snap_io_region *regs = calloc(lay->nregions ? lay->nregions : 1, sizeof(*regs));
-	if (!regs) {
+	const void **frame = calloc(lay->ncrc ? lay->ncrc : 1, sizeof(*frame));
+	uint64_t *frame_len = calloc(lay->ncrc ? lay->ncrc : 1, sizeof(*frame_len));
+	if (!regs || !frame || !frame_len) {
+		free(regs);
+		free(frame);
+		free(frame_len);
 		if (base)
 			munmap((void *)base, lay->slot_bytes);
 		return SNAP_ENOMEM;
@@ -88,12 +106,17 @@ static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct 
 		o->name = g->name;
 		o->dtype = g->dtype;
 		o->kind = g->kind;
-		o->data = base + g->offset;
 		o->bytes = g->bytes;
-		/* The writer checks the bytes against it while writing them, so a
-		 * bit flip in the store since commit is never persisted. */
-		o->crc32c = region_crc(lay, g, fr->man.crc);
-		o->has_crc = 1;
+		/* The writer checks the bytes (or each frame) against the CRCs while
+		 * writing them, so a bit flip in the store since commit is never
+		 * persisted. */
+		if (g->codec != SNAP_CODEC_NONE) {
+			frames_of(&fr->man, g, base, frame + g->first_crc, frame_len + g->first_crc, o);
+		} else {
+			o->data = base + g->offset;
+			o->crc32c = region_crc(&fr->man, g);
+			o->has_crc = 1;
+		}
 		if (g->ndim == 0) {   /* a flat tensor: one dimension, unsharded */
 			o->ndim = 1;
 			o->shape[0] = o->global_shape[0] = g->bytes / snap_dtype_size(g->dtype);
@@ -112,6 +135,8 @@ static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct 
 		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
 	q->bytes += st.raw_bytes;
 	free(regs);
+	free(frame);
+	free(frame_len);
 	if (base)
 		munmap((void *)base, lay->slot_bytes);
 	return rc;

@@ -20,6 +20,7 @@
 
 #include "internal.h"
 #include "rehydrate.h"
+#include "snap/codec.h"
 #include "snap/io.h"
 
 #define MAX_STEPS 256
@@ -122,6 +123,108 @@ static int choose_step(const struct snap_config *cfg, struct store_job *j, uint6
 	return SNAP_ECORRUPT;
 }
 
+/*
+ * A frame loaded from disk must keep the registered region's promise: a
+ * lossless frame keeps any; a lossy one only under the same codec with a
+ * bound no looser. Otherwise it is refused, never relabelled.
+ */
+static int frame_fits(const struct snap_man_region *g, const uint8_t *frame, uint64_t len, char *err, size_t errlen)
+{
+	struct snap_codec_info in;
+	int rc = snap_codec_inspect(frame, len, &in);
+	if (rc) {
+		snap_fmt(err, errlen, "region \"%s\": a persisted frame has a bad header (%s)", g->name, snap_strerror(rc));
+		return SNAP_ECORRUPT;
+	}
+	if (in.codec == SNAP_CODEC_LOSSLESS || (in.codec == g->codec && in.param <= g->bound))
+		return 0;
+	snap_fmt(err, errlen, "region \"%s\" is registered with codec %s:%g but was persisted as %s:%g, which "
+		 "does not keep that promise; register it with the codec it was saved with", g->name,
+		 snap_codec_spec_name(g->codec), g->bound, snap_codec_spec_name(in.codec), in.param);
+	return SNAP_EMISMATCH;
+}
+
+/* One rank's persisted step being loaded into a slot. */
+struct load {
+	const struct snap_layout *lay;
+	uint8_t *base;
+	struct snap_io_dest *d;    /* per region */
+	uint8_t **raw;             /* per region: codec region persisted raw, read here to compress */
+	uint64_t *flen;            /* per chunk: frame lengths */
+	uint32_t *crc, *len;       /* per chunk: what the manifest will say */
+};
+
+/* Mark the codec regions whose dataset holds raw values, not frames. */
+static int note_raw(const struct snap_io_region_info *in, void *arg)
+{
+	struct load *L = arg;
+	for (uint32_t i = 0; i < L->lay->nregions; i++) {
+		const struct snap_man_region *g = &L->lay->regions[i];
+		if (g->codec != SNAP_CODEC_NONE && in->codec != SNAP_IO_CODEC_FRAMES && !strcmp(g->name, in->name) &&
+		    !L->raw[i] && !(L->raw[i] = malloc(g->bytes ? g->bytes : 1)))
+			return SNAP_ENOMEM;
+	}
+	return 0;
+}
+
+/* Where io puts each region: raw bytes (into the slot, or into a buffer to
+ * compress), or the frames at their slot areas. */
+static void plan_dests(struct load *L)
+{
+	const struct snap_layout *lay = L->lay;
+	for (uint32_t i = 0; i < lay->nregions; i++) {
+		const struct snap_man_region *g = &lay->regions[i];
+		struct snap_io_dest *d = &L->d[i];
+		*d = (struct snap_io_dest){ .name = g->name, .buf = L->base + g->offset, .bytes = g->bytes };
+		if (L->raw[i]) {
+			d->buf = L->raw[i];
+		} else if (g->codec != SNAP_CODEC_NONE) {
+			d->bytes = (uint64_t)g->nchunks * g->frame_cap;
+			d->frame_cap = g->frame_cap;
+			d->frame_elems = lay->chunk_size / snap_dtype_size(g->dtype);
+			d->nframes = g->nchunks;
+			d->frame_len = L->flen + g->first_crc;
+			d->frame_crc = L->crc + g->first_crc;
+		}
+	}
+}
+
+/* The manifest's CRCs and lengths: raw chunks are CRC'd here, raw values of
+ * a codec region compressed here (the one quantization), frames read from
+ * disk were CRC-checked by io and must keep the region's promise. */
+static int chunk_sums(struct load *L, char *err, size_t errlen)
+{
+	const struct snap_layout *lay = L->lay;
+	for (uint32_t t = 0; t < lay->ncrc; t++) {
+		struct snap_chunk c;
+		snap_layout_chunk(lay, t, &c);
+		uint8_t *dst = L->base + c.slot_off;
+		const uint8_t *raw = L->raw[c.g - lay->regions];
+		if (c.g->codec == SNAP_CODEC_NONE) {
+			L->len[t] = (uint32_t)c.raw_len;
+			L->crc[t] = snap_crc32c(dst, c.raw_len);
+		} else if (raw) {
+			struct snap_codec_params p = { .codec = c.g->codec, .dtype = c.g->dtype, .bound = c.g->bound };
+			size_t n = 0;
+			int rc = snap_codec_compress(&p, raw + c.raw_off, c.raw_len / snap_dtype_size(c.g->dtype), dst,
+						     c.cap, &n);
+			if (rc) {
+				snap_fmt(err, errlen, "region \"%s\" chunk %u: compression failed: %s", c.g->name,
+					 c.index, snap_strerror(rc));
+				return rc;
+			}
+			L->len[t] = (uint32_t)n;
+			L->crc[t] = snap_crc32c(dst, n);
+		} else {
+			L->len[t] = (uint32_t)L->flen[t];
+			int rc = frame_fits(c.g, dst, L->flen[t], err, errlen);
+			if (rc)
+				return rc;
+		}
+	}
+	return snap_layout_check_lens(lay, L->len, err, errlen);
+}
+
 int snap_rehydrate(const struct snap_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
 		   void *owner, uint32_t *slot, char *err, size_t errlen)
 {
@@ -136,33 +239,41 @@ int snap_rehydrate(const struct snap_config *cfg, struct snap_store *s, struct s
 	if ((rc = snap_store_acquire(s, j, r, step, owner, slot, &fd, err, errlen)))
 		return rc;
 	const struct snap_layout *lay = &r->layout;
-	uint8_t *base = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
+	size_t n = lay->ncrc ? lay->ncrc : 1, nr = lay->nregions ? lay->nregions : 1;
+	struct load L = { .lay = lay };
+	L.base = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
 	close(fd);
-	struct snap_io_dest *d = calloc(lay->nregions ? lay->nregions : 1, sizeof(*d));
-	uint32_t *crc = calloc(lay->ncrc ? lay->ncrc : 1, sizeof(*crc));
-	if (base == MAP_FAILED || !d || !crc) {
+	L.d = calloc(nr, sizeof(*L.d));
+	L.raw = calloc(nr, sizeof(*L.raw));
+	L.flen = calloc(n, sizeof(*L.flen));
+	L.crc = calloc(2 * n, sizeof(*L.crc));
+	L.len = L.crc ? L.crc + n : NULL;
+	struct snap_io_err e = { 0 };
+	char why[SNAP_IO_ERRMSG];
+	if (L.base == MAP_FAILED || !L.d || !L.raw || !L.flen || !L.crc) {
 		snap_fmt(err, errlen, "cannot map a slot to restore from disk: %s", strerror(errno));
 		rc = SNAP_EIO;
-		goto out;
-	}
-	for (uint32_t i = 0; i < lay->nregions; i++)
-		d[i] = (struct snap_io_dest){ lay->regions[i].name, base + lay->regions[i].offset, lay->regions[i].bytes };
-	struct snap_io_err e = { 0 };
-	if ((rc = snap_io_read_rank(cfg->flush_dir, j->name, step, r->rank, d, lay->nregions, &e))) {
+	} else if ((rc = snap_io_list_regions(cfg->flush_dir, j->name, step, r->rank, note_raw, &L, &e))) {
+		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step,
+			 rc == SNAP_ENOMEM ? "out of memory for a region to compress" : e.msg);
+	} else if (plan_dests(&L), (rc = snap_io_read_rank(cfg->flush_dir, j->name, step, r->rank, L.d, lay->nregions,
+							    &e))) {
 		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, e.msg);
-		goto out;
-	}
-	snap_layout_crcs(lay, base, crc);
-	rc = snap_store_commit(s, j, r, owner, *slot, step, crc, lay->ncrc, 0, err, errlen);
-	if (!rc)
+	} else if ((rc = chunk_sums(&L, why, sizeof(why)))) {
+		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, why);
+	} else if (!(rc = snap_store_commit(s, j, r, owner, *slot, step, L.crc, L.len, lay->ncrc, 0, err, errlen))) {
 		snap_smp_logf("job %s rank %u: loaded persisted step %" PRIu64 " from %s into the node store", j->name,
 			      r->rank, step, cfg->flush_dir);
-out:
+	}
 	if (rc)
 		snap_store_release_owner(s, r, owner);
-	if (base && base != MAP_FAILED)
-		munmap(base, lay->slot_bytes);
-	free(d);
-	free(crc);
+	if (L.base && L.base != MAP_FAILED)
+		munmap(L.base, lay->slot_bytes);
+	for (uint32_t i = 0; L.raw && i < lay->nregions; i++)
+		free(L.raw[i]);
+	free(L.raw);
+	free(L.d);
+	free(L.crc);
+	free(L.flen);
 	return rc;
 }

@@ -247,7 +247,8 @@ void snap_store_release_owner(const struct snap_store *s, struct store_rank *r, 
 }
 
 /* Recompute every chunk's CRC from the slot file (SNAP_VERIFY_COMMIT). */
-static int verify_slot(const char *path, const struct snap_layout *lay, const uint32_t *crc, char *err, size_t errlen)
+static int verify_slot(const char *path, const struct snap_layout *lay, const uint32_t *crc, const uint32_t *len,
+		       char *err, size_t errlen)
 {
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	if (fd < 0) {
@@ -262,11 +263,11 @@ static int verify_slot(const char *path, const struct snap_layout *lay, const ui
 	}
 	int rc = 0;
 	uint32_t bad;
-	if (snap_layout_verify(lay, p, crc, &bad)) {
-		uint64_t off, len;
-		const struct snap_man_region *g = snap_layout_chunk(lay, bad, &off, &len);
-		snap_fmt(err, errlen, "region \"%s\" chunk %u: data does not match the CRC the trainer sent", g->name,
-			 bad - g->first_crc);
+	if (snap_layout_verify(lay, p, crc, len, &bad)) {
+		struct snap_chunk c;
+		snap_layout_chunk(lay, bad, &c);
+		snap_fmt(err, errlen, "region \"%s\" chunk %u: data does not match the CRC the trainer sent", c.g->name,
+			 c.index);
 		rc = SNAP_ECORRUPT;
 	}
 	if (p)
@@ -297,8 +298,8 @@ static int write_file(const char *path, const void *buf, size_t len)
 }
 
 int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
-		      uint32_t slot, uint64_t step, const uint32_t *crc, uint32_t ncrc, int verify,
-		      char *err, size_t errlen)
+		      uint32_t slot, uint64_t step, const uint32_t *crc, const uint32_t *len, uint32_t ncrc,
+		      int verify, char *err, size_t errlen)
 {
 	if (slot >= s->nslots || r->slots[slot].state != SLOT_WRITING || r->slots[slot].owner != owner ||
 	    r->slots[slot].step != step) {
@@ -317,7 +318,9 @@ int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_ra
 	snap_store_path(s, j->name, r->rank, slot, 0, path, sizeof(path));
 	snap_store_path(s, j->name, r->rank, slot, 1, mpath, sizeof(mpath));
 	snprintf(tmp, sizeof(tmp), "%s.tmp", mpath);
-	int rc = verify ? verify_slot(path, &r->layout, crc, err, errlen) : 0;
+	int rc = snap_layout_check_lens(&r->layout, len, err, errlen);
+	if (!rc && verify)
+		rc = verify_slot(path, &r->layout, crc, len, err, errlen);
 	if (rc) {
 		sl->state = SLOT_FREE;
 		return rc;
@@ -327,7 +330,7 @@ int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_ra
 	struct snap_manifest m = {
 		.rank = r->rank, .world = j->world, .step = step, .slot = slot,
 		.wall_ns = (uint64_t)now.tv_sec * 1000000000ull + (uint64_t)now.tv_nsec, .gen = j->gen,
-		.layout = r->layout, .crc = (uint32_t *)crc,
+		.layout = r->layout, .crc = (uint32_t *)crc, .len = (uint32_t *)len,
 	};
 	snprintf(m.job, sizeof(m.job), "%s", j->name);
 	struct snap_wbuf w = { 0 };

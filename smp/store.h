@@ -112,8 +112,8 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 
 /* Publish the manifest of a slot that `owner` has written. */
 int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
-		      uint32_t slot, uint64_t step, const uint32_t *crc, uint32_t ncrc, int verify,
-		      char *err, size_t errlen);
+		      uint32_t slot, uint64_t step, const uint32_t *crc, const uint32_t *len, uint32_t ncrc,
+		      int verify, char *err, size_t errlen);
 
 /*
  * Generations keep two incarnations of a job from mixing. A job's ranks

@@ -217,6 +217,21 @@ int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 	return snap_ensure_connected(ctx);
 }
 
+/* A float region registered without a codec takes its kind's configured one. */
+static void default_codec(const struct snap_config *cfg, struct snap_region *r)
+{
+	if (r->codec != SNAP_CODEC_NONE ||
+	    (r->dtype != SNAP_DTYPE_F32 && r->dtype != SNAP_DTYPE_BF16 && r->dtype != SNAP_DTYPE_F16))
+		return;
+	if (r->kind == SNAP_KIND_PARAM) {
+		r->codec = cfg->codec_param;
+		r->codec_bound = cfg->codec_param_bound;
+	} else if (r->kind == SNAP_KIND_OPTIM) {
+		r->codec = cfg->codec_optim;
+		r->codec_bound = cfg->codec_optim_bound;
+	}
+}
+
 int snap_register(snap_ctx *ctx, const struct snap_region *r)
 {
 	if (!ctx || !r)
@@ -226,9 +241,6 @@ int snap_register(snap_ctx *ctx, const struct snap_region *r)
 			    r->name ? r->name : "(null)");
 	if (r->device != SNAP_DEVICE_HOST)
 		return snap_fail(ctx, SNAP_EUNSUPPORTED, "register \"%s\": only host memory is supported in this build",
-			    r->name ? r->name : "(null)");
-	if (r->codec != SNAP_CODEC_NONE)
-		return snap_fail(ctx, SNAP_EUNSUPPORTED, "register \"%s\": codecs are not yet wired into the snapshot path",
 			    r->name ? r->name : "(null)");
 	if (!r->ptr && r->bytes)
 		return snap_fail(ctx, SNAP_EINVAL, "register \"%s\": NULL pointer", r->name ? r->name : "(null)");
@@ -240,9 +252,11 @@ int snap_register(snap_ctx *ctx, const struct snap_region *r)
 		ctx->regs = p;
 		ctx->capregs = cap;
 	}
+	struct snap_region eff = *r;
+	default_codec(&ctx->cfg, &eff);
 	/* Validate now, with the region alone, so the error names it at once. */
 	struct snap_layout one;
-	int rc = snap_layout_build(&one, r, 1, ctx->cfg.chunk_size, ctx->err, sizeof(ctx->err));
+	int rc = snap_layout_build(&one, &eff, 1, ctx->cfg.chunk_size, ctx->err, sizeof(ctx->err));
 	if (rc)
 		return rc;
 	snap_layout_free(&one);
@@ -250,7 +264,7 @@ int snap_register(snap_ctx *ctx, const struct snap_region *r)
 		if (strcmp(ctx->regs[i].name, r->name) == 0)
 			return snap_fail(ctx, SNAP_EINVAL, "register \"%s\": a region of that name is already registered", r->name);
 	struct snap_region *d = &ctx->regs[ctx->nregs];
-	*d = *r;
+	*d = eff;
 	d->name = strdup(r->name);
 	if (!d->name)
 		return snap_fail(ctx, SNAP_ENOMEM, "out of memory");
@@ -273,7 +287,9 @@ int snap_freeze(snap_ctx *ctx)
 	for (int i = 0; i < 2; i++) {
 		if (!ctx->rec[i].crc)
 			ctx->rec[i].crc = calloc(ctx->layout.ncrc ? ctx->layout.ncrc : 1, sizeof(uint32_t));
-		if (!ctx->rec[i].crc)
+		if (!ctx->rec[i].len)
+			ctx->rec[i].len = calloc(ctx->layout.ncrc ? ctx->layout.ncrc : 1, sizeof(uint32_t));
+		if (!ctx->rec[i].crc || !ctx->rec[i].len)
 			return snap_fail(ctx, SNAP_ENOMEM, "out of memory");
 	}
 	pthread_mutex_lock(&ctx->sock_mu);
@@ -319,15 +335,43 @@ static int map_slot(snap_ctx *ctx, uint32_t slot, int fd, uint8_t **base)
 	return 0;
 }
 
+/* Compress chunk c of a codec region into its frame area; CRC the frame. */
+static void compress_chunk(snap_ctx *ctx, struct save_rec *rec, uint32_t t, const struct snap_chunk *c,
+			   const uint8_t *src)
+{
+	const struct snap_man_region *g = c->g;
+	struct snap_codec_params p = { .codec = g->codec, .dtype = g->dtype, .bound = g->bound };
+	size_t n = 0;
+	int rc = snap_codec_compress(&p, src, c->raw_len / snap_dtype_size(g->dtype), rec->base + c->slot_off,
+				     c->cap, &n);
+	if (rc) {
+		pthread_mutex_lock(&ctx->mu);
+		if (!rec->copy_rc) {
+			rec->copy_rc = rc;
+			snap_fmt(rec->err, ERRLEN, "save of step %" PRIu64 ": region \"%s\" chunk %u: compression "
+				 "failed: %s", rec->step, g->name, c->index, snap_strerror(rc));
+		}
+		pthread_mutex_unlock(&ctx->mu);
+		n = 0;
+	}
+	rec->len[t] = (uint32_t)n;
+	rec->crc[t] = snap_crc32c(rec->base + c->slot_off, n);
+}
+
 static void copy_task(void *arg, uint32_t t)
 {
 	snap_ctx *ctx = arg;
 	struct save_rec *rec = &ctx->rec[ctx->cur];
 	/* Task t is chunk t of the whole layout; regions are in registration order. */
-	uint64_t slot_off, n;
-	const struct snap_man_region *g = snap_layout_chunk(&ctx->layout, t, &slot_off, &n);
-	const uint8_t *src = (const uint8_t *)ctx->regs[g - ctx->layout.regions].ptr + (slot_off - g->offset);
-	uint8_t *dst = rec->base + slot_off;
+	struct snap_chunk c;
+	snap_layout_chunk(&ctx->layout, t, &c);
+	const uint8_t *src = (const uint8_t *)ctx->regs[c.g - ctx->layout.regions].ptr + c.raw_off;
+	if (c.g->codec != SNAP_CODEC_NONE) {
+		compress_chunk(ctx, rec, t, &c, src);
+		return;
+	}
+	uint8_t *dst = rec->base + c.slot_off;
+	uint64_t n = c.raw_len;
 	uint32_t crc = 0;
 	for (uint64_t done = 0; done < n; done += SUBBLOCK) {
 		size_t k = n - done < SUBBLOCK ? (size_t)(n - done) : SUBBLOCK;
@@ -335,6 +379,7 @@ static void copy_task(void *arg, uint32_t t)
 		crc = snap_crc32c_update(crc, dst + done, k);
 	}
 	rec->crc[t] = crc;
+	rec->len[t] = (uint32_t)n;
 }
 
 static int send_commit(snap_ctx *ctx, struct save_rec *rec)
@@ -345,6 +390,8 @@ static int send_commit(snap_ctx *ctx, struct save_rec *rec)
 	snap_put_u32(&w, ctx->layout.ncrc);
 	for (uint32_t i = 0; i < ctx->layout.ncrc; i++)
 		snap_put_u32(&w, rec->crc[i]);
+	for (uint32_t i = 0; i < ctx->layout.ncrc; i++)
+		snap_put_u32(&w, rec->len[i]);
 	if (w.oom) {
 		snap_fmt(rec->err, ERRLEN, "commit of step %" PRIu64 ": out of memory", rec->step);
 		return SNAP_ENOMEM;
@@ -374,8 +421,17 @@ static void copy_done(void *arg)
 		pthread_cond_wait(&ctx->cv, &ctx->mu);
 	pthread_mutex_unlock(&ctx->mu);
 
-	rec->err[0] = '\0';
-	int rc = send_commit(ctx, rec);
+	/* A chunk that failed to compress leaves the slot uncommitted. Hanging
+	 * up makes the daemon free it; the next call reconnects. */
+	int rc = rec->copy_rc;
+	if (rc) {
+		pthread_mutex_lock(&ctx->sock_mu);
+		disconnect(ctx);
+		pthread_mutex_unlock(&ctx->sock_mu);
+	} else {
+		rec->err[0] = '\0';
+		rc = send_commit(ctx, rec);
+	}
 
 	pthread_mutex_lock(&ctx->mu);
 	if (rc) {
@@ -471,6 +527,7 @@ int snap_save(snap_ctx *ctx, uint64_t step)
 	rec->step = step;
 	rec->slot = slot;
 	rec->base = base;
+	rec->copy_rc = 0;
 	ctx->copying = 1;
 	ctx->unfenced = 1;
 	ctx->commits_pending++;
@@ -527,8 +584,10 @@ int snap_close(snap_ctx *ctx)
 		free((char *)ctx->regs[i].name);
 	free(ctx->regs);
 	snap_layout_free(&ctx->layout);
-	free(ctx->rec[0].crc);
-	free(ctx->rec[1].crc);
+	for (int i = 0; i < 2; i++) {
+		free(ctx->rec[i].crc);
+		free(ctx->rec[i].len);
+	}
 	pthread_mutex_destroy(&ctx->mu);
 	pthread_mutex_destroy(&ctx->sock_mu);
 	pthread_cond_destroy(&ctx->cv);

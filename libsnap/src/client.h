@@ -14,6 +14,7 @@
 #include "internal.h"
 #include "manifest.h"
 #include "pool.h"
+#include "snap/codec.h"
 
 #define ERRLEN 512
 #define SUBBLOCK (256u << 10)   /* copy, then CRC while the block is still in L2 */
@@ -31,6 +32,8 @@ struct save_rec {
 	uint32_t slot;
 	uint8_t *base;
 	uint32_t *crc;
+	uint32_t *len;          /* bytes stored per chunk */
+	int copy_rc;            /* first failed chunk's error (codec), under mu */
 	char err[ERRLEN];
 };
 
@@ -67,7 +70,8 @@ struct snap_ctx {
 	const struct snap_manifest *rman;
 	const uint8_t *rbase;
 	int rphase;             /* 0 verify, 1 copy */
-	uint32_t rbad;          /* first bad CRC index + 1 */
+	uint32_t rbad;          /* first bad chunk index + 1 */
+	uint32_t rdecode;       /* first chunk index + 1 whose frame failed to decode */
 	int rdone;
 };
 

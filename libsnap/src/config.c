@@ -50,6 +50,43 @@ int snap_flush_codec_parse(const char *s, int *codec)
 	return 0;
 }
 
+int snap_codec_spec_parse(const char *s, int *codec, double *bound)
+{
+	char *end;
+	*bound = 0;
+	if (!strcmp(s, "none")) {
+		*codec = SNAP_CODEC_NONE;
+		return 0;
+	}
+	if (!strcmp(s, "lossless")) {
+		*codec = SNAP_CODEC_LOSSLESS;
+		return 0;
+	}
+	if (!strncmp(s, "abs:", 4))
+		*codec = SNAP_CODEC_LOSSY_ABS;
+	else if (!strncmp(s, "rel:", 4))
+		*codec = SNAP_CODEC_LOSSY_REL;
+	else
+		return SNAP_EINVAL;
+	errno = 0;
+	*bound = strtod(s + 4, &end);
+	/* The codec's own check (snap_codec_check) runs at register time. */
+	if (errno || end == s + 4 || *end || !(*bound > 0) || *bound >= 1e300)
+		return SNAP_EINVAL;
+	return 0;
+}
+
+const char *snap_codec_spec_name(int codec)
+{
+	switch (codec) {
+	case SNAP_CODEC_NONE: return "none";
+	case SNAP_CODEC_LOSSLESS: return "lossless";
+	case SNAP_CODEC_LOSSY_ABS: return "abs";
+	case SNAP_CODEC_LOSSY_REL: return "rel";
+	default: return "?";
+	}
+}
+
 int snap_job_name_ok(const char *job)
 {
 	size_t n = strlen(job);
@@ -135,6 +172,17 @@ static int env_str(const char *name, char *dst, size_t cap, char *err, size_t er
 	return 0;
 }
 
+static int env_codec(const char *var, int *codec, double *bound, char *err, size_t errlen)
+{
+	const char *v = getenv(var);
+	if (v && *v && snap_codec_spec_parse(v, codec, bound)) {
+		snap_fmt(err, errlen, "%s=\"%s\": expected none, lossless, abs:<bound> or rel:<factor> with a "
+			 "positive number", var, v);
+		return SNAP_EINVAL;
+	}
+	return 0;
+}
+
 int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 {
 	static const char *const rank_vars[] = { "SNAP_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL };
@@ -180,6 +228,9 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 		snap_fmt(err, errlen, "SNAP_FLUSH_CODEC=\"%s\": expected none or lz4", codec);
 		return rc;
 	}
+	if ((rc = env_codec("SNAP_CODEC_PARAM", &cfg->codec_param, &cfg->codec_param_bound, err, errlen)) ||
+	    (rc = env_codec("SNAP_CODEC_OPTIM", &cfg->codec_optim, &cfg->codec_optim_bound, err, errlen)))
+		return rc;
 	cfg->slots = (unsigned)slots;
 	cfg->copy_threads = (unsigned)threads;
 	cfg->timeout_ms = (unsigned)timeout;

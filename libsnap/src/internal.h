@@ -24,6 +24,12 @@ uint32_t snap_crc32c_update(uint32_t crc, const void *buf, size_t len);
 int snap_job_name_ok(const char *job);
 /* "none" -> 0, "lz4" -> 1. */
 int snap_flush_codec_parse(const char *s, int *codec);
+/*
+ * A codec spec as in SNAP_CODEC_PARAM: "none", "lossless", "abs:<bound>",
+ * "rel:<factor>". 0 or SNAP_EINVAL. The name of a codec id in the same terms.
+ */
+int snap_codec_spec_parse(const char *s, int *codec, double *bound);
+const char *snap_codec_spec_name(int codec);
 int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
 
 /*

@@ -10,6 +10,7 @@
 
 #include "internal.h"
 #include "manifest.h"
+#include "snap/codec.h"
 
 static int name_cmp(const void *a, const void *b)
 {
@@ -25,6 +26,23 @@ static int check_region(const struct snap_man_region *g, char *err, size_t errle
 	    g->codec >= SNAP_CODEC_COUNT_ || g->ndim > SNAP_MAX_NDIM) {
 		snap_fmt(err, errlen, "region \"%s\": unknown dtype, kind, device or codec, or ndim > %d",
 			 g->name, SNAP_MAX_NDIM);
+		return SNAP_EINVAL;
+	}
+	if (g->codec != SNAP_CODEC_NONE) {
+		struct snap_codec_params p = { .codec = g->codec, .dtype = g->dtype, .bound = g->bound };
+		int rc = snap_codec_check(&p);
+		if (rc == SNAP_EINVAL) {
+			snap_fmt(err, errlen, "region \"%s\": codec %s needs an f32, bf16 or f16 region, not %s", g->name,
+				 snap_codec_spec_name(g->codec), snap_dtype_name(g->dtype));
+			return rc;
+		}
+		if (rc) {
+			snap_fmt(err, errlen, "region \"%s\": codec bound %g is out of range for %s (see snap/codec.h)",
+				 g->name, g->bound, snap_codec_spec_name(g->codec));
+			return rc;
+		}
+	} else if (g->bound != 0) {
+		snap_fmt(err, errlen, "region \"%s\": a codec bound without a codec", g->name);
 		return SNAP_EINVAL;
 	}
 	if (g->bytes % esz) {
@@ -61,6 +79,7 @@ static int check_region(const struct snap_man_region *g, char *err, size_t errle
 static int finish_layout(struct snap_layout *lay, int assign_offsets, char *err, size_t errlen)
 {
 	uint64_t end = 0, ncrc = 0;
+	lay->raw_bytes = 0;
 	for (uint32_t i = 0; i < lay->nregions; i++) {
 		struct snap_man_region *g = &lay->regions[i];
 		int rc = check_region(g, err, errlen);
@@ -78,8 +97,23 @@ static int finish_layout(struct snap_layout *lay, int assign_offsets, char *err,
 			snap_fmt(err, errlen, "region \"%s\": size %" PRIu64 " is beyond 1 PiB", g->name, g->bytes);
 			return SNAP_EINVAL;
 		}
-		end = g->offset + g->bytes;
 		uint64_t nch = (g->bytes + lay->chunk_size - 1) / lay->chunk_size;
+		g->frame_cap = 0;
+		if (g->codec != SNAP_CODEC_NONE) {
+			/* Every chunk gets its worst case: the budget holds whatever the data. */
+			size_t esz = snap_dtype_size(g->dtype);
+			struct snap_codec_params p = { .codec = g->codec, .dtype = g->dtype, .bound = g->bound };
+			g->frame_cap = lay->chunk_size % esz ? 0 : snap_codec_bound(&p, lay->chunk_size / esz);
+			if (g->frame_cap == 0 || g->frame_cap > UINT32_MAX) {
+				snap_fmt(err, errlen, "region \"%s\": chunk size %" PRIu64 " does not suit codec %s",
+					 g->name, lay->chunk_size, snap_codec_spec_name(g->codec));
+				return SNAP_EINVAL;
+			}
+			end = g->offset + nch * g->frame_cap;
+		} else {
+			end = g->offset + g->bytes;
+		}
+		lay->raw_bytes += g->bytes;
 		if (assign_offsets)
 			g->nchunks = (uint32_t)nch;
 		if (g->nchunks != nch) {
@@ -156,6 +190,7 @@ int snap_layout_build(struct snap_layout *lay, const struct snap_region *regs, u
 		g->kind = (uint8_t)r->kind;
 		g->device = (uint8_t)r->device;
 		g->codec = (uint8_t)r->codec;
+		g->bound = r->codec == SNAP_CODEC_NONE ? 0 : r->codec_bound;
 		g->ndim = (uint8_t)r->ndim;
 		g->bytes = r->bytes;
 		for (int d = 0; d < r->ndim; d++) {
@@ -182,6 +217,9 @@ void snap_layout_encode(struct snap_wbuf *w, const struct snap_layout *lay)
 		snap_put_u8(w, g->device);
 		snap_put_u8(w, g->codec);
 		snap_put_u8(w, g->ndim);
+		uint64_t bits;
+		memcpy(&bits, &g->bound, sizeof(bits));
+		snap_put_u64(w, bits);
 		snap_put_u64(w, g->offset);
 		snap_put_u64(w, g->bytes);
 		snap_put_u32(w, g->nchunks);
@@ -198,9 +236,9 @@ int snap_layout_decode(struct snap_rbuf *r, struct snap_layout *lay, char *err, 
 	memset(lay, 0, sizeof(*lay));
 	lay->chunk_size = snap_get_u64(r);
 	lay->nregions = snap_get_u32(r);
-	/* A region takes at least 28 encoded bytes: bound the allocation by the input. */
+	/* A region takes at least 36 encoded bytes: bound the allocation by the input. */
 	if (r->bad || lay->chunk_size < 4096 || lay->chunk_size > (1ull << 31) ||
-	    lay->nregions > SNAP_MAX_REGIONS || lay->nregions > snap_rbuf_left(r) / 28) {
+	    lay->nregions > SNAP_MAX_REGIONS || lay->nregions > snap_rbuf_left(r) / 36) {
 		snap_fmt(err, errlen, "layout header is malformed (chunk size %" PRIu64 ", %u regions)",
 			 lay->chunk_size, lay->nregions);
 		lay->nregions = 0;
@@ -217,6 +255,8 @@ int snap_layout_decode(struct snap_rbuf *r, struct snap_layout *lay, char *err, 
 		g->device = snap_get_u8(r);
 		g->codec = snap_get_u8(r);
 		g->ndim = snap_get_u8(r);
+		uint64_t bits = snap_get_u64(r);
+		memcpy(&g->bound, &bits, sizeof(bits));
 		g->offset = snap_get_u64(r);
 		g->bytes = snap_get_u64(r);
 		g->nchunks = snap_get_u32(r);
@@ -283,8 +323,7 @@ int snap_layout_compare(const struct snap_layout *have, const struct snap_layout
 	return 0;
 }
 
-const struct snap_man_region *snap_layout_chunk(const struct snap_layout *lay, uint32_t t, uint64_t *slot_off,
-						uint64_t *len)
+void snap_layout_chunk(const struct snap_layout *lay, uint32_t t, struct snap_chunk *c)
 {
 	/* Binary search: regions' first_crc values increase. */
 	uint32_t lo = 0, hi = lay->nregions;
@@ -298,29 +337,37 @@ const struct snap_man_region *snap_layout_chunk(const struct snap_layout *lay, u
 	/* The last region starting at or before t holds it: an empty region
 	 * shares its first_crc with the next one, which the search prefers. */
 	const struct snap_man_region *g = &lay->regions[lo];
-	uint64_t off = (uint64_t)(t - g->first_crc) * lay->chunk_size;
-	*slot_off = g->offset + off;
-	*len = g->bytes - off < lay->chunk_size ? g->bytes - off : lay->chunk_size;
-	return g;
+	c->g = g;
+	c->index = t - g->first_crc;
+	c->raw_off = (uint64_t)c->index * lay->chunk_size;
+	c->raw_len = g->bytes - c->raw_off < lay->chunk_size ? g->bytes - c->raw_off : lay->chunk_size;
+	c->cap = g->frame_cap ? g->frame_cap : c->raw_len;
+	c->slot_off = g->offset + (g->frame_cap ? (uint64_t)c->index * g->frame_cap : c->raw_off);
 }
 
-void snap_layout_crcs(const struct snap_layout *lay, const uint8_t *base, uint32_t *crc)
+int snap_layout_check_lens(const struct snap_layout *lay, const uint32_t *len, char *err, size_t errlen)
 {
 	for (uint32_t t = 0; t < lay->ncrc; t++) {
-		uint64_t off, len;
-		snap_layout_chunk(lay, t, &off, &len);
-		crc[t] = snap_crc32c(base + off, len);
+		struct snap_chunk c;
+		snap_layout_chunk(lay, t, &c);
+		int ok = c.g->frame_cap ? len[t] >= SNAP_CODEC_HEADER_BYTES && len[t] <= c.cap : len[t] == c.raw_len;
+		if (!ok) {
+			snap_fmt(err, errlen, "region \"%s\" chunk %u: %u bytes stored, the layout allows %s%" PRIu64,
+				 c.g->name, c.index, len[t], c.g->frame_cap ? "at most " : "exactly ", c.cap);
+			return SNAP_EPROTO;
+		}
 	}
+	return 0;
 }
 
 uint32_t snap_layout_verify(const struct snap_layout *lay, const uint8_t *base, const uint32_t *crc,
-			    uint32_t *first_bad)
+			    const uint32_t *len, uint32_t *first_bad)
 {
 	uint32_t bad = 0;
 	for (uint32_t t = 0; t < lay->ncrc; t++) {
-		uint64_t off, len;
-		snap_layout_chunk(lay, t, &off, &len);
-		if (snap_crc32c(base + off, len) != crc[t]) {
+		struct snap_chunk c;
+		snap_layout_chunk(lay, t, &c);
+		if (snap_crc32c(base + c.slot_off, len[t]) != crc[t]) {
 			if (!bad && first_bad)
 				*first_bad = t;
 			bad++;
@@ -346,6 +393,8 @@ int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w)
 	snap_layout_encode(w, &m->layout);
 	for (uint32_t i = 0; i < m->layout.ncrc; i++)
 		snap_put_u32(w, m->crc[i]);
+	for (uint32_t i = 0; i < m->layout.ncrc; i++)
+		snap_put_u32(w, m->len[i]);
 	if (w->oom)
 		return SNAP_ENOMEM;
 	uint64_t len = w->len - start;
@@ -396,19 +445,26 @@ int snap_manifest_decode(const void *buf, size_t len, struct snap_manifest *m, c
 	int rc = snap_layout_decode(&r, &m->layout, err, errlen);
 	if (rc)
 		return rc;
-	if (snap_rbuf_left(&r) != (size_t)m->layout.ncrc * 4) {
-		snap_fmt(err, errlen, "manifest holds %zu checksum bytes, layout needs %u", snap_rbuf_left(&r),
-			 m->layout.ncrc * 4);
+	if (snap_rbuf_left(&r) != (size_t)m->layout.ncrc * 8) {
+		snap_fmt(err, errlen, "manifest holds %zu checksum and length bytes, layout needs %zu",
+			 snap_rbuf_left(&r), (size_t)m->layout.ncrc * 8);
 		snap_manifest_free(m);
 		return SNAP_EPROTO;
 	}
 	m->crc = malloc(sizeof(uint32_t) * (m->layout.ncrc ? m->layout.ncrc : 1));
-	if (!m->crc) {
+	m->len = malloc(sizeof(uint32_t) * (m->layout.ncrc ? m->layout.ncrc : 1));
+	if (!m->crc || !m->len) {
 		snap_manifest_free(m);
 		return SNAP_ENOMEM;
 	}
 	for (uint32_t i = 0; i < m->layout.ncrc; i++)
 		m->crc[i] = snap_get_u32(&r);
+	for (uint32_t i = 0; i < m->layout.ncrc; i++)
+		m->len[i] = snap_get_u32(&r);
+	if ((rc = snap_layout_check_lens(&m->layout, m->len, err, errlen))) {
+		snap_manifest_free(m);
+		return rc;
+	}
 	return 0;
 }
 
@@ -416,5 +472,7 @@ void snap_manifest_free(struct snap_manifest *m)
 {
 	snap_layout_free(&m->layout);
 	free(m->crc);
+	free(m->len);
 	m->crc = NULL;
+	m->len = NULL;
 }

@@ -35,15 +35,29 @@ int snap_latest(snap_ctx *ctx, uint64_t *step)
 	return r.bad ? snap_fail(ctx, SNAP_EPROTO, "latest: malformed reply") : 0;
 }
 
+/* Phase 0: is chunk t intact? Its CRC, and for a frame, a header that
+ * promises exactly the chunk's values (so phase 1 cannot overrun). */
+static int chunk_ok(const struct snap_manifest *man, const uint8_t *base, uint32_t t, const struct snap_chunk *c)
+{
+	const uint8_t *src = base + c->slot_off;
+	if (snap_crc32c(src, man->len[t]) != man->crc[t])
+		return 0;
+	if (c->g->codec == SNAP_CODEC_NONE)
+		return 1;
+	struct snap_codec_info info;
+	return snap_codec_inspect(src, man->len[t], &info) == 0 && info.dtype == c->g->dtype &&
+	       info.count == c->raw_len / snap_dtype_size(c->g->dtype);
+}
+
 static void restore_task(void *arg, uint32_t t)
 {
 	snap_ctx *ctx = arg;
-	uint64_t slot_off, n;
-	const struct snap_man_region *g = snap_layout_chunk(&ctx->rman->layout, t, &slot_off, &n);
-	uint64_t off = slot_off - g->offset;
-	const uint8_t *src = ctx->rbase + slot_off;
+	const struct snap_manifest *man = ctx->rman;
+	struct snap_chunk c;
+	snap_layout_chunk(&man->layout, t, &c);
+	const uint8_t *src = ctx->rbase + c.slot_off;
 	if (ctx->rphase == 0) {
-		if (snap_crc32c(src, n) != ctx->rman->crc[t]) {
+		if (!chunk_ok(man, ctx->rbase, t, &c)) {
 			pthread_mutex_lock(&ctx->mu);
 			if (!ctx->rbad || t + 1 < ctx->rbad)
 				ctx->rbad = t + 1;
@@ -53,10 +67,19 @@ static void restore_task(void *arg, uint32_t t)
 	}
 	/* Copy into the registered region of the same name. */
 	for (uint32_t i = 0; i < ctx->nregs; i++) {
-		if (strcmp(ctx->regs[i].name, g->name) == 0) {
-			memcpy((uint8_t *)ctx->regs[i].ptr + off, src, n);
-			return;
+		if (strcmp(ctx->regs[i].name, c.g->name) != 0)
+			continue;
+		uint8_t *dst = (uint8_t *)ctx->regs[i].ptr + c.raw_off;
+		if (c.g->codec == SNAP_CODEC_NONE) {
+			memcpy(dst, src, c.raw_len);
+		} else if (snap_codec_decompress(src, man->len[t], dst, c.raw_len, NULL) != 0) {
+			/* Only a frame written wrong yet CRC-consistent gets here. */
+			pthread_mutex_lock(&ctx->mu);
+			if (!ctx->rdecode || t + 1 < ctx->rdecode)
+				ctx->rdecode = t + 1;
+			pthread_mutex_unlock(&ctx->mu);
 		}
+		return;
 	}
 }
 
@@ -133,16 +156,21 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		ctx->rman = &man;
 		ctx->rbase = base;
 		ctx->rbad = 0;
+		ctx->rdecode = 0;
 		run_restore_phase(ctx, 0);
 		if (ctx->rbad) {
-			uint32_t t = ctx->rbad - 1;
-			uint64_t slot_off, len;
-			const struct snap_man_region *g = snap_layout_chunk(&man.layout, t, &slot_off, &len);
+			struct snap_chunk c;
+			snap_layout_chunk(&man.layout, ctx->rbad - 1, &c);
 			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u (bytes %" PRIu64 "+%" PRIu64
-				  ") fails its CRC32C check in slot %u; registered memory left untouched", where, g->name,
-				  t - g->first_crc, slot_off - g->offset, len, man.slot);
+				  ") fails its CRC32C%s check in slot %u; registered memory left untouched", where,
+				  c.g->name, c.index, c.raw_off, c.raw_len,
+				  c.g->codec != SNAP_CODEC_NONE ? " or codec header" : "", man.slot);
+		} else if (run_restore_phase(ctx, 1), ctx->rdecode) {
+			struct snap_chunk c;
+			snap_layout_chunk(&man.layout, ctx->rdecode - 1, &c);
+			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u has a valid CRC32C but does not "
+				  "decode; registered memory is partly overwritten", where, c.g->name, c.index);
 		} else {
-			run_restore_phase(ctx, 1);
 			if (restored)
 				*restored = man.step;
 			/* The next save continues from here (see the timeline rule in slots.c). */

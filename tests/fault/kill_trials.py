@@ -1,8 +1,9 @@
 #!/usr/bin/python3
 """SIGKILL fault injection with real processes: a multi-rank example trainer
 and snapsmp are killed at random moments; every restart must restore a step
-that is committed by every rank, bit-exact, and never older than the newest
-step the ranks had reported committed.
+that is committed by every rank, bit-exact (or within the bound, with
+--codec and a lossy codec), and never older than the newest step the ranks
+had reported committed.
 
 Modes:
   trainer  kill one random rank at a random moment (during copy, commit or
@@ -78,6 +79,9 @@ class Job:
             env = dict(os.environ, SNAP_STORE=self.store, SNAP_JOB="kt", SNAP_RANK=str(r),
                        SNAP_WORLD_SIZE=str(self.args.ranks), SNAP_TIMEOUT_MS="3000",
                        SNAP_COPY_THREADS="1")
+            if self.args.codec:
+                # The trainer's check then allows the lossy bound (trainer.c).
+                env["SNAP_CODEC_PARAM"], env["SNAP_CODEC_OPTIM"] = self.args.codec.split(",")
             log = os.path.join(logdir, f"t{trial}-r{r}.log")
             err = open(os.path.join(logdir, f"t{trial}-r{r}.err"), "w")
             p = subprocess.Popen([self.args.trainer, "--steps", "100000000", "--bytes", self.args.bytes,
@@ -102,6 +106,8 @@ def main():
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--bytes", default="2M")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--codec", default=None, metavar="PARAM,OPTIM",
+                    help="codecs for the trainer's regions, e.g. lossless,abs:1e-3 (SNAP_CODEC_PARAM/OPTIM)")
     args = ap.parse_args()
     args.snapsmp = os.path.join(args.build, "smp", "snapsmp")
     args.trainer = os.path.join(args.build, "integration", "trainer")
@@ -111,7 +117,7 @@ def main():
     logdir = f"/tmp/snaptest-kill-{args.mode}-{os.getpid()}"
     shutil.rmtree(store, ignore_errors=True)
     os.makedirs(logdir, exist_ok=True)
-    print(f"kill_trials: mode={args.mode} trials={args.trials} ranks={args.ranks} seed={seed}")
+    print(f"kill_trials: mode={args.mode} trials={args.trials} ranks={args.ranks} seed={seed} codec={args.codec}")
 
     job = Job(args, store)
     job.start_smp()

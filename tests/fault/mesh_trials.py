@@ -161,6 +161,8 @@ def start_trainers(a, mesh, logdir, tag, steps):
         node = r % a.nodes
         env = dict(os.environ, SNAP_STORE=mesh.root(node), SNAP_JOB=JOB, SNAP_RANK=str(r),
                    SNAP_WORLD_SIZE=str(a.world), SNAP_TIMEOUT_MS="20000", SNAP_COPY_THREADS="1", SNAP_SLOTS="3")
+        if a.codec:   # frames in the slots: parity and rebuild treat them as bytes
+            env["SNAP_CODEC_PARAM"], env["SNAP_CODEC_OPTIM"] = a.codec.split(",")
         log = os.path.join(logdir, f"{tag}-r{r}.log")
         err = open(os.path.join(logdir, f"{tag}-r{r}.err"), "w")
         procs.append((subprocess.Popen([a.trainer, "--steps", str(steps), "--bytes", a.bytes, "--resume",
@@ -225,6 +227,8 @@ def main():
     ap.add_argument("--no-failed-protect", dest="failed_protect", action="store_false",
                     help="skip the failed-protect phase (about 3 s)")
     ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--codec", default=None, metavar="PARAM,OPTIM",
+                    help="codecs for the trainer's regions (SNAP_CODEC_PARAM/OPTIM), e.g. lossless,abs:1e-3")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
     a.k, a.m = map(int, a.shape.split("+"))

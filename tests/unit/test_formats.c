@@ -10,23 +10,32 @@
 #include "buf.h"
 #include "internal.h"
 #include "manifest.h"
+#include "snap/codec.h"
 #include "wire.h"
 
+/* Three regions: raw f32 (3 chunks), raw bf16 (1), lossy f32 (2 frames). */
 static struct snap_manifest sample(struct snap_layout *lay, uint32_t **crc)
 {
-	static float a[3000];
+	static float a[3000], c[1500];
 	static uint16_t b[64];
-	struct snap_region regs[2] = {
+	struct snap_region regs[3] = {
 		{ .name = "layer.0.weight", .ptr = a, .bytes = sizeof(a), .dtype = SNAP_DTYPE_F32, .kind = SNAP_KIND_PARAM,
 		  .ndim = 2, .shape = { 30, 100 }, .global_shape = { 60, 100 }, .shard_offset = { 30, 0 } },
 		{ .name = "rng", .ptr = b, .bytes = sizeof(b), .dtype = SNAP_DTYPE_BF16, .kind = SNAP_KIND_RNG },
+		{ .name = "exp_avg", .ptr = c, .bytes = sizeof(c), .dtype = SNAP_DTYPE_F32, .kind = SNAP_KIND_OPTIM,
+		  .codec = SNAP_CODEC_LOSSY_ABS, .codec_bound = 1e-3 },
 	};
 	char err[256];
-	CHECK_RC(snap_layout_build(lay, regs, 2, 4096, err, sizeof(err)), 0);
-	*crc = calloc(lay->ncrc, 4);
-	for (uint32_t i = 0; i < lay->ncrc; i++)
-		(*crc)[i] = 0x1000 + i;
-	struct snap_manifest m = { .rank = 1, .world = 2, .step = 42, .slot = 1, .wall_ns = 7, .layout = *lay, .crc = *crc };
+	CHECK_RC(snap_layout_build(lay, regs, 3, 4096, err, sizeof(err)), 0);
+	*crc = calloc(2 * (size_t)lay->ncrc, 4);
+	for (uint32_t t = 0; t < lay->ncrc; t++) {
+		struct snap_chunk ch;
+		snap_layout_chunk(lay, t, &ch);
+		(*crc)[t] = 0x1000 + t;
+		(*crc)[lay->ncrc + t] = (uint32_t)(ch.g->frame_cap ? 100 + t : ch.raw_len);
+	}
+	struct snap_manifest m = { .rank = 1, .world = 2, .step = 42, .slot = 1, .wall_ns = 7, .layout = *lay,
+				   .crc = *crc, .len = *crc + lay->ncrc };
 	strcpy(m.job, "job-a");
 	return m;
 }
@@ -65,6 +74,29 @@ static void test_layout_rules(void)
 	CHECK_RC(snap_layout_build(&lay, two, 2, 4096, err, sizeof(err)), SNAP_EINVAL);
 	CHECK(strstr(err, "twice") != NULL);
 	CHECK_RC(snap_layout_build(&lay, &r, 1, 100, err, sizeof(err)), SNAP_EINVAL);
+
+	/* Codecs: float dtypes only, a valid bound, no bound without a codec. */
+	struct snap_region cr = r;
+	cr.codec = SNAP_CODEC_LOSSLESS;
+	CHECK_RC(snap_layout_build(&lay, &cr, 1, 4096, err, sizeof(err)), 0);
+	CHECK(lay.regions[0].frame_cap >= 64 + SNAP_CODEC_HEADER_BYTES && lay.ncrc == 1);
+	CHECK(lay.slot_bytes >= lay.regions[0].frame_cap && lay.raw_bytes == 64);
+	snap_layout_free(&lay);
+	int32_t iv[16];
+	struct snap_region ci = { .name = "steps", .ptr = iv, .bytes = sizeof(iv), .dtype = SNAP_DTYPE_I32,
+				  .codec = SNAP_CODEC_LOSSLESS };
+	CHECK_RC(snap_layout_build(&lay, &ci, 1, 4096, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "\"steps\"") && strstr(err, "i32"));
+	cr.codec = SNAP_CODEC_LOSSY_ABS;
+	cr.codec_bound = -1;
+	CHECK_RC(snap_layout_build(&lay, &cr, 1, 4096, err, sizeof(err)), SNAP_ERANGE);
+	CHECK(strstr(err, "\"x\"") && strstr(err, "bound"));
+	cr.codec = 17;
+	CHECK_RC(snap_layout_build(&lay, &cr, 1, 4096, err, sizeof(err)), SNAP_EINVAL);
+	cr.codec = SNAP_CODEC_LOSSY_REL;
+	cr.codec_bound = 1e-3;
+	CHECK_RC(snap_layout_build(&lay, &cr, 1, 4096, err, sizeof(err)), 0);
+	snap_layout_free(&lay);
 }
 
 static void test_chunk_lookup(void)
@@ -82,19 +114,51 @@ static void test_chunk_lookup(void)
 	CHECK(lay.ncrc == 5);
 	const char *want[5] = { "a", "a", "a", "b", "b" };
 	uint64_t want_len[5] = { 4096, 4096, 10000 - 8192, 4096, 5000 - 4096 };
-	for (uint32_t t = 0; t < 5; t++) {
-		uint64_t off, len;
-		const struct snap_man_region *g = snap_layout_chunk(&lay, t, &off, &len);
-		CHECK(!strcmp(g->name, want[t]) && len == want_len[t]);
-		CHECK(off == g->offset + (uint64_t)(t - g->first_crc) * 4096);
-	}
 	uint8_t *slot = calloc(1, lay.slot_bytes);
-	uint32_t crc[5], bad = 99;
-	snap_layout_crcs(&lay, slot, crc);
-	CHECK(snap_layout_verify(&lay, slot, crc, &bad) == 0);
+	uint32_t crc[5], len[5], bad = 99;
+	for (uint32_t t = 0; t < 5; t++) {
+		struct snap_chunk c;
+		snap_layout_chunk(&lay, t, &c);
+		CHECK(!strcmp(c.g->name, want[t]) && c.raw_len == want_len[t] && c.cap == c.raw_len);
+		CHECK(c.index == t - c.g->first_crc && c.raw_off == (uint64_t)c.index * 4096);
+		CHECK(c.slot_off == c.g->offset + c.raw_off);
+		len[t] = (uint32_t)c.raw_len;
+		crc[t] = snap_crc32c(slot + c.slot_off, c.raw_len);
+	}
+	CHECK_RC(snap_layout_check_lens(&lay, len, err, sizeof(err)), 0);
+	CHECK(snap_layout_verify(&lay, slot, crc, len, &bad) == 0);
 	slot[lay.regions[3].offset + 4096] ^= 1;   /* chunk 4 (b's second) */
-	CHECK(snap_layout_verify(&lay, slot, crc, &bad) == 1 && bad == 4);
+	CHECK(snap_layout_verify(&lay, slot, crc, len, &bad) == 1 && bad == 4);
+	len[2]--;                                   /* a raw chunk must be stored whole */
+	CHECK_RC(snap_layout_check_lens(&lay, len, err, sizeof(err)), SNAP_EPROTO);
+	CHECK(strstr(err, "\"a\" chunk 2") != NULL);
 	free(slot);
+	snap_layout_free(&lay);
+
+	/* A codec region: frames sit at frame_cap strides, raw offsets at chunk strides. */
+	static float f[2500];
+	struct snap_region cr[2] = {
+		{ .name = "raw", .ptr = a, .bytes = 100, .dtype = SNAP_DTYPE_U8 },
+		{ .name = "z", .ptr = f, .bytes = sizeof(f), .dtype = SNAP_DTYPE_F32, .codec = SNAP_CODEC_LOSSLESS },
+	};
+	CHECK_RC(snap_layout_build(&lay, cr, 2, 4096, err, sizeof(err)), 0);
+	const struct snap_man_region *z = &lay.regions[1];
+	CHECK(lay.ncrc == 4 && z->nchunks == 3 && z->offset == 4096 && z->frame_cap > 4096);
+	CHECK(lay.slot_bytes == (4096 + 3 * z->frame_cap + 4095) / 4096 * 4096);
+	uint32_t zl[4] = { 100, SNAP_CODEC_HEADER_BYTES, 4000, (uint32_t)z->frame_cap };
+	for (uint32_t t = 1; t < 4; t++) {
+		struct snap_chunk c;
+		snap_layout_chunk(&lay, t, &c);
+		CHECK(c.g == z && c.index == t - 1 && c.cap == z->frame_cap);
+		CHECK(c.slot_off == z->offset + (t - 1) * z->frame_cap && c.raw_off == (t - 1) * 4096ull);
+		CHECK(c.raw_len == (t < 3 ? 4096u : sizeof(f) - 8192));
+	}
+	CHECK_RC(snap_layout_check_lens(&lay, zl, err, sizeof(err)), 0);
+	zl[3]++;                                    /* beyond the frame's room */
+	CHECK_RC(snap_layout_check_lens(&lay, zl, err, sizeof(err)), SNAP_EPROTO);
+	zl[3] = SNAP_CODEC_HEADER_BYTES - 1;        /* shorter than a stream header */
+	CHECK_RC(snap_layout_check_lens(&lay, zl, err, sizeof(err)), SNAP_EPROTO);
+	CHECK(strstr(err, "\"z\" chunk 2") != NULL);
 	snap_layout_free(&lay);
 }
 
@@ -108,8 +172,10 @@ static void test_manifest_roundtrip_and_damage(void)
 	CHECK_RC(snap_manifest_encode(&m, &w), 0);
 	CHECK_RC(snap_manifest_decode(w.p, w.len, &d, err, sizeof(err)), 0);
 	CHECK(d.step == 42 && d.rank == 1 && d.world == 2 && !strcmp(d.job, "job-a"));
-	CHECK(d.layout.nregions == 2 && d.layout.regions[0].global_shape[0] == 60 && d.layout.regions[0].shard_offset[0] == 30);
-	CHECK(d.layout.ncrc == lay.ncrc && !memcmp(d.crc, crc, lay.ncrc * 4));
+	CHECK(d.layout.nregions == 3 && d.layout.regions[0].global_shape[0] == 60 && d.layout.regions[0].shard_offset[0] == 30);
+	CHECK(d.layout.ncrc == lay.ncrc && !memcmp(d.crc, crc, lay.ncrc * 4) && !memcmp(d.len, m.len, lay.ncrc * 4));
+	CHECK(d.layout.regions[2].codec == SNAP_CODEC_LOSSY_ABS && d.layout.regions[2].bound == 1e-3);
+	CHECK(d.layout.regions[2].frame_cap == lay.regions[2].frame_cap && d.layout.slot_bytes == lay.slot_bytes);
 	CHECK_RC(snap_layout_compare(&d.layout, &lay, err, sizeof(err)), 0);
 	snap_manifest_free(&d);
 
@@ -149,13 +215,25 @@ static void test_manifest_roundtrip_and_damage(void)
 	CHECK_RC(snap_manifest_encode(&m, &w), 0);
 	CHECK(snap_manifest_decode(w.p, w.len, &d, err, sizeof(err)) == SNAP_EPROTO);
 	snap_wbuf_free(&w);
+	lay.regions[1].offset = 12288;
+	m.layout = lay;
+	m.len[lay.ncrc - 1] = (uint32_t)lay.regions[2].frame_cap + 1; /* a frame beyond its room */
+	CHECK_RC(snap_manifest_encode(&m, &w), 0);
+	CHECK(snap_manifest_decode(w.p, w.len, &d, err, sizeof(err)) == SNAP_EPROTO);
+	CHECK(strstr(err, "exp_avg") != NULL);
+	snap_wbuf_free(&w);
+	m.len[lay.ncrc - 1] = 100;
+	lay.regions[2].bound = 0; /* a lossy region without its bound */
+	CHECK_RC(snap_manifest_encode(&m, &w), 0);
+	CHECK(snap_manifest_decode(w.p, w.len, &d, err, sizeof(err)) == SNAP_EPROTO);
+	snap_wbuf_free(&w);
+	lay.regions[2].bound = 1e-3;
 
 	/* Layout comparison names the region that differs. */
 	struct snap_layout other;
 	float y[10];
 	struct snap_region r = { .name = "layer.0.weight", .ptr = y, .bytes = sizeof(y), .dtype = SNAP_DTYPE_F32 };
 	CHECK_RC(snap_layout_build(&other, &r, 1, 4096, err, sizeof(err)), 0);
-	lay.regions[1].offset = 12288;
 	CHECK_RC(snap_layout_compare(&lay, &other, err, sizeof(err)), SNAP_EMISMATCH);
 	CHECK(strstr(err, "layer.0.weight") != NULL);
 	snap_layout_free(&other);
@@ -244,6 +322,28 @@ static void test_config(void)
 	setenv("SNAP_JOB", "ok", 1);
 	setenv("SNAP_RANK", "9", 1); /* >= world size 8 */
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+	setenv("SNAP_RANK", "1", 1);
+
+	/* Codec defaults: the four spellings, and each malformed one named. */
+	setenv("SNAP_CODEC_PARAM", "lossless", 1);
+	setenv("SNAP_CODEC_OPTIM", "rel:1e-4", 1);
+	snap_config_init(&c);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(c.codec_param == SNAP_CODEC_LOSSLESS && c.codec_optim == SNAP_CODEC_LOSSY_REL && c.codec_optim_bound == 1e-4);
+	setenv("SNAP_CODEC_OPTIM", "abs:0.5", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(c.codec_optim == SNAP_CODEC_LOSSY_ABS && c.codec_optim_bound == 0.5);
+	const char *bad[] = { "zstd", "abs:", "abs:-1", "rel:0", "rel:1e-3x", "abs:nan", "lossless:1", "abs:1e400" };
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		setenv("SNAP_CODEC_OPTIM", bad[i], 1);
+		CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+		CHECK(strstr(err, "SNAP_CODEC_OPTIM") != NULL);
+	}
+	setenv("SNAP_CODEC_OPTIM", "none", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(c.codec_optim == SNAP_CODEC_NONE);
+	unsetenv("SNAP_CODEC_PARAM");
+	unsetenv("SNAP_CODEC_OPTIM");
 }
 
 static void test_crc(void)

@@ -200,11 +200,16 @@ static int print_disk_region(const struct snap_io_region_info *g, void *arg)
 	const char *only = arg;
 	if (only && strcmp(only, g->name))
 		return 0;
-	printf("  %-24s %-5s %-6s bytes=%" PRIu64 " stored=%" PRIu64 " shape=", g->name, snap_dtype_name(g->dtype),
-	       snap_kind_name(g->kind), g->bytes, g->stored_bytes);
+	printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind),
+	       g->codec == SNAP_IO_CODEC_FRAMES ? snap_codec_spec_name(g->frame_codec)
+	       : g->codec == SNAP_IO_CODEC_LZ4 ? "lz4" : "none");
+	printf(" bytes=%" PRIu64 " stored=%" PRIu64 " shape=", g->bytes, g->stored_bytes);
 	for (int d = 0; d < g->ndim; d++)
 		printf("%s%" PRIu64, d ? "x" : "[", g->shape[d]);
-	printf("] crc32c=%08x dataset=%s\n", g->crc32c, g->dataset);
+	if (g->codec == SNAP_IO_CODEC_FRAMES)
+		printf("] frames=%u dataset=%s\n", g->nframes, g->dataset);
+	else
+		printf("] crc32c=%08x dataset=%s\n", g->crc32c, g->dataset);
 	return 0;
 }
 
@@ -234,8 +239,18 @@ int cmd_inspect(int argc, char **argv)
 			const struct snap_man_region *g = &lay->regions[i];
 			if (o.arg2 && strcmp(o.arg2, g->name))
 				continue;
-			printf("  %-24s %-5s %-6s codec=%u bytes=%" PRIu64 " shape=", g->name, snap_dtype_name(g->dtype),
-			       snap_kind_name(g->kind), g->codec, g->bytes);
+			printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind),
+			       snap_codec_spec_name(g->codec));
+			if (g->codec == SNAP_CODEC_LOSSY_ABS || g->codec == SNAP_CODEC_LOSSY_REL)
+				printf(":%g", g->bound);
+			printf(" bytes=%" PRIu64, g->bytes);
+			if (g->codec != SNAP_CODEC_NONE) {
+				uint64_t stored = 0;
+				for (uint32_t c = 0; c < g->nchunks; c++)
+					stored += sl->man.len[g->first_crc + c];
+				printf(" stored=%" PRIu64 " (%.3fx)", stored, stored ? (double)g->bytes / (double)stored : 0.0);
+			}
+			printf(" shape=");
 			print_shape(g);
 			printf(" crc32c=");
 			for (uint32_t c = 0; c < g->nchunks && (o.arg2 || c < 4); c++)
@@ -301,10 +316,10 @@ int cmd_verify(int argc, char **argv)
 		}
 		uint32_t badc = 0;
 		for (uint32_t t = 0; t < lay->ncrc; t++) {
-			uint64_t off, len;
-			const struct snap_man_region *g = snap_layout_chunk(lay, t, &off, &len);
-			if (snap_crc32c(p + off, len) != sl->man.crc[t]) {
-				printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, g->name, t - g->first_crc);
+			struct snap_chunk c;
+			snap_layout_chunk(lay, t, &c);
+			if (snap_crc32c(p + c.slot_off, sl->man.len[t]) != sl->man.crc[t]) {
+				printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, c.g->name, c.index);
 				badc++;
 			}
 		}

@@ -83,6 +83,13 @@ struct snap_config {
 	int flush_codec;              /* SNAP_FLUSH_CODEC: "none" (0) or "lz4" (1) */
 	int allow_older;              /* SNAP_ALLOW_OLDER: restore may fall back to an older
 	                                 persisted step when the newest is damaged (0) */
+	/* Default codecs for float regions (f32, bf16, f16) registered with
+	 * codec SNAP_CODEC_NONE, by kind: SNAP_CODEC_PARAM and SNAP_CODEC_OPTIM,
+	 * each "none", "lossless", "abs:<bound>" or "rel:<factor>" (default none). */
+	int codec_param;              /* enum snap_codec_id */
+	double codec_param_bound;
+	int codec_optim;
+	double codec_optim_bound;
 };
 
 /* Fill every field with its default. Always returns 0. */
@@ -123,12 +130,36 @@ struct snap_region {
 	int dtype;                     /* enum snap_dtype */
 	int kind;                      /* enum snap_kind */
 	int device;                    /* SNAP_DEVICE_HOST (CUDA: not yet, SNAP_EUNSUPPORTED) */
-	int codec;                     /* SNAP_CODEC_NONE for now (others: SNAP_EUNSUPPORTED) */
+	int codec;                     /* enum snap_codec_id; see "Codecs" below */
+	double codec_bound;            /* LOSSY_ABS: the absolute bound; LOSSY_REL: the factor */
 	int ndim;
 	uint64_t shape[SNAP_MAX_NDIM];
 	uint64_t global_shape[SNAP_MAX_NDIM];
 	uint64_t shard_offset[SNAP_MAX_NDIM];
 };
+
+/*
+ * Codecs. A region may be held compressed (kernels/, snap/codec.h): set
+ * codec to SNAP_CODEC_LOSSLESS (bit-exact), SNAP_CODEC_LOSSY_ABS (every
+ * restored value within codec_bound of the saved one; NaN and Inf exact) or
+ * SNAP_CODEC_LOSSY_REL (bound = codec_bound * (max - min) of each chunk's
+ * finite values, never more than that factor of the whole tensor's range).
+ * Only f32, bf16 and f16 regions take a codec (SNAP_EINVAL otherwise).
+ *
+ * The copy threads compress each chunk (SNAP_CHUNK_SIZE of raw bytes) into
+ * the slot, so the node store, its parity and the flushed HDF5 files all
+ * hold the same compressed frames: a lossy snapshot is quantized exactly
+ * once, and a restore from memory or from disk returns the same values.
+ * What shrinks is what the flush writes to disk. The node store does not
+ * shrink: a slot reserves each chunk's worst case (snap_codec_bound,
+ * slightly above the raw size) and is fully allocated, so a save can never
+ * run out of memory half-way (see docs/design.md, "Codecs"). Compression
+ * costs copy time (roughly 2 GB/s per copy thread for lossless f32, 3.5 GB/s
+ * lossy; see README) against memcpy's ~10 GB/s.
+ *
+ * A region registered with SNAP_CODEC_NONE takes the configured default of
+ * its kind (codec_param / codec_optim) when its dtype is a float type.
+ */
 
 /*
  * Register one region. Allowed until the first snap_save() or snap_restore(),
