@@ -130,15 +130,25 @@ hist4(const uint8_t *src, uint32_t n, const uint32_t es, const uint32_t M,
  * their number. */
 static uint64_t leftpack[256];
 static uint8_t leftpack_n[256];
+/* Its inverse for the decoder: byte j of expand[m] is the rank of bit j
+ * among the set bits of m, or 0x80 (a zero byte) where bit j is clear. */
+static uint64_t expand[256];
 
 __attribute__((constructor)) static void leftpack_init(void)
 {
 	for (uint32_t m = 0; m < 256; m++) {
 		uint32_t c = 0;
-		for (uint32_t j = 0; j < 8; j++)
-			if (m >> j & 1)
-				leftpack[m] |= (uint64_t)j << (8 * c++);
+		uint64_t x = 0;
+		for (uint32_t j = 0; j < 8; j++) {
+			if (m >> j & 1) {
+				leftpack[m] |= (uint64_t)j << (8 * c);
+				x |= (uint64_t)c++ << (8 * j);
+			} else {
+				x |= (uint64_t)0x80 << (8 * j);
+			}
+		}
 		leftpack_n[m] = (uint8_t)c;
+		expand[m] = x;
 	}
 }
 
@@ -457,6 +467,131 @@ ll_dchunks(const uint8_t *codes, const uint8_t *rest, uint32_t n, const uint32_t
 	return 0;
 }
 
+#if defined(SNAPC_HAVE_AVX2)
+/* Inverse of pack11x16: 16 words of 11 bits from the 22 bytes at d (reads
+ * 27 bytes). */
+static inline SNAPC_AVX2_FN __m256i unpack11x16(const uint8_t *d)
+{
+	__m256i x = _mm256_loadu2_m128i((const __m128i *)(const void *)(d + 11),
+					(const __m128i *)(const void *)d);
+	__m256i a = _mm256_srlv_epi64(_mm256_unpacklo_epi64(x, x), _mm256_set_epi64x(44, 0, 44, 0));
+	__m256i b = _mm256_sllv_epi64(x, _mm256_set_epi64x(20, 64, 20, 64));
+	x = _mm256_and_si256(_mm256_or_si256(a, b), _mm256_set1_epi64x(0xfffffffffffll));
+	x = _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi64x(0x3fffff)),
+			    _mm256_slli_epi64(_mm256_srli_epi64(x, 22), 32));
+	return _mm256_or_si256(_mm256_and_si256(x, _mm256_set1_epi32(0x7ff)),
+			       _mm256_slli_epi32(_mm256_srli_epi32(x, 11), 16));
+}
+
+/* ll_dchunks for the 2-byte dtypes with AVX2: codes unpacked by shifts and
+ * masks, table codes looked up in 16-wide windows, escapes expanded into
+ * their lanes 8 at a time after the same checks as the scalar decoder. */
+static SNAPC_AVX2_FN int dchunks16_avx2(const uint8_t *codes, const uint8_t *rest,
+					uint32_t n, uint32_t E, uint32_t k,
+					const uint8_t *tab, uint32_t T,
+					const uint8_t **escpp, const uint8_t *escend,
+					uint8_t *dst)
+{
+	const uint8_t *escp = *escpp;
+	const uint32_t esc = k ? (1u << k) - 1 : 0, nr = k && k != E ? (T + 15) / 16 : 0;
+	uint8_t tb[8][16], tmp[64];
+	__m256i lut[8];
+	memset(tb, 0, sizeof(tb));
+	memcpy(tb, tab, T);
+	for (uint32_t r = 0; r < nr; r++)
+		lut[r] = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)tb[r]));
+	uint8_t sh[16];
+	for (uint32_t j = 0; j < 16; j++)
+		sh[j] = j % 8 < k ? (uint8_t)(j / 8 * k + j % 8) : 0x80;
+	const __m256i exq = _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)sh));
+	const __m256i m4k = _mm256_set1_epi64x((long long)((1ull << 4 * k) - 1));
+	const __m256i m2k = _mm256_set1_epi32((int)((1u << 2 * k) - 1));
+	const __m256i mk = _mm256_set1_epi16((short)((1u << k) - 1));
+	const __m128i c4k = _mm_cvtsi32_si128((int)(4 * k)), c2k = _mm_cvtsi32_si128((int)(2 * k));
+	const __m128i ck = _mm_cvtsi32_si128((int)k);
+	const __m256i vT = _mm256_set1_epi8((char)(T ? T : 1)), vesc = _mm256_set1_epi8((char)esc);
+	const __m256i v15 = _mm256_set1_epi8(15), ebad = _mm256_set1_epi8((char)(0xff << E));
+	const __m256i e0 = _mm256_set1_epi8((char)(T ? tab[0] : 0));
+	const uint32_t M = E == 8 ? 7 : 10;
+	const __m256i mmant = _mm256_set1_epi16((short)((1u << M) - 1));
+	const __m256i msign = _mm256_set1_epi16((short)(1u << M));
+	for (uint32_t c0 = 0; c0 < n; c0 += SNAPC_GROUP) {
+		const uint8_t *d = codes + (size_t)c0 * k / 8;
+		__m256i e;
+		if (k == 0) {
+			e = e0;
+		} else if (k == 8) {
+			e = LDU(d);
+		} else { /* k bytes per 8 codes; reads 2k + 16 bytes */
+			__m256i x = _mm256_loadu2_m128i((const __m128i *)(const void *)(d + 2 * k),
+							(const __m128i *)(const void *)d);
+			x = _mm256_shuffle_epi8(x, exq);
+			x = _mm256_or_si256(_mm256_and_si256(x, m4k),
+					    _mm256_slli_epi64(_mm256_srl_epi64(x, c4k), 32));
+			x = _mm256_or_si256(_mm256_and_si256(x, m2k),
+					    _mm256_slli_epi32(_mm256_srl_epi32(x, c2k), 16));
+			e = _mm256_or_si256(_mm256_and_si256(x, mk),
+					    _mm256_slli_epi16(_mm256_srl_epi16(x, ck), 8));
+		}
+		if (nr) {
+			__m256i code = e, acc = _mm256_setzero_si256();
+			for (uint32_t r = 0; r < nr; r++) {
+				__m256i idx = _mm256_sub_epi8(code, _mm256_set1_epi8((char)(16 * r)));
+				__m256i in = _mm256_cmpeq_epi8(_mm256_min_epu8(idx, v15), idx);
+				acc = _mm256_or_si256(acc, _mm256_and_si256(in, _mm256_shuffle_epi8(lut[r], idx)));
+			}
+			e = acc;
+			__m256i over = _mm256_cmpeq_epi8(_mm256_max_epu8(code, vT), code);
+			uint32_t om = (uint32_t)_mm256_movemask_epi8(over);
+			if (om) { /* codes >= T: escapes, 8 lanes at a time */
+				uint32_t em = (uint32_t)_mm256_movemask_epi8(_mm256_cmpeq_epi8(code, vesc));
+				uint32_t cnt = leftpack_n[om & 0xff] + leftpack_n[om >> 8 & 0xff] +
+					       leftpack_n[om >> 16 & 0xff] + leftpack_n[om >> 24];
+				if ((om & ~em) || (size_t)(escend - escp) < cnt)
+					return SNAP_ECORRUPT;
+				for (uint32_t g = 0; g < SNAPC_GROUP; g += 8) {
+					uint32_t m = om >> g & 0xff;
+					__m128i x = _mm_loadl_epi64((const __m128i *)(const void *)escp);
+					x = _mm_shuffle_epi8(x, _mm_cvtsi64_si128((long long)expand[m]));
+					_mm_storel_epi64((__m128i *)(void *)(tmp + g), x);
+					escp += leftpack_n[m];
+				}
+				__m256i x = LDU(tmp);
+				if (!_mm256_testz_si256(x, ebad))
+					return SNAP_ECORRUPT;
+				e = _mm256_blendv_epi8(e, x, over);
+			}
+		}
+		__m256i ra, rb;
+		if (E == 8) {
+			__m256i r = LDU(rest + c0);
+			ra = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(r));
+			rb = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(r, 1));
+		} else { /* 44 bytes; the last chunk from a copy, not to read past them */
+			const uint8_t *r = rest + (size_t)c0 * 11 / 8;
+			if (c0 + SNAPC_GROUP == n) {
+				memcpy(tmp, r, 44);
+				r = tmp;
+			}
+			ra = unpack11x16(r);
+			rb = unpack11x16(r + 22);
+		}
+		__m256i ea = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(e));
+		__m256i eb = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(e, 1));
+		ra = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(ra, mmant),
+						     _mm256_slli_epi16(_mm256_and_si256(ra, msign), E)),
+				     _mm256_slli_epi16(ea, (int)M));
+		rb = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(rb, mmant),
+						     _mm256_slli_epi16(_mm256_and_si256(rb, msign), E)),
+				     _mm256_slli_epi16(eb, (int)M));
+		STU(dst + 2 * (size_t)c0, ra);
+		STU(dst + 2 * (size_t)c0 + 32, rb);
+	}
+	*escpp = escp;
+	return 0;
+}
+#endif
+
 int snapc_ll_decode(const uint8_t *src, size_t len, uint32_t n,
 		    const struct snapc_dt *dt, uint8_t *dst)
 {
@@ -490,7 +625,14 @@ int snapc_ll_decode(const uint8_t *src, size_t len, uint32_t n,
 
 	uint32_t cbuf[SNAPC_GROUP], rbuf[SNAPC_GROUP];
 	uint32_t c0 = 0;
-	if (snapc_isa > SNAPC_ISA_SCALAR) {
+	if (SNAPC_AVX2_16(es)) {
+#if defined(SNAPC_HAVE_AVX2)
+		c0 = n / SNAPC_GROUP * SNAPC_GROUP;
+		int rc = dchunks16_avx2(codes, rest, c0, E, k, tab, T, &escp, escend, dst);
+		if (rc)
+			return rc;
+#endif
+	} else if (snapc_isa > SNAPC_ISA_SCALAR) {
 		uint8_t dtab[256];
 		uint32_t lim, nfull = n / SNAPC_GROUP * SNAPC_GROUP;
 		int rc;

@@ -107,12 +107,12 @@ static void first_sse2(const uint8_t *src, uint32_t ng, uint32_t es,
 #endif
 
 #if defined(SNAPC_HAVE_AVX2)
-
 /* The same operations eight lanes at a time; es 4 f32, es 2 with E 8 bf16,
  * E 5 f16 (F16C converts exactly like snapc_h2f / snapc_f2h, nearest even,
  * for every non-NaN value; a NaN x is rejected by the range test anyway). */
-static SNAPC_AVX2_FN void first_avx2(const uint8_t *src, uint32_t ng, uint32_t es, uint32_t E,
-			       const struct snapc_lyq *qp, const struct first *o)
+static SNAPC_AVX2_FN void first_avx2(const uint8_t *src, uint32_t ng, uint32_t es,
+				     uint32_t E, const struct snapc_lyq *qp,
+				     const struct first *o)
 {
 	const __m256 vinv = _mm256_set1_ps(qp->inv), vstep = _mm256_set1_ps(qp->step);
 	const __m256 vbf = _mm256_set1_ps(qp->bf), vhbf = _mm256_set1_ps(qp->hbf);
@@ -361,7 +361,7 @@ int snapc_ly_encode(const uint8_t *src, uint32_t n, const struct snapc_dt *dt,
 /* x' = dtype((float)(gb + code) * step) for a full group; the caller checks
  * that gb + code fits int32, so the int -> float rounding is the scalar one. */
 static SNAPC_AVX2_FN void dequant_avx2(const uint32_t *codes, int32_t gb, float step,
-				 uint32_t es, uint32_t E, uint8_t *dst)
+				       uint32_t es, uint32_t E, uint8_t *dst)
 {
 	const __m256i vgb = _mm256_set1_epi32(gb), r7fff = _mm256_set1_epi32(0x7fff);
 	const __m256i one = _mm256_set1_epi32(1);

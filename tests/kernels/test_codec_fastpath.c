@@ -55,6 +55,49 @@ static void compare(int dt, const uint8_t *in, size_t n, uint32_t B, int codec,
 	}
 	if (codec == SNAP_CODEC_LOSSLESS)
 		CHECK(memcmp(dref, in, n * es) == 0, "%s: lossless not exact", what);
+	/* Damaged copies (a few bytes changed after the block table, or, in
+	 * a lossless stream, one exponent code of the first block set to any
+	 * k-bit value: table codes, invalid ones, escapes): every level must
+	 * give the scalar verdict and, if it decodes, its values. */
+	size_t body = SNAP_CODEC_HEADER_BYTES + 4 * ((n + B - 1) / B);
+	for (int t = 0; n && lref > body && t < 6; t++) {
+		memcpy(s, ref, lref);
+		uint32_t k = ref[body], nb = n < B ? (uint32_t)n : B;
+		if (t % 2 && codec == SNAP_CODEC_LOSSLESS && k) {
+			/* t 1: any code; t 3, 5: an escape code made a code above
+			 * the table (invalid unless T = 2^k - 1: then itself) */
+			uint32_t T = ref[body + 1], esc = (1u << k) - 1, i = (uint32_t)(tu_next() % nb);
+			size_t c = body + 8 + T, bit;
+			uint32_t v = (uint32_t)(tu_next() % (1u << k));
+			for (uint32_t j = 0; t > 1 && j < nb; j++, i = (i + 1) % nb) {
+				uint32_t code = 0;
+				for (uint32_t b = 0; b < k; b++)
+					code |= (uint32_t)(ref[c + ((size_t)i * k + b) / 8] >>
+							   (((size_t)i * k + b) % 8) & 1) << b;
+				if (code == esc) {
+					v = T + (uint32_t)(tu_next() % (esc - T + 1));
+					break;
+				}
+			}
+			bit = (size_t)i * k;
+			for (uint32_t b = 0; b < k; b++, bit++) {
+				s[c + bit / 8] &= (uint8_t)~(1u << bit % 8);
+				s[c + bit / 8] |= (uint8_t)((v >> b & 1) << bit % 8);
+			}
+		} else {
+			for (int f = 0, nf = 1 + (int)(tu_next() % 3); f < nf; f++)
+				s[body + tu_next() % (lref - body)] ^= (uint8_t)(1 + tu_next() % 255);
+		}
+		snapc_set_isa(SNAPC_ISA_SCALAR);
+		int rc0 = snap_codec_decompress(s, lref, dref, n * es, NULL);
+		for (int k = 0; k < nlevels; k++) {
+			snapc_set_isa(levels[k]);
+			rc = snap_codec_decompress(s, lref, d, n * es, NULL);
+			CHECK(rc == rc0 && (rc || memcmp(d, dref, n * es) == 0),
+			      "%s: damaged copy %d: level %d gives %d, scalar %d", what, t,
+			      levels[k], rc, rc0);
+		}
+	}
 	free(ref); free(s); free(dref); free(d);
 }
 
