@@ -200,16 +200,22 @@ static int make_dataset(hid_t f, const char *out, const char *dir_abs, const cha
 		relpath(dir_abs, src, rel, sizeof rel);
 		vds_escape(rel, esc_f, sizeof esc_f);
 		vds_escape(s[i].dataset, esc_d, sizeof esc_d);
-		hsize_t off[SNAP_MAX_NDIM], cnt[SNAP_MAX_NDIM];
+		hsize_t off[SNAP_MAX_NDIM], cnt[SNAP_MAX_NDIM], flat[1] = {1};
 		for (int d = 0; d < g->ndim; d++) {
 			off[d] = s[i].info.shard_offset[d];
 			cnt[d] = s[i].info.shape[d];
+			flat[0] *= cnt[d];
 		}
-		hid_t vs = H5Scopy(gs), ss = H5Screate_simple(g->ndim, cnt, NULL);
+		/* A frame dataset is flat; its values in order are the box's. */
+		int frames = s[i].info.codec == SNAP_IO_CODEC_FRAMES;
+		hid_t vs = H5Scopy(gs), ss = frames ? H5Screate_simple(1, flat, NULL) : H5Screate_simple(g->ndim, cnt, NULL);
 		if (vs < 0 || ss < 0 || H5Sselect_hyperslab(vs, H5S_SELECT_SET, off, NULL, cnt, NULL) < 0 ||
 		    H5Pset_virtual(dcpl, vs, esc_f, esc_d, ss) < 0)
-			rc = io_fail_h5(err, SNAP_EIO, "%s: mapping rank %" PRIu32 " dataset \"%s\" failed", out,
-					s[i].rank, s[i].dataset);
+			rc = frames ? io_fail_h5(err, SNAP_EUNSUPPORTED, "%s: HDF5 cannot map the flat codec-frame "
+						 "dataset \"%s\" of rank %" PRIu32 " into a virtual dataset; export "
+						 "steps with codec regions with --copy", out, s[i].dataset, s[i].rank)
+				    : io_fail_h5(err, SNAP_EIO, "%s: mapping rank %" PRIu32 " dataset \"%s\" failed", out,
+						 s[i].rank, s[i].dataset);
 		if (vs >= 0) H5Sclose(vs);
 		if (ss >= 0) H5Sclose(ss);
 	}

@@ -129,6 +129,10 @@ struct io_ds {
 	char dataset[3 * IO_MAX_NAME + 1];
 	struct snap_io_region_info info;
 	uint64_t off;          /* file offset of contiguous data, else UINT64_MAX */
+	/* What the manifest sums for this dataset: info.crc32c, or for a frame
+	 * dataset the CRC32C of its frame_crc32c attribute (LE u32s). */
+	uint32_t sumcrc;
+	uint64_t chunk_elems;  /* frames: values per HDF5 chunk, min(frame_elems, count) */
 };
 /* Who a rank file says it is (root attributes). */
 struct io_rank_id {
@@ -142,17 +146,49 @@ struct io_rank_id {
  * another rank's has valid checksums but is the wrong shard. */
 int io_rank_open(const char *path, const struct io_rank_id *expect, hid_t *file, struct io_ds **ds,
 		 size_t *n, struct snap_io_err *err);
-/* Reads one dataset's raw bytes (CRC-verified) into buf[0..info.bytes). */
+/* Reads one dataset's raw bytes (CRC-verified) into buf[0..info.bytes);
+ * frames are decoded. buf NULL: verify only (frames: their CRCs). */
 int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf,
 	       struct snap_io_err *err);
+/* frames.c: a frame dataset read back, each frame CRC-checked against the
+ * frame_crc32c attribute first. raw: frame k goes to raw->buf + k*frame_cap
+ * with its length and CRC32C in raw->frame_len/frame_crc (if not NULL);
+ * raw NULL and vals not NULL: decoded values into vals[0..info.bytes);
+ * both NULL: CRCs only. One frame's buffer at a time. */
+int io_frames_read(hid_t file, const char *path, const struct io_ds *d, const struct snap_io_dest *raw,
+		   void *vals, struct snap_io_err *err);
+/* frames.c: reads what ds_meta needs of a frame dataset (shape, frame_elems,
+ * frame_crc32c, chunk layout and filter) into d, checked for consistency;
+ * ds is the open dataset, dims/nd its dataspace. */
+int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_t dcpl, struct io_ds *d,
+		   struct snap_io_err *err);
+/* frames.c: checks a frame region's fields (writer, before writing). */
+int io_frames_check(const struct snap_io_region *g, struct snap_io_err *err);
+/* frames.c: creates and fills the frame dataset of region g (writer). */
+int io_frames_write(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g, uint64_t step,
+		    uint64_t *stored, struct snap_io_err *err);
+/* The codec attribute names of frame datasets: SNAP_CODEC_* id <-> name. */
+const char *io_frame_codec_name(int codec);
+int io_frame_codec_parse(const char *name);
+/* manifest.c: the manifest's checksum over datasets' sumcrc, in order. */
+uint32_t io_ds_crcsum(const struct io_ds *ds, size_t n);
 
 /* h5 attribute helpers (write.c) */
 int io_attr_str(hid_t obj, const char *name, const char *val);
 int io_attr_u64(hid_t obj, const char *name, const uint64_t *v, size_t n);
 int io_attr_u32(hid_t obj, const char *name, uint32_t v);
+/* The attributes every region's dataset has: name, kind, dtype, codec,
+ * step, global_shape, shard_offset. */
+int io_attrs_region(hid_t ds, const struct snap_io_region *g, const char *codec, uint64_t step);
+/* u32[n] (a 1-D attribute even when n is 1). */
+int io_attr_u32s(hid_t obj, const char *name, const uint32_t *v, size_t n);
 /* (read.c) */
 int io_get_attr_str(hid_t obj, const char *name, char *out, size_t cap);
 int io_get_attr_u64(hid_t obj, const char *name, uint64_t *v, size_t max, size_t *n);
+/* Exactly n u32 values of a 1-D or scalar attribute; -1 otherwise. */
+int io_get_attr_u32s(hid_t obj, const char *name, uint32_t *v, size_t n);
+/* Elements of an attribute's dataspace; -1 if it has none. */
+int64_t io_attr_npoints(hid_t obj, const char *name);
 /* The HDF5 file type that stores a dtype (caller closes it). */
 hid_t io_h5_type(int dtype);
 

@@ -8,6 +8,7 @@
  *   step <step>
  *   world <world>
  *   rank <r> <file bytes> <datasets> <raw bytes> <crc32c over datasets' crc32c>
+ *                         (a frame dataset's: the CRC32C of its frame_crc32c)
  *   ...
  *   end <crc32c of every byte above this line, 8 hex digits>
  */
@@ -129,6 +130,18 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	return 0;
 }
 
+uint32_t io_ds_crcsum(const struct io_ds *ds, size_t n)
+{
+	uint32_t c = 0xFFFFFFFFu;
+	for (size_t i = 0; i < n; i++) {
+		uint32_t v = ds[i].sumcrc;
+		unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+				       (unsigned char)(v >> 24)};
+		c = io_crc_update(c, le, 4);
+	}
+	return c ^ 0xFFFFFFFFu;
+}
+
 /* Summary of one rank file for its manifest line; metadata only. */
 static int summarise(const char *path, const char *job, uint64_t step, uint32_t rank, uint32_t world,
 		     struct io_manifest_rank *m, struct snap_io_err *err)
@@ -143,18 +156,14 @@ static int summarise(const char *path, const char *job, uint64_t step, uint32_t 
 	struct stat st;
 	if (!rc && stat(path, &st) < 0)
 		rc = io_fail(err, SNAP_EIO, "%s: stat failed", path);
-	uint32_t c = 0xFFFFFFFFu;
 	m->raw_bytes = 0;
 	for (size_t i = 0; i < n && !rc; i++) {
 		if (ds[i].off != UINT64_MAX && ds[i].off + ds[i].info.bytes > (uint64_t)st.st_size)
 			rc = io_fail(err, SNAP_ETRUNC, "%s: truncated: dataset \"%s\" ends past the end of file", path,
 				     ds[i].dataset);
-		unsigned char le[4] = {(unsigned char)ds[i].info.crc32c, (unsigned char)(ds[i].info.crc32c >> 8),
-				       (unsigned char)(ds[i].info.crc32c >> 16), (unsigned char)(ds[i].info.crc32c >> 24)};
-		c = io_crc_update(c, le, 4);
 		m->raw_bytes += ds[i].info.bytes;
 	}
-	m->crcsum = c ^ 0xFFFFFFFFu;
+	m->crcsum = io_ds_crcsum(ds, n);
 	m->ndatasets = n;
 	m->size = (uint64_t)st.st_size;
 	H5Fclose(f);

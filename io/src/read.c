@@ -3,7 +3,8 @@
  * one dataset streamed in order through a CRC32C check. Contiguous data is
  * read with pread at the dataset's offset (so a truncated file is named as
  * such); LZ4 chunks are fetched with H5Dread_chunk and decoded here, so
- * restore does not depend on the filter plugin being installed.
+ * restore does not depend on the filter plugin being installed. Codec
+ * frames likewise (frames.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -52,6 +53,32 @@ int io_get_attr_u64(hid_t obj, const char *name, uint64_t *v, size_t max, size_t
 	if (s >= 0) H5Sclose(s);
 	H5Aclose(a);
 	return rc;
+}
+
+int io_get_attr_u32s(hid_t obj, const char *name, uint32_t *v, size_t n)
+{
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = -1;
+	int rc = -1;
+	if (a < 0)
+		return -1;
+	s = H5Aget_space(a);
+	hssize_t k = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
+	if (k >= 0 && (size_t)k == n && H5Aread(a, H5T_NATIVE_UINT32, v) >= 0)
+		rc = 0;
+	if (s >= 0) H5Sclose(s);
+	H5Aclose(a);
+	return rc;
+}
+
+int64_t io_attr_npoints(hid_t obj, const char *name)
+{
+	if (H5Aexists(obj, name) <= 0)
+		return -1;
+	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = a >= 0 ? H5Aget_space(a) : -1;
+	hssize_t k = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
+	if (s >= 0) H5Sclose(s);
+	if (a >= 0) H5Aclose(a);
+	return k;
 }
 
 static int rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
@@ -103,38 +130,50 @@ static int ds_meta(hid_t file, const char *path, const char *link, struct io_ds 
 		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": metadata missing or unreadable", path, link);
 		goto out;
 	}
-	uint64_t crc = 0;
-	hid_t a = H5Aopen(ds, "crc32c", H5P_DEFAULT);
-	uint32_t c32 = 0;
-	if (a < 0 || H5Aread(a, H5T_NATIVE_UINT32, &c32) < 0) {
-		if (a >= 0) H5Aclose(a);
-		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, link);
-		goto out;
-	}
-	H5Aclose(a);
-	crc = c32;
 	in->dtype = snap_dtype_parse(dtype);
 	in->kind = snap_kind_parse(kind);
+	in->frame_codec = io_frame_codec_parse(codec);
 	in->codec = strcmp(codec, "lz4") == 0 ? SNAP_IO_CODEC_LZ4 : strcmp(codec, "none") == 0 ? SNAP_IO_CODEC_NONE : -1;
-	in->ndim = nd;
-	in->crc32c = (uint32_t)crc;
 	size_t es = in->dtype >= 0 ? snap_dtype_size(in->dtype) : 0;
-	if (!es || in->kind < 0 || in->codec < 0 || ng != (size_t)nd || no != (size_t)nd || H5Tget_size(t) != es) {
-		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": inconsistent dtype/kind/codec/shape attributes",
+	if (!es || in->kind < 0 || (in->codec < 0 && in->frame_codec < 0) || H5Tget_size(t) != es) {
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": inconsistent dtype/kind/codec attributes",
 			     path, link);
 		goto out;
 	}
-	in->bytes = es;
-	for (int k = 0; k < nd; k++) {
-		in->shape[k] = dims[k];
-		in->bytes *= dims[k];
-		if (in->shard_offset[k] > in->global_shape[k] || dims[k] > in->global_shape[k] - in->shard_offset[k]) {
+	if (in->frame_codec > 0) {
+		if ((rc = io_frames_meta(ds, path, dims, nd, dcpl, d, err)) < 0)
+			goto out;
+	} else {
+		in->frame_codec = 0;
+		uint32_t c32 = 0;
+		if (io_get_attr_u32s(ds, "crc32c", &c32, 1) < 0) {
+			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, link);
+			goto out;
+		}
+		in->crc32c = d->sumcrc = c32;
+		in->ndim = nd;
+		in->bytes = es;
+		for (int k = 0; k < nd; k++) {
+			in->shape[k] = dims[k];
+			in->bytes *= dims[k];
+		}
+	}
+	if (ng != (size_t)in->ndim || no != (size_t)in->ndim) {
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": global_shape/shard_offset attributes do not "
+			     "have its %d dims", path, link, in->ndim);
+		goto out;
+	}
+	for (int k = 0; k < in->ndim; k++) {
+		if (in->shard_offset[k] > in->global_shape[k] ||
+		    in->shape[k] > in->global_shape[k] - in->shard_offset[k]) {
 			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shard outside global shape", path, link);
 			goto out;
 		}
 	}
 	in->stored_bytes = H5Dget_storage_size(ds);
 	d->off = UINT64_MAX;
+	if (in->codec == SNAP_IO_CODEC_FRAMES)
+		goto out; /* layout checked by io_frames_meta */
 	H5D_layout_t lay = H5Pget_layout(dcpl);
 	if ((lay == H5D_CHUNKED) != (in->codec == SNAP_IO_CODEC_LZ4 && in->bytes > 0)) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": layout does not match codec", path, link);
@@ -336,6 +375,8 @@ int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf, s
 {
 	uint32_t crc = 0xFFFFFFFFu;
 	int rc = 0;
+	if (d->info.codec == SNAP_IO_CODEC_FRAMES)
+		return io_frames_read(file, path, d, NULL, buf, err);
 	if (d->info.bytes == 0)
 		rc = 0;
 	else if (d->off != UINT64_MAX)
@@ -391,6 +432,31 @@ int snap_io_list_regions(const char *dir, const char *job, uint64_t step, uint32
 	return rc;
 }
 
+static int read_dest(hid_t f, const char *path, const struct io_ds *d, const struct snap_io_dest *t,
+		     struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	if (!t->frame_cap) {
+		if (in->bytes != t->bytes)
+			return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") holds %" PRIu64
+				       " bytes but the buffer has %zu", path, d->dataset, d->name, in->bytes, t->bytes);
+		if (in->bytes && !t->buf)
+			return io_fail(err, SNAP_EINVAL, "region \"%s\": NULL buffer", d->name);
+		return io_ds_read(f, path, d, t->buf, err);
+	}
+	if (in->codec != SNAP_IO_CODEC_FRAMES)
+		return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") is stored raw, not as codec "
+			       "frames: read it with frame_cap 0", path, d->dataset, d->name);
+	if (t->frame_elems != in->frame_elems || t->nframes != in->nframes)
+		return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") holds %" PRIu32 " frames of %"
+			       PRIu64 " values, the destination asks for %" PRIu32 " of %" PRIu64, path, d->dataset,
+			       d->name, in->nframes, in->frame_elems, t->nframes, t->frame_elems);
+	if (t->frame_cap > SIZE_MAX / t->nframes || t->bytes != t->nframes * t->frame_cap || !t->buf)
+		return io_fail(err, SNAP_EINVAL, "region \"%s\": buffer of %zu bytes is not %" PRIu32 " frames x "
+			       "frame_cap %" PRIu64 ", or NULL", d->name, t->bytes, t->nframes, t->frame_cap);
+	return io_frames_read(f, path, d, t, NULL, err);
+}
+
 int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t rank,
 		      const struct snap_io_dest *dests, size_t n, struct snap_io_err *err)
 {
@@ -416,14 +482,8 @@ int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t 
 			const struct io_ds *d = nds ? bsearch(&key, ds, nds, sizeof *ds, by_name) : NULL;
 			if (!d)
 				rc = io_fail(err, SNAP_ENOENT, "%s: no region \"%s\"", path, dests[i].name);
-			else if (d->info.bytes != dests[i].bytes)
-				rc = io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") holds %" PRIu64
-					     " bytes but the buffer has %zu", path, d->dataset, d->name, d->info.bytes,
-					     dests[i].bytes);
-			else if (d->info.bytes && !dests[i].buf)
-				rc = io_fail(err, SNAP_EINVAL, "region \"%s\": NULL buffer", d->name);
 			else
-				rc = io_ds_read(f, path, d, dests[i].buf, err);
+				rc = read_dest(f, path, d, &dests[i], err);
 		}
 		H5Fclose(f);
 	}

@@ -36,14 +36,7 @@ static int verify_rank(const char *dir, const char *job, uint64_t step, uint32_t
 		return rc;
 	}
 	int first = 0;
-	uint32_t c = 0xFFFFFFFFu;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t v = ds[i].info.crc32c;
-		unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-				       (unsigned char)(v >> 24)};
-		c = io_crc_update(c, le, 4);
-	}
-	if (!first && (n != m->ndatasets || (c ^ 0xFFFFFFFFu) != m->crcsum))
+	if (n != m->ndatasets || io_ds_crcsum(ds, n) != m->crcsum)
 		first = io_fail(err, SNAP_ECORRUPT, "%s: datasets or their checksums differ from the manifest "
 				"(%zu datasets, manifest says %" PRIu64 ")", path, n, m->ndatasets);
 	if (first)

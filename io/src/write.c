@@ -4,7 +4,8 @@
  * storage HDF5 allocated early (contiguous layout, 4096-aligned), after the
  * file is closed. LZ4 regions are compressed here, chunk by chunk, and
  * handed to H5Dwrite_chunk with filter 32004 in the pipeline, so that path
- * is HDF5's own pwrite, not io_uring (see docs/io-format.md).
+ * is HDF5's own pwrite, not io_uring (see docs/io-format.md). Frame regions
+ * (codec streams) go as they are, one chunk per frame (frames.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -133,6 +134,30 @@ int io_attr_u32(hid_t obj, const char *name, uint32_t v)
 	return rc;
 }
 
+int io_attr_u32s(hid_t obj, const char *name, const uint32_t *v, size_t n)
+{
+	hsize_t dims[1] = {n};
+	hid_t s = H5Screate_simple(1, dims, NULL), a = -1;
+	int rc = -1;
+	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
+	    H5Awrite(a, H5T_NATIVE_UINT32, v) >= 0)
+		rc = 0;
+	if (a >= 0) H5Aclose(a);
+	if (s >= 0) H5Sclose(s);
+	return rc;
+}
+
+int io_attrs_region(hid_t ds, const struct snap_io_region *g, const char *codec, uint64_t step)
+{
+	if (io_attr_str(ds, "name", g->name) < 0 || io_attr_str(ds, "kind", snap_kind_name(g->kind)) < 0 ||
+	    io_attr_str(ds, "dtype", snap_dtype_name(g->dtype)) < 0 || io_attr_str(ds, "codec", codec) < 0 ||
+	    io_attr_u64(ds, "step", &step, 1) < 0 ||
+	    io_attr_u64(ds, "global_shape", g->global_shape, (size_t)g->ndim) < 0 ||
+	    io_attr_u64(ds, "shard_offset", g->shard_offset, (size_t)g->ndim) < 0)
+		return -1;
+	return 0;
+}
+
 static int name_cmp(const void *a, const void *b)
 {
 	const struct snap_io_region *x = *(const struct snap_io_region *const *)a;
@@ -166,7 +191,10 @@ static int check_regions(const struct snap_io_region *r, size_t n, struct snap_i
 		if (elems > SIZE_MAX / es || elems * es != g->bytes)
 			return io_fail(err, SNAP_EINVAL, "region \"%s\": %zu bytes but shape x %s needs %" PRIu64,
 				       g->name, g->bytes, snap_dtype_name(g->dtype), elems * es);
-		if (g->bytes && !g->data)
+		int e = g->nframes ? io_frames_check(g, err) : 0;
+		if (e)
+			return e;
+		if (!g->nframes && g->bytes && !g->data)
 			return io_fail(err, SNAP_EINVAL, "region \"%s\": data is NULL", g->name);
 	}
 	const struct snap_io_region **s = malloc((n ? n : 1) * sizeof *s);
@@ -272,6 +300,10 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		int lz4 = w->o.codec == SNAP_IO_CODEC_LZ4 && g->bytes > 0;
 		io_sanitise(g->name, dsname, sizeof dsname);
 		plan[i].off = HADDR_UNDEF;
+		if (g->nframes) {
+			rc = io_frames_write(f, final, dsname, g, step, stored, err);
+			continue;
+		}
 		plan[i].expect = g->has_crc ? g->crc32c : snap_io_crc32c(g->data, g->bytes);
 		hsize_t dims[SNAP_MAX_NDIM];
 		for (int d = 0; d < g->ndim; d++)
@@ -294,12 +326,7 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 			ds = H5Dcreate2(f, dsname, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
 		if (ds < 0) {
 			rc = io_fail_h5(err, SNAP_EIO, "%s: cannot create dataset \"%s\"", final, dsname);
-		} else if (io_attr_str(ds, "name", g->name) < 0 || io_attr_str(ds, "kind", snap_kind_name(g->kind)) < 0 ||
-			   io_attr_str(ds, "dtype", snap_dtype_name(g->dtype)) < 0 ||
-			   io_attr_str(ds, "codec", lz4 ? "lz4" : "none") < 0 ||
-			   io_attr_u64(ds, "step", &step, 1) < 0 ||
-			   io_attr_u64(ds, "global_shape", g->global_shape, (size_t)g->ndim) < 0 ||
-			   io_attr_u64(ds, "shard_offset", g->shard_offset, (size_t)g->ndim) < 0 ||
+		} else if (io_attrs_region(ds, g, lz4 ? "lz4" : "none", step) < 0 ||
 			   io_attr_u32(ds, "crc32c", plan[i].expect) < 0) {
 			rc = io_fail_h5(err, SNAP_EIO, "%s: writing attributes of dataset \"%s\" failed", final, dsname);
 		} else if (lz4) {

@@ -57,7 +57,18 @@ struct snap_io_err {
 enum snap_io_codec {
 	SNAP_IO_CODEC_NONE = 0,      /* contiguous dataset, raw bytes via io_uring */
 	SNAP_IO_CODEC_LZ4 = 1,       /* chunked dataset, HDF5 filter 32004 */
+	/* Reported only (snap_io_region_info.codec), never a writer option: a
+	 * frame region (snap_io_region.nframes > 0), stored as its snap/codec.h
+	 * streams, one HDF5 chunk each, under filter SNAP_IO_FILTER_CODEC.
+	 * Frame regions are written so whatever the writer's codec is. */
+	SNAP_IO_CODEC_FRAMES = 2,
 };
+
+/* HDF5 filter id of codec frames. In HDF5's range for unregistered filters
+ * (256-511): not yet registered with The HDF Group. h5py/h5dump need the
+ * plugin libh5z_snapcodec.so (built in io/plugin) on HDF5_PLUGIN_PATH to
+ * read frame datasets; snapio itself never needs it. */
+#define SNAP_IO_FILTER_CODEC 311
 
 enum snap_io_flags {
 	/* Do not open the file with O_DIRECT (it is also skipped, silently,
@@ -76,7 +87,8 @@ struct snap_io_opts {
 };
 
 /* One region of one rank for one step. The data are the raw bytes of the
- * local shard in C order: bytes == prod(shape) * snap_dtype_size(dtype). */
+ * local shard in C order: bytes == prod(shape) * snap_dtype_size(dtype);
+ * or, for a frame region (nframes > 0), the shard as snap/codec.h streams. */
 struct snap_io_region {
 	const char *name;      /* the region's name; any bytes but NUL, <= 1024 */
 	int dtype;             /* enum snap_dtype */
@@ -89,12 +101,32 @@ struct snap_io_region {
 	size_t bytes;
 	uint32_t crc32c;       /* CRC32C of data[0..bytes), when has_crc */
 	int has_crc;           /* 0: the writer computes it (no source check) */
+	/* Frame regions: nframes > 0 means the region is stored as snap/codec.h
+	 * streams, frame i holding values [i*frame_elems, min((i+1)*frame_elems,
+	 * count)), count = prod(shape) (so count > 0). data/crc32c/has_crc are
+	 * then ignored; bytes is still the raw size (count * dtype size) and
+	 * dtype must be f32, bf16 or f16. The streams go to disk as they are
+	 * (never decoded and re-encoded, so lossy values are quantized once).
+	 * Checked before anything is written: nframes == ceil(count /
+	 * frame_elems); every frame non-NULL with 0 < frame_len < 4 GiB equal to
+	 * the stream length its header gives; each header (snap_codec_inspect)
+	 * parses (else SNAP_ECORRUPT) and says this dtype and exactly the
+	 * frame's value count (else SNAP_EINVAL); min(frame_elems, count) *
+	 * dtype size < 4 GiB (one HDF5 chunk). Errors name region and frame.
+	 * Zero-initialised (nframes 0): a raw region as before. */
+	uint32_t nframes;
+	uint64_t frame_elems;        /* values per frame (the last may hold fewer) */
+	const void *const *frame;    /* nframes stream pointers (any alignment) */
+	const uint64_t *frame_len;   /* their lengths in bytes */
+	const uint32_t *frame_crc;   /* CRC32C of each stream as stored; checked
+				      * while writing, SNAP_ECORRUPT naming
+				      * region and frame on mismatch */
 };
 
 /* What one snap_io_write_rank() did. */
 struct snap_io_write_stats {
-	uint64_t raw_bytes;     /* sum of region bytes */
-	uint64_t stored_bytes;  /* bytes of dataset storage (after LZ4) */
+	uint64_t raw_bytes;     /* sum of region bytes (raw size of frame regions) */
+	uint64_t stored_bytes;  /* bytes of dataset storage (after LZ4; frame lengths) */
 	uint64_t file_bytes;    /* size of the final file */
 	double seconds;         /* wall time, create to rename + directory fsync */
 	int direct;             /* 1 if bulk writes went with O_DIRECT */
@@ -124,8 +156,10 @@ void snap_io_writer_free(struct snap_io_writer *w);
  *
  * Checks before writing anything: job is [A-Za-z0-9._-]{1,128} not starting
  * with '.'; rank < world; each region's dtype, kind, ndim, shapes, bytes are
- * consistent; names are unique. Checks while writing: when has_crc, the
- * bytes still have that CRC (SNAP_ECORRUPT names the region otherwise).
+ * consistent; names are unique; frame regions as described at struct
+ * snap_io_region. Checks while writing: when has_crc, the bytes still have
+ * that CRC, and each frame its frame_crc (SNAP_ECORRUPT names the region,
+ * and the frame, otherwise).
  *
  * Refuses (SNAP_ESTATE) to write into a step that is already persisted.
  * An existing rank file of an unsealed step is replaced atomically.
@@ -178,13 +212,20 @@ int snap_io_step_world(const char *dir, const char *job, uint64_t step, uint32_t
 struct snap_io_region_info {
 	const char *name;       /* original region name */
 	const char *dataset;    /* HDF5 dataset name (sanitised) */
-	int dtype, kind, ndim, codec;
+	int dtype, kind, ndim;
+	int codec;              /* enum snap_io_codec: NONE, LZ4 or FRAMES */
 	uint64_t global_shape[SNAP_MAX_NDIM];
 	uint64_t shard_offset[SNAP_MAX_NDIM];
-	uint64_t shape[SNAP_MAX_NDIM];
-	uint64_t bytes;         /* raw bytes */
-	uint64_t stored_bytes;  /* bytes on disk */
-	uint32_t crc32c;        /* recorded CRC32C of the raw bytes */
+	uint64_t shape[SNAP_MAX_NDIM];  /* the real local shape, frames too */
+	uint64_t bytes;         /* raw bytes (decoded size for frames) */
+	uint64_t stored_bytes;  /* bytes on disk (for frames: sum of their lengths) */
+	uint32_t crc32c;        /* recorded CRC32C of the raw bytes; 0 for frames
+				 * (the raw bytes never existed on the writer) */
+	/* Frame datasets (codec FRAMES) only; 0 otherwise. */
+	int frame_codec;        /* SNAP_CODEC_LOSSLESS/_LOSSY_ABS/_LOSSY_REL of
+				 * the first frame's header (the `codec` attribute) */
+	uint32_t nframes;
+	uint64_t frame_elems;   /* the writer's frame_elems */
 };
 
 /* Calls fn once per region of a persisted step's rank file, in file order;
@@ -193,21 +234,42 @@ int snap_io_list_regions(const char *dir, const char *job, uint64_t step, uint32
 			 int (*fn)(const struct snap_io_region_info *info, void *arg), void *arg,
 			 struct snap_io_err *err);
 
-/* A caller buffer to restore one region into, looked up by original name. */
+/* A caller buffer to restore one region into, looked up by original name.
+ * Zero-initialise: the frame fields left 0 ask for the raw values. */
 struct snap_io_dest {
 	const char *name;
 	void *buf;
-	size_t bytes;           /* must equal the region's raw bytes */
+	size_t bytes;           /* must equal the region's raw bytes (unless frame_cap > 0) */
+	/* Reading a frame region raw: frame_cap > 0 asks for the stored frames,
+	 * frame i copied to buf + i*frame_cap (buf holds nframes*frame_cap
+	 * bytes; bytes must equal that product, else SNAP_EINVAL). frame_elems
+	 * and nframes must match the file's (else SNAP_EMISMATCH naming the
+	 * dataset), and so must every frame fit frame_cap (SNAP_EMISMATCH
+	 * naming dataset and frame). frame_len/frame_crc (caller arrays of
+	 * nframes entries; either may be NULL) receive each frame's length and
+	 * CRC32C, which were verified against the file's recorded CRCs. A
+	 * dataset stored raw (not as frames) with frame_cap > 0: SNAP_EMISMATCH.
+	 * frame_cap == 0 on a frame dataset decodes the values into buf instead
+	 * (bytes = raw size): each frame's CRC is verified first, then its
+	 * header (dtype, value count) and its decoding. */
+	uint64_t frame_cap;
+	uint64_t frame_elems;
+	uint32_t nframes;
+	uint64_t *frame_len;
+	uint32_t *frame_crc;
 };
 
 /*
  * Restores n regions of a persisted step's rank file into caller buffers and
- * verifies each against its recorded CRC32C. Errors name file and dataset:
+ * verifies each against its recorded CRC32C (frame datasets: each frame
+ * against its recorded CRC32C, raw or decoded as struct snap_io_dest says;
+ * decoding needs no plugin). Errors name file and dataset (and frame):
  * SNAP_ENOENT (step not persisted, file or region missing), SNAP_EMISMATCH
- * (bytes differ from the region's, or the file's own job/step/rank/world
+ * (bytes differ from the region's, frame fields do not fit the dataset, or
+ * the file's own job/step/rank/world
  * attributes are not this step's rank of the manifest's world, e.g. another
  * rank's file copied over it), SNAP_ETRUNC (file shorter than its
- * data), SNAP_ECORRUPT (checksum or LZ4 framing wrong), SNAP_EIO.
+ * data), SNAP_ECORRUPT (checksum, LZ4 framing or codec stream wrong), SNAP_EIO.
  * On failure the buffers' contents are unspecified.
  */
 int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t rank,
@@ -216,7 +278,8 @@ int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t 
 /*
  * Verifies a persisted step: MANIFEST, every rank file's size, and every
  * dataset's CRC32C, recomputed from the disk with bounded memory (one 4 MiB
- * buffer or one LZ4 chunk). Checks everything; returns 0 if all is well,
+ * buffer, one LZ4 chunk or one codec frame; frames are checked against their
+ * recorded per-frame CRC32C, not decoded). Checks everything; returns 0 if all is well,
  * else the first error's code with a message naming the first bad file and
  * dataset and how many datasets failed in all. *bad (may be NULL) gets that
  * count.
@@ -255,7 +318,11 @@ enum snap_io_export_mode {
  * keep the export next to (or move it together with) the flush directory;
  * reading it needs the LZ4 plugin when the step was written with LZ4.
  * COPY reads every shard through snap_io_read_rank's verification and needs
- * memory for the largest shard. out_path is written to a temp file and
+ * memory for the largest shard; frame shards are decoded, so a COPY export
+ * is plain contiguous values that need no plugin. VIRTUAL over frame shards
+ * maps each flat frame dataset onto its N-D box (reading it then needs the
+ * codec plugin, see SNAP_IO_FILTER_CODEC); where HDF5 refuses that mapping
+ * the export fails with SNAP_EUNSUPPORTED saying to use COPY. out_path is written to a temp file and
  * renamed. The step must be persisted.
  */
 int snap_io_export(const char *dir, const char *job, uint64_t step, const char *out_path,

@@ -1,0 +1,301 @@
+/*
+ * Frame regions: a region held as snap/codec.h streams ("frames") goes to
+ * disk as they are, one HDF5 chunk per frame of a flat 1-D dataset under
+ * filter SNAP_IO_FILTER_CODEC (codecfilter.c), written with H5Dwrite_chunk.
+ * Never decoded and re-encoded on the write path: a lossy frame is quantized
+ * once. Reading fetches the chunks with H5Dread_chunk, checks each against
+ * the per-frame CRC32C recorded at write time and hands them out raw or
+ * decodes them here, so snapio never needs the plugin.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "snap/codec.h"
+
+#include "codecfilter.h"
+#include "internal.h"
+
+/* frame_crc32c above this many bytes goes to dense attribute storage: an
+ * HDF5 object header message is limited to 64 KiB. */
+#define COMPACT_ATTR_MAX (32u << 10)
+#define CHUNK_MAX UINT32_MAX /* HDF5 chunk (and stored chunk) size limit */
+
+static const char *const codec_names[SNAP_CODEC_COUNT_] = {
+	[SNAP_CODEC_LOSSLESS] = "lossless", [SNAP_CODEC_LOSSY_ABS] = "lossy-abs", [SNAP_CODEC_LOSSY_REL] = "lossy-rel"};
+
+const char *io_frame_codec_name(int codec)
+{
+	return codec > 0 && codec < SNAP_CODEC_COUNT_ ? codec_names[codec] : NULL;
+}
+
+int io_frame_codec_parse(const char *name)
+{
+	for (int c = 1; c < SNAP_CODEC_COUNT_; c++)
+		if (codec_names[c] && strcmp(name, codec_names[c]) == 0)
+			return c;
+	return -1;
+}
+
+static int float_dtype(int dtype)
+{
+	return dtype == SNAP_DTYPE_F32 || dtype == SNAP_DTYPE_BF16 || dtype == SNAP_DTYPE_F16;
+}
+
+/* Values of frame k of a region of count values cut every chunk values. */
+static uint64_t frame_values(uint64_t count, uint64_t chunk, uint32_t k)
+{
+	uint64_t at = (uint64_t)k * chunk;
+	return count - at < chunk ? count - at : chunk;
+}
+
+int io_frames_check(const struct snap_io_region *g, struct snap_io_err *err)
+{
+	if (!float_dtype(g->dtype))
+		return io_fail(err, SNAP_EINVAL, "region \"%s\": codec frames need dtype f32, bf16 or f16, not %s",
+			       g->name, snap_dtype_name(g->dtype));
+	size_t es = snap_dtype_size(g->dtype);
+	uint64_t count = g->bytes / es;
+	if (count == 0 || g->frame_elems == 0)
+		return io_fail(err, SNAP_EINVAL, "region \"%s\": %u frames of %" PRIu64 " values for %" PRIu64
+			       " values", g->name, g->nframes, g->frame_elems, count);
+	uint64_t chunk = g->frame_elems < count ? g->frame_elems : count;
+	if (chunk > CHUNK_MAX / es)
+		return io_fail(err, SNAP_EINVAL, "region \"%s\": frames of %" PRIu64 " values exceed the 4 GiB "
+			       "HDF5 chunk limit", g->name, g->frame_elems);
+	uint64_t want = count / g->frame_elems + (count % g->frame_elems != 0);
+	if (g->nframes != want)
+		return io_fail(err, SNAP_EINVAL, "region \"%s\": %u frames given, but %" PRIu64 " values in frames "
+			       "of %" PRIu64 " make %" PRIu64, g->name, g->nframes, count, g->frame_elems, want);
+	if (!g->frame || !g->frame_len || !g->frame_crc)
+		return io_fail(err, SNAP_EINVAL, "region \"%s\": frame, frame_len or frame_crc is NULL", g->name);
+	for (uint32_t k = 0; k < g->nframes; k++) {
+		uint64_t len = g->frame_len[k], vals = frame_values(count, chunk, k);
+		if (!g->frame[k] || len == 0 || len > CHUNK_MAX)
+			return io_fail(err, SNAP_EINVAL, "region \"%s\" frame %u: NULL or %" PRIu64 " bytes long (must "
+				       "be 1 byte to 4 GiB)", g->name, k, len);
+		struct snap_codec_info in;
+		int e = snap_codec_inspect(g->frame[k], (size_t)len, &in);
+		if (e)
+			return io_fail(err, SNAP_ECORRUPT, "region \"%s\" frame %u: not a codec stream of %" PRIu64
+				       " bytes (%s)", g->name, k, len, snap_strerror(e));
+		if (in.dtype != g->dtype || in.count != vals)
+			return io_fail(err, SNAP_EINVAL, "region \"%s\" frame %u: header says %" PRIu64 " %s values, "
+				       "the frame holds %" PRIu64 " %s values", g->name, k, in.count,
+				       snap_dtype_name(in.dtype), vals, snap_dtype_name(g->dtype));
+		if (in.stream_len != len)
+			return io_fail(err, SNAP_EINVAL, "region \"%s\" frame %u: header says %" PRIu64 " bytes, "
+				       "frame_len is %" PRIu64, g->name, k, in.stream_len, len);
+	}
+	return 0;
+}
+
+int io_frames_write(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g, uint64_t step,
+		    uint64_t *stored, struct snap_io_err *err)
+{
+	size_t es = snap_dtype_size(g->dtype);
+	uint64_t count = g->bytes / es, chunk = g->frame_elems < count ? g->frame_elems : count;
+	struct snap_codec_info first;
+	if (snap_codec_inspect(g->frame[0], (size_t)g->frame_len[0], &first) != 0) /* checked before: cannot fail */
+		return io_fail(err, SNAP_ECORRUPT, "region \"%s\" frame 0: not a codec stream", g->name);
+	/* HDF5 creates a dataset with a mandatory filter only if it knows the
+	 * filter; registering again (H5close may have run) is harmless. */
+	if (H5Zregister(&io_codec_filter_class) < 0)
+		return io_fail_h5(err, SNAP_EIO, "%s: cannot register HDF5 filter %d", final, SNAP_IO_FILTER_CODEC);
+	hsize_t dims[1] = {count}, cdims[1] = {chunk};
+	unsigned cd[IO_CODEC_CD_N] = {IO_CODEC_CD_VERSION, (unsigned)g->dtype, (unsigned)chunk,
+				      (unsigned)(chunk >> 32)};
+	hid_t t = io_h5_type(g->dtype), s = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+	hid_t ds = -1;
+	int rc = 0;
+	if (t >= 0 && s >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, cdims) >= 0 &&
+	    H5Pset_filter(dcpl, SNAP_IO_FILTER_CODEC, H5Z_FLAG_MANDATORY, IO_CODEC_CD_N, cd) >= 0 &&
+	    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_INCR) >= 0 && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 &&
+	    ((uint64_t)g->nframes * 4 <= COMPACT_ATTR_MAX || H5Pset_attr_phase_change(dcpl, 0, 0) >= 0))
+		ds = H5Dcreate2(f, dsname, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+	if (ds < 0) {
+		rc = io_fail_h5(err, SNAP_EIO, "%s: cannot create dataset \"%s\"", final, dsname);
+	} else if (io_attrs_region(ds, g, io_frame_codec_name(first.codec), step) < 0 ||
+		   io_attr_u64(ds, "shape", g->shape, (size_t)g->ndim) < 0 ||
+		   io_attr_u64(ds, "frame_elems", &g->frame_elems, 1) < 0 ||
+		   io_attr_u32s(ds, "frame_crc32c", g->frame_crc, g->nframes) < 0) {
+		rc = io_fail_h5(err, SNAP_EIO, "%s: writing attributes of dataset \"%s\" failed", final, dsname);
+	}
+	for (uint32_t k = 0; k < g->nframes && !rc; k++) {
+		size_t len = (size_t)g->frame_len[k];
+		uint32_t c = snap_io_crc32c(g->frame[k], len);
+		if (c != g->frame_crc[k]) {
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") frame %u does not match its "
+				     "CRC32C %08x (it gives %08x): source memory changed or is corrupt", final, g->name,
+				     dsname, k, g->frame_crc[k], c);
+			break;
+		}
+		hsize_t off[1] = {(hsize_t)k * chunk};
+		errno = 0;
+		if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, off, len, g->frame[k]) < 0)
+			rc = io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO, "%s: writing frame %u of dataset "
+					"\"%s\" failed", final, k, dsname);
+		*stored += len;
+	}
+	if (ds >= 0) H5Dclose(ds);
+	if (dcpl >= 0) H5Pclose(dcpl);
+	if (s >= 0) H5Sclose(s);
+	if (t >= 0) H5Tclose(t);
+	return rc;
+}
+
+int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_t dcpl, struct io_ds *d,
+		   struct snap_io_err *err)
+{
+	struct snap_io_region_info *in = &d->info;
+	const char *link = d->dataset;
+	size_t ns = 0;
+	uint64_t fe = 0, count = 1;
+	if (!float_dtype(in->dtype) || io_get_attr_u64(ds, "shape", in->shape, SNAP_MAX_NDIM, &ns) < 0 ||
+	    io_get_attr_u64(ds, "frame_elems", &fe, 1, NULL) < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": codec frames of a non-float dtype, or "
+				  "shape/frame_elems attributes missing", path, link);
+	in->ndim = (int)ns;
+	for (size_t k = 0; k < ns; k++) {
+		if (in->shape[k] && count > UINT64_MAX / in->shape[k])
+			return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shape overflows", path, link);
+		count *= in->shape[k];
+	}
+	size_t es = snap_dtype_size(in->dtype);
+	uint64_t nframes = fe ? count / fe + (count % fe != 0) : 0;
+	if (nd != 1 || dims[0] != count || count == 0 || fe == 0 || nframes > UINT32_MAX || count > UINT64_MAX / es)
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": %" PRIu64 " values, shape and frame_elems "
+			       "%" PRIu64 " disagree", path, link, nd == 1 ? (uint64_t)dims[0] : 0, fe);
+	uint64_t chunk = fe < count ? fe : count;
+	hsize_t cdims[1] = {0};
+	unsigned flags = 0, cd[IO_CODEC_CD_N + 4] = {0};
+	size_t ncd = IO_CODEC_CD_N + 4;
+	if (H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 1, cdims) != 1 || cdims[0] != chunk ||
+	    H5Pget_nfilters(dcpl) != 1 ||
+	    H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, NULL, NULL) != SNAP_IO_FILTER_CODEC || ncd != IO_CODEC_CD_N ||
+	    cd[0] != IO_CODEC_CD_VERSION || cd[1] != (unsigned)in->dtype ||
+	    ((uint64_t)cd[2] | (uint64_t)cd[3] << 32) != chunk)
+		return io_fail_h5(err, SNAP_EFORMAT, "%s: dataset \"%s\": not the chunk layout and filter %d snapio "
+				  "writes for codec frames", path, link, SNAP_IO_FILTER_CODEC);
+	if (io_attr_npoints(ds, "frame_crc32c") != (int64_t)nframes)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c attribute missing or not "
+				  "%" PRIu64 " values", path, link, nframes);
+	uint32_t *crc = malloc((size_t)nframes * sizeof *crc);
+	if (!crc)
+		return io_fail(err, SNAP_ENOMEM, "out of memory");
+	int rc = 0;
+	if (io_get_attr_u32s(ds, "frame_crc32c", crc, (size_t)nframes) < 0) {
+		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c unreadable", path, link);
+	} else {
+		uint32_t c = 0xFFFFFFFFu;
+		for (uint64_t k = 0; k < nframes; k++) {
+			unsigned char le[4] = {(unsigned char)crc[k], (unsigned char)(crc[k] >> 8),
+					       (unsigned char)(crc[k] >> 16), (unsigned char)(crc[k] >> 24)};
+			c = io_crc_update(c, le, 4);
+		}
+		d->sumcrc = c ^ 0xFFFFFFFFu;
+	}
+	free(crc);
+	in->codec = SNAP_IO_CODEC_FRAMES;
+	in->bytes = count * es;
+	in->crc32c = 0;
+	in->nframes = (uint32_t)nframes;
+	in->frame_elems = fe;
+	d->chunk_elems = chunk;
+	return rc;
+}
+
+int io_frames_read(hid_t file, const char *path, const struct io_ds *d, const struct snap_io_dest *raw,
+		   void *vals, struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	const char *link = d->dataset;
+	size_t es = snap_dtype_size(in->dtype);
+	uint64_t count = in->bytes / es;
+	hid_t ds = H5Dopen2(file, link, H5P_DEFAULT);
+	if (ds < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, link);
+	uint32_t *crc = malloc((size_t)in->nframes * sizeof *crc);
+	unsigned char *tmp = NULL;
+	size_t tcap = 0;
+	int rc = 0;
+	if (!crc)
+		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
+	else if (io_get_attr_u32s(ds, "frame_crc32c", crc, in->nframes) < 0)
+		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c unreadable", path, link);
+	for (uint32_t k = 0; k < in->nframes && !rc; k++) {
+		hsize_t off[1] = {(hsize_t)k * d->chunk_elems}, sz = 0;
+		uint32_t filters = 0;
+		if (H5Dget_chunk_storage_size(ds, off, &sz) < 0 || sz == 0) {
+			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\" frame %u: chunk missing", path, link, k);
+			break;
+		}
+		unsigned char *dst;
+		if (raw) {
+			if (sz > raw->frame_cap) {
+				rc = io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") frame %u is %" PRIu64
+					     " bytes, more than frame_cap %" PRIu64, path, link, d->name, k,
+					     (uint64_t)sz, raw->frame_cap);
+				break;
+			}
+			dst = (unsigned char *)raw->buf + (size_t)(k * raw->frame_cap);
+		} else {
+			if (sz > tcap) {
+				free(tmp);
+				tmp = malloc((size_t)sz);
+				tcap = tmp ? (size_t)sz : 0;
+				if (!tmp) {
+					rc = io_fail(err, SNAP_ENOMEM, "out of memory for a %" PRIu64 "-byte frame",
+						     (uint64_t)sz);
+					break;
+				}
+			}
+			dst = tmp;
+		}
+		if (H5Dread_chunk(ds, H5P_DEFAULT, off, &filters, dst) < 0) {
+			rc = io_fail_h5(err, SNAP_ETRUNC, "%s: dataset \"%s\" frame %u: reading its chunk failed "
+					"(truncated file?)", path, link, k);
+			break;
+		}
+		if (filters != 0) {
+			rc = io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\" frame %u: chunk stored without the codec "
+				     "filter", path, link, k);
+			break;
+		}
+		uint32_t c = snap_io_crc32c(dst, (size_t)sz);
+		if (c != crc[k]) {
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\") frame %u: CRC32C mismatch: "
+				     "recorded %08x, data gives %08x", path, link, d->name, k, crc[k], c);
+			break;
+		}
+		if (raw) {
+			if (raw->frame_len)
+				raw->frame_len[k] = sz;
+			if (raw->frame_crc)
+				raw->frame_crc[k] = c;
+			continue;
+		}
+		if (!vals)
+			continue;
+		uint64_t want = frame_values(count, d->chunk_elems, k);
+		struct snap_codec_info fi;
+		size_t got = 0;
+		int e = snap_codec_inspect(dst, (size_t)sz, &fi);
+		if (!e && (fi.dtype != in->dtype || fi.count != want))
+			e = SNAP_EMISMATCH;
+		if (!e)
+			e = snap_codec_decompress(dst, (size_t)sz, (unsigned char *)vals + (size_t)(k * d->chunk_elems) * es,
+						  (size_t)want * es, &got);
+		if (!e && got != want)
+			e = SNAP_EMISMATCH;
+		if (e)
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\") frame %u: does not decode "
+				     "to its %" PRIu64 " %s values (%s)", path, link, d->name, k, want,
+				     snap_dtype_name(in->dtype), snap_strerror(e));
+	}
+	free(tmp);
+	free(crc);
+	H5Dclose(ds);
+	return rc;
+}
