@@ -92,7 +92,8 @@ static void write_pair(const char *dir, const char *job, uint64_t step, const st
 static int restores(const char *dir, uint64_t step, uint32_t rank)
 {
 	static float a[N], b[N / 4];
-	struct snap_io_dest d[2] = {{"w/main", a, sizeof a}, {"w/second", b, sizeof b}};
+	struct snap_io_dest d[2] = {{.name = "w/main", .buf = a, .bytes = sizeof a},
+				    {.name = "w/second", .buf = b, .bytes = sizeof b}};
 	struct snap_io_err err = {0};
 	int rc = snap_io_read_rank(dir, JOB, step, rank, d, 2, &err);
 	return rc == 0 && memcmp(a, A, sizeof a) == 0 && memcmp(b, B, sizeof b) == 0;
@@ -135,7 +136,7 @@ int main(int argc, char **argv)
 	CHECK(bad == 1);
 	{
 		static float b[N / 4];
-		struct snap_io_dest d = {"w/second", b, sizeof b};
+		struct snap_io_dest d = {.name = "w/second", .buf = b, .bytes = sizeof b};
 		EXPECT_ERR(snap_io_read_rank(dir, JOB, 1, 1, &d, 1, &err), SNAP_ECORRUPT, &err, "rank-1.h5", "w/second");
 	}
 	CHECK(restores(dir, 1, 0) && restores(dir, 2, 1));
@@ -192,7 +193,7 @@ int main(int argc, char **argv)
 		CHECK(fsize(p1) == fsize(p));
 		copy_file(p1, p);
 		static float a[N];
-		struct snap_io_dest d = {"w/main", a, sizeof a};
+		struct snap_io_dest d = {.name = "w/main", .buf = a, .bytes = sizeof a};
 		EXPECT_ERR(snap_io_read_rank(dir, JOB, 1, 0, &d, 1, &err), SNAP_EMISMATCH, &err, "step-1/rank-0.h5",
 			   "rank 1/2", "rank 0/2");
 		EXPECT_ERR(snap_io_verify_step(dir, JOB, 1, &bad, &err), SNAP_EMISMATCH, &err, "step-1/rank-0.h5");

@@ -240,6 +240,7 @@ int main(int argc, char **argv)
 		for (int r = 0; r < WORLD; r++) {
 			struct snap_io_dest dst[NT];
 			unsigned char *want[NT];
+			memset(dst, 0, sizeof dst); /* io.h: zero-initialise, then set */
 			for (size_t i = 0; i < NT; i++) {
 				uint64_t off[3], shape[3];
 				size_t n;
@@ -271,7 +272,8 @@ int main(int argc, char **argv)
 	}
 	/* A wrong-size buffer and an unknown name are named clearly. */
 	char small[8];
-	struct snap_io_dest d1 = {"big", small, sizeof small}, d2 = {"nope", small, sizeof small};
+	struct snap_io_dest d1 = {.name = "big", .buf = small, .bytes = sizeof small};
+	struct snap_io_dest d2 = {.name = "nope", .buf = small, .bytes = sizeof small};
 	EXPECT_ERR(snap_io_read_rank(flush, JOB, 10, 0, &d1, 1, &err), SNAP_EMISMATCH, &err, "rank-0.h5", "big");
 	EXPECT_ERR(snap_io_read_rank(flush, JOB, 10, 0, &d2, 1, &err), SNAP_ENOENT, &err, "nope");
 	EXPECT_ERR(snap_io_read_rank(flush, JOB, 11, 0, &d2, 1, &err), SNAP_ENOENT, &err, "not persisted");

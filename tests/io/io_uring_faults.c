@@ -62,7 +62,8 @@ static void check_step(const char *dir, uint64_t step, const float *data)
 	size_t bad;
 	OK(snap_io_step_seal(dir, JOB, step, 1, &err), &err);
 	OK(snap_io_verify_step(dir, JOB, step, &bad, &err), &err);
-	struct snap_io_dest d[2] = {{"big", big, sizeof big}, {"small", small, sizeof small}};
+	struct snap_io_dest d[2] = {{.name = "big", .buf = big, .bytes = sizeof big},
+				    {.name = "small", .buf = small, .bytes = sizeof small}};
 	OK(snap_io_read_rank(dir, JOB, step, 0, d, 2, &err), &err);
 	CHECK(memcmp(big, data, sizeof big) == 0 && memcmp(small, data + 7, sizeof small) == 0);
 }
