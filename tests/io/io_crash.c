@@ -1,5 +1,6 @@
 /*
- * SIGKILL mid-flush: a child writes a 2-rank step and seals it; the parent
+ * SIGKILL mid-flush: a child writes a 2-rank step (raw or LZ4 regions and a
+ * region of codec frames) and seals it; the parent
  * kills it at a random moment within the flush's measured duration. After
  * each kill: every listed step verifies, the killed step is either listed
  * and verifies or is not listed, and the step persisted before still
@@ -19,6 +20,7 @@
 #define N (128 * 1024)
 
 static float A[N], B[N];
+static struct io_t_frames FR; /* A as lossless codec frames */
 
 static int flush_step(const char *dir, uint64_t step)
 {
@@ -31,9 +33,11 @@ static int flush_step(const char *dir, uint64_t step)
 	for (uint32_t r = 0; r < 2; r++) {
 		uint64_t g[2] = {2 * N / 256, 256}, off[2] = {r * N / 256, 0}, sh[2] = {N / 256, 256};
 		uint64_t g1[1] = {N}, o1[1] = {0};
-		struct snap_io_region reg[2] = {io_t_region("layer/w", SNAP_DTYPE_F32, 2, g, off, sh, r ? B : A),
-						io_t_region("rng", SNAP_DTYPE_F32, 1, g1, o1, g1, B)};
-		if (snap_io_write_rank(w, dir, JOB, step, r, 2, reg, 2, NULL, &err) < 0)
+		struct snap_io_region reg[3] = {io_t_region("layer/w", SNAP_DTYPE_F32, 2, g, off, sh, r ? B : A),
+						io_t_region("rng", SNAP_DTYPE_F32, 1, g1, o1, g1, B),
+						io_t_region("codec", SNAP_DTYPE_F32, 1, g1, o1, g1, FR.decoded)};
+		io_t_frames_attach(&reg[2], &FR);
+		if (snap_io_write_rank(w, dir, JOB, step, r, 2, reg, 3, NULL, &err) < 0)
 			return 1;
 	}
 	snap_io_writer_free(w);
@@ -49,11 +53,13 @@ static double now(void)
 
 static void check_restores(const char *dir, uint64_t step)
 {
-	static float a[N], rng[N];
+	static float a[N], rng[N], dec[N];
 	struct snap_io_err err = {0};
-	struct snap_io_dest d[2] = {{"layer/w", a, sizeof a}, {"rng", rng, sizeof rng}};
-	OK(snap_io_read_rank(dir, JOB, step, 1, d, 2, &err), &err);
-	CHECK(memcmp(a, B, sizeof a) == 0 && memcmp(rng, B, sizeof rng) == 0);
+	struct snap_io_dest d[3] = {{.name = "layer/w", .buf = a, .bytes = sizeof a},
+				    {.name = "rng", .buf = rng, .bytes = sizeof rng},
+				    {.name = "codec", .buf = dec, .bytes = sizeof dec}};
+	OK(snap_io_read_rank(dir, JOB, step, 1, d, 3, &err), &err);
+	CHECK(memcmp(a, B, sizeof a) == 0 && memcmp(rng, B, sizeof rng) == 0 && memcmp(dec, FR.decoded, sizeof dec) == 0);
 }
 
 int main(int argc, char **argv)
@@ -66,6 +72,7 @@ int main(int argc, char **argv)
 	CHECK(system(cmd) == 0);
 	io_t_weights(A, sizeof A, 1);
 	io_t_weights(B, sizeof B, 2);
+	io_t_frames_make(&FR, SNAP_DTYPE_F32, SNAP_CODEC_LOSSLESS, 0, A, N, 16384);
 	struct snap_io_err err = {0};
 	size_t bad;
 
@@ -116,5 +123,6 @@ int main(int argc, char **argv)
 	printf("io_crash: %d trials: %d killed after persisting, %d killed before; all consistent\n", trials,
 	       persisted, torn);
 	CHECK(torn > 0); /* the kills must land mid-flush at least sometimes */
+	io_t_frames_free(&FR);
 	return 0;
 }

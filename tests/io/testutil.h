@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snap/codec.h"
 #include "snap/io.h"
 
 #define CHECK(c) do { if (!(c)) { fprintf(stderr, "%s:%d: CHECK(%s) failed\n", __FILE__, __LINE__, #c); exit(1); } } while (0)
@@ -71,6 +72,73 @@ static inline void io_t_weights(void *buf, size_t n, size_t skip)
 		x = x * 1103515245u + 12345u;
 		p[got] = (unsigned char)(x >> 16);
 	}
+}
+
+/* A region's values cut into frames of fe values, each compressed on its own
+ * with snap_codec_compress (what the node store holds for a codec region),
+ * and what decoding them gives. */
+struct io_t_frames {
+	uint32_t n;
+	uint64_t fe, count, maxlen;
+	void **frame;
+	uint64_t *len;
+	uint32_t *crc;
+	void *decoded;   /* count values */
+	int codec;       /* of the first frame's header */
+};
+
+static inline void io_t_frames_make(struct io_t_frames *f, int dtype, int codec, double bound, const void *vals,
+				    uint64_t count, uint64_t fe)
+{
+	size_t es = snap_dtype_size(dtype);
+	memset(f, 0, sizeof *f);
+	f->n = (uint32_t)(count / fe + (count % fe != 0));
+	f->fe = fe;
+	f->count = count;
+	f->frame = calloc(f->n, sizeof *f->frame);
+	f->len = calloc(f->n, sizeof *f->len);
+	f->crc = calloc(f->n, sizeof *f->crc);
+	f->decoded = malloc(count * es);
+	CHECK(f->frame && f->len && f->crc && f->decoded);
+	for (uint32_t k = 0; k < f->n; k++) {
+		uint64_t at = k * fe, nv = count - at < fe ? count - at : fe;
+		struct snap_codec_params p = {.codec = codec, .dtype = dtype, .bound = bound};
+		size_t cap = snap_codec_bound(&p, nv), len = 0, got = 0;
+		CHECK(cap > 0 && (f->frame[k] = malloc(cap)) != NULL);
+		CHECK(snap_codec_compress(&p, (const char *)vals + at * es, nv, f->frame[k], cap, &len) == 0);
+		f->len[k] = len;
+		f->crc[k] = snap_io_crc32c(f->frame[k], len);
+		f->maxlen = len > f->maxlen ? len : f->maxlen;
+		CHECK(snap_codec_decompress(f->frame[k], len, (char *)f->decoded + at * es, nv * es, &got) == 0 &&
+		      got == nv);
+		struct snap_codec_info in;
+		CHECK(snap_codec_inspect(f->frame[k], len, &in) == 0);
+		if (k == 0)
+			f->codec = in.codec;
+	}
+}
+
+/* Makes r (built by io_t_region over f->decoded) a frame region of f. */
+static inline void io_t_frames_attach(struct snap_io_region *r, const struct io_t_frames *f)
+{
+	r->nframes = f->n;
+	r->frame_elems = f->fe;
+	r->frame = (const void *const *)f->frame;
+	r->frame_len = f->len;
+	r->frame_crc = f->crc;
+	r->data = NULL;
+	r->has_crc = 0;
+}
+
+static inline void io_t_frames_free(struct io_t_frames *f)
+{
+	for (uint32_t k = 0; k < f->n; k++)
+		free(f->frame[k]);
+	free(f->frame);
+	free(f->len);
+	free(f->crc);
+	free(f->decoded);
+	memset(f, 0, sizeof *f);
 }
 
 #endif
