@@ -105,6 +105,13 @@ uint32_t io_crc_update(uint32_t state, const void *buf, size_t len)
 	return state;
 }
 
+uint32_t io_crc_u32le(uint32_t state, uint32_t v)
+{
+	unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+			       (unsigned char)(v >> 24)};
+	return io_crc_update(state, le, 4);
+}
+
 uint32_t snap_io_crc32c(const void *buf, size_t len)
 {
 	return io_crc_update(0xFFFFFFFFu, buf, len) ^ 0xFFFFFFFFu;

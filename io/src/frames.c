@@ -145,6 +145,25 @@ int io_frames_write(hid_t f, const char *final, const char *dsname, const struct
 	return rc;
 }
 
+/* The frame_crc32c attribute of an open frame dataset: n values, malloc'd. */
+static int load_crcs(hid_t ds, const char *path, const char *link, uint64_t n, uint32_t **out,
+		     struct snap_io_err *err)
+{
+	*out = NULL;
+	if (io_attr_npoints(ds, "frame_crc32c") != (int64_t)n)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c attribute missing or not "
+				  "%" PRIu64 " values", path, link, n);
+	uint32_t *crc = malloc((size_t)n * sizeof *crc);
+	if (!crc)
+		return io_fail(err, SNAP_ENOMEM, "out of memory");
+	if (io_get_attr_u32s(ds, "frame_crc32c", crc, (size_t)n) < 0) {
+		free(crc);
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c unreadable", path, link);
+	}
+	*out = crc;
+	return 0;
+}
+
 int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_t dcpl, struct io_ds *d,
 		   struct snap_io_err *err)
 {
@@ -178,32 +197,22 @@ int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_
 	    ((uint64_t)cd[2] | (uint64_t)cd[3] << 32) != chunk)
 		return io_fail_h5(err, SNAP_EFORMAT, "%s: dataset \"%s\": not the chunk layout and filter %d snapio "
 				  "writes for codec frames", path, link, SNAP_IO_FILTER_CODEC);
-	if (io_attr_npoints(ds, "frame_crc32c") != (int64_t)nframes)
-		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c attribute missing or not "
-				  "%" PRIu64 " values", path, link, nframes);
-	uint32_t *crc = malloc((size_t)nframes * sizeof *crc);
-	if (!crc)
-		return io_fail(err, SNAP_ENOMEM, "out of memory");
-	int rc = 0;
-	if (io_get_attr_u32s(ds, "frame_crc32c", crc, (size_t)nframes) < 0) {
-		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c unreadable", path, link);
-	} else {
-		uint32_t c = 0xFFFFFFFFu;
-		for (uint64_t k = 0; k < nframes; k++) {
-			unsigned char le[4] = {(unsigned char)crc[k], (unsigned char)(crc[k] >> 8),
-					       (unsigned char)(crc[k] >> 16), (unsigned char)(crc[k] >> 24)};
-			c = io_crc_update(c, le, 4);
-		}
-		d->sumcrc = c ^ 0xFFFFFFFFu;
-	}
+	uint32_t *crc;
+	int rc = load_crcs(ds, path, link, nframes, &crc, err);
+	if (rc)
+		return rc;
+	uint32_t c = 0xFFFFFFFFu;
+	for (uint64_t k = 0; k < nframes; k++)
+		c = io_crc_u32le(c, crc[k]);
 	free(crc);
+	d->sumcrc = c ^ 0xFFFFFFFFu;
 	in->codec = SNAP_IO_CODEC_FRAMES;
 	in->bytes = count * es;
 	in->crc32c = 0;
 	in->nframes = (uint32_t)nframes;
 	in->frame_elems = fe;
 	d->chunk_elems = chunk;
-	return rc;
+	return 0;
 }
 
 int io_frames_read(hid_t file, const char *path, const struct io_ds *d, const struct snap_io_dest *raw,
@@ -216,14 +225,10 @@ int io_frames_read(hid_t file, const char *path, const struct io_ds *d, const st
 	hid_t ds = H5Dopen2(file, link, H5P_DEFAULT);
 	if (ds < 0)
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, link);
-	uint32_t *crc = malloc((size_t)in->nframes * sizeof *crc);
+	uint32_t *crc;
 	unsigned char *tmp = NULL;
 	size_t tcap = 0;
-	int rc = 0;
-	if (!crc)
-		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
-	else if (io_get_attr_u32s(ds, "frame_crc32c", crc, in->nframes) < 0)
-		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": frame_crc32c unreadable", path, link);
+	int rc = load_crcs(ds, path, link, in->nframes, &crc, err);
 	for (uint32_t k = 0; k < in->nframes && !rc; k++) {
 		hsize_t off[1] = {(hsize_t)k * d->chunk_elems}, sz = 0;
 		uint32_t filters = 0;

@@ -106,6 +106,8 @@ size_t io_uw_error_tag(const struct io_uring_writer *u);
 
 /* crc: running state helpers (state starts at 0xFFFFFFFF, final ^ ~0). */
 uint32_t io_crc_update(uint32_t state, const void *buf, size_t len);
+/* The same over v as 4 little-endian bytes (checksums of checksums). */
+uint32_t io_crc_u32le(uint32_t state, uint32_t v);
 
 /* manifest.c */
 struct io_manifest_rank {

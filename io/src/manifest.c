@@ -133,12 +133,8 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 uint32_t io_ds_crcsum(const struct io_ds *ds, size_t n)
 {
 	uint32_t c = 0xFFFFFFFFu;
-	for (size_t i = 0; i < n; i++) {
-		uint32_t v = ds[i].sumcrc;
-		unsigned char le[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
-				       (unsigned char)(v >> 24)};
-		c = io_crc_update(c, le, 4);
-	}
+	for (size_t i = 0; i < n; i++)
+		c = io_crc_u32le(c, ds[i].sumcrc);
 	return c ^ 0xFFFFFFFFu;
 }
 
