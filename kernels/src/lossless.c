@@ -171,6 +171,24 @@ static SNAPC_AVX2_FN void exps16_avx2(const uint8_t *src, uint32_t n, uint32_t M
 	}
 }
 
+/* rest = sign << M | mantissa of 16 elements (E 8: M 7, E 5: M 10), and
+ * back to elements with their exponents e (16 words). */
+static inline SNAPC_AVX2_FN __m256i rest16(__m256i v, uint32_t E)
+{
+	const int M = E == 8 ? 7 : 10;
+	return _mm256_or_si256(_mm256_and_si256(v, _mm256_set1_epi16((short)((1 << M) - 1))),
+			       _mm256_and_si256(_mm256_srli_epi16(v, (int)E), _mm256_set1_epi16((short)(1 << M))));
+}
+
+static inline SNAPC_AVX2_FN __m256i elem16(__m256i r, __m256i e, uint32_t E)
+{
+	const int M = E == 8 ? 7 : 10;
+	return _mm256_or_si256(_mm256_or_si256(
+		_mm256_and_si256(r, _mm256_set1_epi16((short)((1 << M) - 1))),
+		_mm256_slli_epi16(_mm256_and_si256(r, _mm256_set1_epi16((short)(1 << M))), (int)E)),
+		_mm256_slli_epi16(e, M));
+}
+
 /* 16 words of 11 bits, LSB first: 22 bytes at d, and up to 10 bytes after
  * them overwritten. */
 static inline SNAPC_AVX2_FN void pack11x16(__m256i r, uint8_t *d)
@@ -232,22 +250,14 @@ static SNAPC_AVX2_FN void chunks16_avx2(const uint8_t *src, uint8_t *ebuf,
 		sh[j] = j < k ? (uint8_t)j : j < 2 * k ? (uint8_t)(8 + j - k) : 0x80;
 	const __m256i cmp = _mm256_broadcastsi128_si256(
 		_mm_loadu_si128((const __m128i *)(const void *)sh));
-	const __m256i m7f = _mm256_set1_epi16(0x7f), m80 = _mm256_set1_epi16(0x80);
-	const __m256i m3ff = _mm256_set1_epi16(0x3ff), m400 = _mm256_set1_epi16(0x400);
 
 	for (uint32_t c0 = 0; c0 < nfull; c0 += SNAPC_GROUP) {
 		__m256i a = LDU(src + 2 * (size_t)c0), b = LDU(src + 2 * (size_t)c0 + 32);
-		if (E == 8) { /* rest = sign << 7 | mantissa: one byte */
-			a = _mm256_or_si256(_mm256_and_si256(a, m7f),
-					    _mm256_and_si256(_mm256_srli_epi16(a, 8), m80));
-			b = _mm256_or_si256(_mm256_and_si256(b, m7f),
-					    _mm256_and_si256(_mm256_srli_epi16(b, 8), m80));
+		a = rest16(a, E);
+		b = rest16(b, E);
+		if (E == 8) { /* one byte */
 			STU(rest + c0, bytes_of(a, b));
-		} else { /* rest = sign << 10 | mantissa: 11 bits, 44 bytes a chunk */
-			a = _mm256_or_si256(_mm256_and_si256(a, m3ff),
-					    _mm256_and_si256(_mm256_srli_epi16(a, 5), m400));
-			b = _mm256_or_si256(_mm256_and_si256(b, m3ff),
-					    _mm256_and_si256(_mm256_srli_epi16(b, 5), m400));
+		} else { /* 11 bits, 44 bytes a chunk */
 			int last = c0 + SNAPC_GROUP == nfull;
 			uint8_t *d = last ? tmp : rest + (size_t)c0 * 11 / 8;
 			pack11x16(a, d);
@@ -512,9 +522,6 @@ static SNAPC_AVX2_FN int dchunks16_avx2(const uint8_t *codes, const uint8_t *res
 	const __m256i vT = _mm256_set1_epi8((char)(T ? T : 1)), vesc = _mm256_set1_epi8((char)esc);
 	const __m256i v15 = _mm256_set1_epi8(15), ebad = _mm256_set1_epi8((char)(0xff << E));
 	const __m256i e0 = _mm256_set1_epi8((char)(T ? tab[0] : 0));
-	const uint32_t M = E == 8 ? 7 : 10;
-	const __m256i mmant = _mm256_set1_epi16((short)((1u << M) - 1));
-	const __m256i msign = _mm256_set1_epi16((short)(1u << M));
 	for (uint32_t c0 = 0; c0 < n; c0 += SNAPC_GROUP) {
 		const uint8_t *d = codes + (size_t)c0 * k / 8;
 		__m256i e;
@@ -578,14 +585,8 @@ static SNAPC_AVX2_FN int dchunks16_avx2(const uint8_t *codes, const uint8_t *res
 		}
 		__m256i ea = _mm256_cvtepu8_epi16(_mm256_castsi256_si128(e));
 		__m256i eb = _mm256_cvtepu8_epi16(_mm256_extracti128_si256(e, 1));
-		ra = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(ra, mmant),
-						     _mm256_slli_epi16(_mm256_and_si256(ra, msign), E)),
-				     _mm256_slli_epi16(ea, (int)M));
-		rb = _mm256_or_si256(_mm256_or_si256(_mm256_and_si256(rb, mmant),
-						     _mm256_slli_epi16(_mm256_and_si256(rb, msign), E)),
-				     _mm256_slli_epi16(eb, (int)M));
-		STU(dst + 2 * (size_t)c0, ra);
-		STU(dst + 2 * (size_t)c0 + 32, rb);
+		STU(dst + 2 * (size_t)c0, elem16(ra, ea, E));
+		STU(dst + 2 * (size_t)c0 + 32, elem16(rb, eb, E));
 	}
 	*escpp = escp;
 	return 0;
