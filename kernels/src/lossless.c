@@ -189,7 +189,7 @@ static inline SNAPC_AVX2_FN __m256i elem16(__m256i r, __m256i e, uint32_t E)
 		_mm256_slli_epi16(e, M));
 }
 
-/* 16 words of 11 bits, LSB first: 22 bytes at d, and up to 10 bytes after
+/* 16 words of 11 bits, LSB first: 22 bytes at d, and the 5 bytes after
  * them overwritten. */
 static inline SNAPC_AVX2_FN void pack11x16(__m256i r, uint8_t *d)
 {
