@@ -115,17 +115,28 @@ def test_kill_mid_flush(rng):
 
 
 def fill_expected(rank, region, step, nbytes):
-    """The trainer's deterministic state (splitmix64 stream), as bytes."""
+    """The trainer's deterministic state (trainer.c fill()), as bytes: one
+    splitmix64 value per 8 bytes, or for its f32 regions (0 and 1) one per
+    float, mapped to +-0.05 with a special value every 997 floats."""
     import numpy as np
     m64 = (1 << 64) - 1
     x = ((rank << 40) ^ (region << 32) ^ step) & m64
-    n = nbytes // 8
+    f32 = region in (0, 1)
+    n = nbytes // 4 if f32 else nbytes // 8
     z = (x + 0x9e3779b97f4a7c15 * np.arange(1, n + 1, dtype=np.uint64)).astype(np.uint64)
     with np.errstate(over="ignore"):
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
         z = z ^ (z >> np.uint64(31))
-    return z.astype("<u8").tobytes()
+    if not f32:
+        return z.astype("<u8").tobytes()
+    hi = (z >> np.uint64(32)).astype(np.uint32).view(np.int32).astype(np.float64)
+    v = (hi * (0.05 / 2147483648.0)).astype(np.float32)
+    special = np.array([np.nan, np.inf, -3e38, 1e-42], dtype=np.float32)
+    k = np.arange(n)
+    pick = k % 997 == 996
+    v[pick] = special[(z[pick] & np.uint64(3)).astype(np.int64)]
+    return v.astype("<f4").tobytes()
 
 
 def test_h5py_and_damage():

@@ -378,7 +378,7 @@ int main(void)
 	rm_rf(store);
 	rm_rf(flush);
 	CHECK_RC(smp_start(&p, store, args), 0);
-	ctx = open_ctx(&p, 1, 1);
+	ctx = open_ctx(&p, 0, 1);   /* no codec at all, not even the config default */
 	if (ctx) {
 		fill(11);
 		take(&orig);
@@ -393,7 +393,10 @@ int main(void)
 	ctx = open_ctx(&p, 1, 0);
 	if (ctx) {
 		zero();
-		CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, &got), 0);
+		int rrc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
+		CHECK_RC(rrc, 0);
+		if (rrc)
+			fprintf(stderr, "restore: %s\n", snap_errmsg(ctx));
 		CHECK(got == 11);
 		CHECK(!memcmp(w, orig.w, sizeof(w)) && !memcmp(rng, orig.rng, sizeof(rng)));
 		e = max_err(SNAP_DTYPE_BF16, orig.a, a, NA, NULL);
