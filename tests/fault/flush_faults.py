@@ -11,6 +11,10 @@
    SNAP_ALLOW_OLDER=1 it falls back to the older persisted step.
 4. A full flush directory: the flush fails with a clear error, snapsmp keeps
    serving, nothing in memory is lost.
+5. Codecs (SNAP_CODEC_PARAM/OPTIM): the flushed frames are smaller on disk,
+   verify, and read back through the reader plugin with h5py and h5dump:
+   lossless bit-exact, lossy within its bound; with the store wiped the job
+   restores from disk within the bounds.
 """
 import json
 import os
@@ -28,7 +32,8 @@ TRAINER = os.path.join(BUILD, "integration", "trainer")
 SNAPTOOL = os.path.join(BUILD, "tools", "snaptool")
 BASE = f"/dev/shm/snaptest-flush-{os.getpid()}"
 DISK = f"/tmp/snaptest-flush-{os.getpid()}"
-PLUGINS = "/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins"
+# Our codec-frame reader plugin, and Debian's (LZ4 filter 32004).
+PLUGINS = f"{os.path.join(BUILD, 'io', 'plugin')}:/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins"
 failures, passed = 0, 0
 
 
@@ -222,6 +227,46 @@ def test_h5py_and_damage():
     check(all(r[0] == 0 and "restored step 4 (verified" in r[1] for r in res), "repaired: step 4 restores")
 
 
+def test_codec_readers():
+    import h5py
+    import numpy as np
+    store, flush = f"{BASE}/codec", f"{DISK}/codec"
+    codecs = dict(SNAP_CODEC_PARAM="lossless", SNAP_CODEC_OPTIM="abs:1e-3")
+    smp = start_smp(store, flush)
+    res = run_job(store, flush, "--steps", "4", size="4M", **codecs)
+    check(all(r[0] == 0 for r in res), f"the job runs 4 steps with codecs: {res}")
+    f = snaptool(store, flush, "flush", "4")
+    check(f.returncode == 0, f"snaptool flush of codec frames: {f.stderr}")
+    insp = snaptool(store, flush, "inspect", "4").stdout
+    check("codec=lossless" in insp and "codec=abs:0.001" in insp, f"inspect names the codecs: {insp}")
+    smp.terminate()
+    smp.wait()
+    v = snaptool(store, flush, "verify", "4")
+    check(v.returncode == 0, f"snaptool verify of the codec step: {v.stdout}")
+    with h5py.File(f"{flush}/fj/step-4/rank-1.h5", "r") as h:
+        w, m = h["model.weight"], h["optim.exp_avg"]
+        got = w[()].tobytes()
+        check(got == fill_expected(1, 0, 4, len(got)), "h5py + plugin reads lossless model.weight bit-exact")
+        want = np.frombuffer(fill_expected(1, 1, 4, m.shape[0] * 4), dtype="<f4")
+        have = m[()]
+        fin = np.isfinite(want)
+        err = np.abs(want[fin].astype(np.float64) - have[fin].astype(np.float64)).max()
+        check(0 < err <= 1e-3 and np.array_equal(want[~fin].view("<u4"), have[~fin].view("<u4")),
+              f"h5py + plugin reads lossy optim.exp_avg within 1e-3, non-finite exact (max err {err})")
+        stored = w.id.get_storage_size() + m.id.get_storage_size()
+        check(stored < 0.6 * (w.size + m.size) * 4, f"frames are smaller on disk: {stored} bytes")
+    d = subprocess.run(["h5dump", "-d", "model.weight", "-c", "4", f"{flush}/fj/step-4/rank-0.h5"],
+                       capture_output=True, text=True, env=env(store, flush))
+    check(d.returncode == 0 and "DATA" in d.stdout, f"h5dump + plugin reads a frame dataset: {d.stderr}")
+    shutil.rmtree(store)
+    smp = start_smp(store, flush)
+    res = run_job(store, flush, "--resume", "--steps", "5", size="4M", **codecs)
+    check(all(r[0] == 0 and "restored step 4 (verified within the codec bounds)" in r[1] for r in res),
+          f"restore from disk with the store wiped, within the bounds: {res}")
+    smp.terminate()
+    smp.wait()
+
+
 def test_full_flush_dir():
     probe = f"{BASE}/mnt"
     os.makedirs(probe, exist_ok=True)
@@ -246,6 +291,7 @@ def test_full_flush_dir():
 
 
 def main():
+    os.environ["HDF5_PLUGIN_PATH"] = PLUGINS   # before h5py loads HDF5
     seed = random.randrange(1 << 30)
     print(f"flush_faults: seed {seed}")
     shutil.rmtree(BASE, ignore_errors=True)
@@ -254,6 +300,7 @@ def main():
     try:
         test_kill_mid_flush(random.Random(seed))
         test_h5py_and_damage()
+        test_codec_readers()
         test_full_flush_dir()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
