@@ -256,14 +256,15 @@ int snap_rehydrate(const struct snap_config *cfg, struct snap_store *s, struct s
 	} else if ((rc = snap_io_list_regions(cfg->flush_dir, j->name, step, r->rank, note_raw, &L, &e))) {
 		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step,
 			 rc == SNAP_ENOMEM ? "out of memory for a region to compress" : e.msg);
-	} else if (plan_dests(&L), (rc = snap_io_read_rank(cfg->flush_dir, j->name, step, r->rank, L.d, lay->nregions,
-							    &e))) {
-		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, e.msg);
-	} else if ((rc = chunk_sums(&L, why, sizeof(why)))) {
-		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, why);
-	} else if (!(rc = snap_store_commit(s, j, r, owner, *slot, step, L.crc, L.len, lay->ncrc, 0, err, errlen))) {
-		snap_smp_logf("job %s rank %u: loaded persisted step %" PRIu64 " from %s into the node store", j->name,
-			      r->rank, step, cfg->flush_dir);
+	} else {
+		plan_dests(&L);
+		if ((rc = snap_io_read_rank(cfg->flush_dir, j->name, step, r->rank, L.d, lay->nregions, &e)))
+			snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, e.msg);
+		else if ((rc = chunk_sums(&L, why, sizeof(why))))
+			snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, why);
+		else if (!(rc = snap_store_commit(s, j, r, owner, *slot, step, L.crc, L.len, lay->ncrc, 0, err, errlen)))
+			snap_smp_logf("job %s rank %u: loaded persisted step %" PRIu64 " from %s into the node store",
+				      j->name, r->rank, step, cfg->flush_dir);
 	}
 	if (rc)
 		snap_store_release_owner(s, r, owner);

@@ -131,15 +131,15 @@ static void zero(void)
 	memset(rng, 0, sizeof(rng));
 }
 
-/* with_default: also the config's OPTIM default; raw: no codec anywhere. */
-static snap_ctx *open_ctx(const struct smp_proc *p, int with_default, int raw)
+/* rel > 0: the config's OPTIM default is rel:<rel>; raw: no codec anywhere. */
+static snap_ctx *open_ctx(const struct smp_proc *p, double rel, int raw)
 {
 	struct snap_config c;
 	smp_cfg(&c, p, "codec", 0, 1);
 	c.chunk_size = CHUNK;
-	if (with_default) {
+	if (rel > 0) {
 		c.codec_optim = SNAP_CODEC_LOSSY_REL;
-		c.codec_optim_bound = 1e-3;
+		c.codec_optim_bound = rel;
 	}
 	snap_ctx *ctx;
 	if (snap_open(&c, &ctx)) {
@@ -237,7 +237,7 @@ int main(void)
 	test_register_errors(&p);
 
 	/* 1. Each codec restores within its promise, from memory. */
-	snap_ctx *ctx = open_ctx(&p, 1, 0);
+	snap_ctx *ctx = open_ctx(&p, 1e-3, 0);
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return check_done("test_codec");
@@ -317,7 +317,7 @@ int main(void)
 	smp_stop(&p, SIGTERM);
 	rm_rf(store);
 	CHECK_RC(smp_start(&p, store, args), 0);
-	ctx = open_ctx(&p, 1, 0);
+	ctx = open_ctx(&p, 1e-3, 0);
 	CHECK(ctx != NULL);
 	if (ctx) {
 		zero();
@@ -343,26 +343,8 @@ int main(void)
 	smp_stop(&p, SIGTERM);
 	rm_rf(store);
 	CHECK_RC(smp_start(&p, store, args), 0);
-	struct snap_config c;
-	smp_cfg(&c, &p, "codec", 0, 1);
-	c.chunk_size = CHUNK;
-	c.codec_optim = SNAP_CODEC_LOSSY_REL;
-	c.codec_optim_bound = 1e-5;   /* tighter than the 1e-3 it was saved with */
-	if (snap_open(&c, &ctx) == 0) {
-		struct snap_region regs[] = {
-			{ .name = "w", .ptr = w, .bytes = sizeof(w), .dtype = SNAP_DTYPE_F32, .kind = SNAP_KIND_PARAM,
-			  .codec = SNAP_CODEC_LOSSLESS, .ndim = 1, .shape = { NW }, .global_shape = { NW } },
-			{ .name = "exp_avg", .ptr = a, .bytes = sizeof(a), .dtype = SNAP_DTYPE_BF16,
-			  .kind = SNAP_KIND_OPTIM, .codec = SNAP_CODEC_LOSSY_ABS, .codec_bound = 1e-2 },
-			{ .name = "exp_avg_sq", .ptr = s, .bytes = sizeof(s), .dtype = SNAP_DTYPE_F16,
-			  .kind = SNAP_KIND_OPTIM, .codec = SNAP_CODEC_LOSSY_REL, .codec_bound = 1e-3, .ndim = 2,
-			  .shape = { 200, 200 }, .global_shape = { 400, 200 }, .shard_offset = { 200, 0 } },
-			{ .name = "momentum", .ptr = r, .bytes = sizeof(r), .dtype = SNAP_DTYPE_F32,
-			  .kind = SNAP_KIND_OPTIM },
-			{ .name = "rng", .ptr = rng, .bytes = sizeof(rng), .dtype = SNAP_DTYPE_U8, .kind = SNAP_KIND_RNG },
-		};
-		for (size_t i = 0; i < sizeof(regs) / sizeof(regs[0]); i++)
-			CHECK_RC(snap_register(ctx, &regs[i]), 0);
+	ctx = open_ctx(&p, 1e-5, 0);   /* tighter than the 1e-3 it was saved with */
+	if (ctx) {
 		fill(99);
 		static struct saved before;
 		take(&before);
@@ -390,7 +372,7 @@ int main(void)
 	smp_stop(&p, SIGTERM);
 	rm_rf(store);
 	CHECK_RC(smp_start(&p, store, args), 0);
-	ctx = open_ctx(&p, 1, 0);
+	ctx = open_ctx(&p, 1e-3, 0);
 	if (ctx) {
 		zero();
 		int rrc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
