@@ -216,9 +216,25 @@ static int count_fds(pid_t pid)
 	return n;
 }
 
+/* The count once the daemon has seen every hang-up (stable for 50 ms). */
+static int settled_fds(pid_t pid)
+{
+	int n = count_fds(pid);
+	for (int i = 0; i < 40; i++) {
+		usleep(50000);
+		int m = count_fds(pid);
+		if (m == n)
+			break;
+		n = m;
+	}
+	return n;
+}
+
 static void test_planted_fd(const struct smp_proc *p)
 {
-	int before = count_fds(p->pid);
+	/* Settled first: an earlier test's hang-up may not be seen yet (it made
+	 * "before" one too high in a parallel ASan run). */
+	int before = settled_fds(p->pid);
 	for (int i = 0; i < 20; i++) {
 		int s = raw_connect(p);
 		int devnull = open("/dev/null", O_RDONLY);
@@ -236,8 +252,7 @@ static void test_planted_fd(const struct smp_proc *p)
 		close(devnull);
 		close(s);
 	}
-	usleep(100000);   /* let the daemon see the hang-ups */
-	int after = count_fds(p->pid);
+	int after = settled_fds(p->pid);
 	if (after != before)
 		fprintf(stderr, "snapsmp holds %d descriptors after planting 20, %d before\n", after, before);
 	CHECK(before > 0 && after == before);
