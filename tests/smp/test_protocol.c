@@ -1,6 +1,7 @@
 /*
  * snapsmp under hostile clients: bad magic, lying lengths, half messages,
- * messages out of order, random payloads for every message type, planted
+ * messages out of order, chunk lengths that lie about codec frames, random
+ * payloads for every message type, planted
  * descriptors, a foreign uid. After each attack the daemon must still serve,
  * and a snapshot committed before the attacks must restore bit-exact.
  */
@@ -11,6 +12,7 @@
 #include "../check.h"
 #include "buf.h"
 #include "harness.h"
+#include "manifest.h"
 #include "wire.h"
 
 static float state[4096];
@@ -178,6 +180,57 @@ static void test_out_of_order(const struct smp_proc *p)
 	check_reference(p, "out-of-order messages");
 }
 
+/*
+ * A COMMIT whose stored lengths lie about a codec region's frames: longer
+ * than the frame's room, shorter than a stream header, or a raw chunk not
+ * stored whole. Each is refused and nothing of the job becomes restorable.
+ */
+static void test_lying_lengths(const struct smp_proc *p)
+{
+	static float x[2048];
+	struct snap_region regs[2] = {
+		{ .name = "z", .ptr = x, .bytes = sizeof(x), .dtype = SNAP_DTYPE_F32, .codec = SNAP_CODEC_LOSSLESS },
+		{ .name = "raw", .ptr = x, .bytes = 100, .dtype = SNAP_DTYPE_U8 },
+	};
+	struct snap_layout lay;
+	char err[256];
+	CHECK_RC(snap_layout_build(&lay, regs, 2, 4096, err, sizeof(err)), 0);
+	uint32_t lies[3][3] = {
+		{ (uint32_t)lay.regions[0].frame_cap + 1, 100, 100 },   /* beyond the frame's room */
+		{ 100, 10, 100 },                                       /* shorter than a header */
+		{ 100, 100, 99 },                                       /* a raw chunk cut short */
+	};
+	for (int k = 0; k < 3; k++) {
+		int s = raw_connect(p);
+		CHECK(hello(s, "lie", 0, 1) == 0);
+		struct snap_wbuf w = { 0 };
+		snap_layout_encode(&w, &lay);
+		CHECK(send_msg(s, SNAP_MSG_REGISTER, w.p, (uint32_t)w.len) == 0);
+		snap_wbuf_free(&w);
+		uint8_t step[8] = { 1 };
+		CHECK(send_msg(s, SNAP_MSG_ACQUIRE, step, 8) == 0);   /* the first free slot: 0 */
+		snap_put_u32(&w, 0);
+		snap_put_u64(&w, 1);
+		snap_put_u32(&w, lay.ncrc);
+		for (uint32_t t = 0; t < lay.ncrc; t++)
+			snap_put_u32(&w, 0);
+		for (uint32_t t = 0; t < lay.ncrc; t++)
+			snap_put_u32(&w, lies[k][t]);
+		CHECK(send_msg(s, SNAP_MSG_COMMIT, w.p, (uint32_t)w.len) == SNAP_EPROTO);
+		snap_wbuf_free(&w);
+		close(s);
+	}
+	snap_layout_free(&lay);
+	struct snap_config c;
+	smp_cfg(&c, p, "lie", 0, 1);
+	snap_ctx *ctx;
+	uint64_t latest;
+	CHECK_RC(snap_open(&c, &ctx), 0);
+	CHECK_RC(snap_latest(ctx, &latest), SNAP_ENOENT);
+	snap_close(ctx);
+	check_reference(p, "lying chunk lengths");
+}
+
 static void test_random_payloads(const struct smp_proc *p)
 {
 	srand(42);
@@ -304,6 +357,7 @@ int main(void)
 	save_reference(&p);
 	test_framing(&p);
 	test_out_of_order(&p);
+	test_lying_lengths(&p);
 	test_random_payloads(&p);
 	test_planted_fd(&p);
 	test_foreign_uid(&p);
