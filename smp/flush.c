@@ -72,7 +72,9 @@ static void frames_of(const struct snap_manifest *m, const struct snap_man_regio
 		      const void **frame, uint64_t *len, struct snap_io_region *o)
 {
 	for (uint32_t k = 0; k < g->nchunks; k++) {
-		frame[k] = base + g->offset + (uint64_t)k * g->frame_cap;
+		struct snap_chunk c;
+		snap_layout_chunk(&m->layout, g->first_crc + k, &c);
+		frame[k] = base + c.slot_off;
 		len[k] = m->len[g->first_crc + k];
 	}
 	o->nframes = g->nchunks;
