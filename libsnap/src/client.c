@@ -200,6 +200,7 @@ int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 	ctx->sock = -1;
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->sock_mu, NULL);
+	pthread_mutex_init(&ctx->gmu, NULL);
 	pthread_cond_init(&ctx->cv, NULL);
 	if (cfg)
 		ctx->cfg = *cfg;
@@ -239,9 +240,9 @@ int snap_register(snap_ctx *ctx, const struct snap_region *r)
 	if (ctx->frozen)
 		return snap_fail(ctx, SNAP_ESTATE, "register \"%s\": the layout is frozen after the first save or restore",
 			    r->name ? r->name : "(null)");
-	if (r->device != SNAP_DEVICE_HOST)
-		return snap_fail(ctx, SNAP_EUNSUPPORTED, "register \"%s\": only host memory is supported in this build",
-			    r->name ? r->name : "(null)");
+	if (r->device != SNAP_DEVICE_HOST && r->device != SNAP_DEVICE_CUDA)
+		return snap_fail(ctx, SNAP_EINVAL, "register \"%s\": unknown device %d", r->name ? r->name : "(null)",
+			    r->device);
 	if (!r->ptr && r->bytes)
 		return snap_fail(ctx, SNAP_EINVAL, "register \"%s\": NULL pointer", r->name ? r->name : "(null)");
 	if (ctx->nregs == ctx->capregs) {
@@ -263,6 +264,9 @@ int snap_register(snap_ctx *ctx, const struct snap_region *r)
 	for (uint32_t i = 0; i < ctx->nregs; i++)
 		if (strcmp(ctx->regs[i].name, r->name) == 0)
 			return snap_fail(ctx, SNAP_EINVAL, "register \"%s\": a region of that name is already registered", r->name);
+	if (r->device == SNAP_DEVICE_CUDA && r->bytes && (rc = snap_gpu_attach(ctx, r)))
+		return rc;
+	ctx->nhost += r->device == SNAP_DEVICE_HOST;
 	struct snap_region *d = &ctx->regs[ctx->nregs];
 	*d = eff;
 	d->name = strdup(r->name);
@@ -318,8 +322,10 @@ static int map_slot(snap_ctx *ctx, uint32_t slot, int fd, uint8_t **base)
 		*base = m->base;
 		return 0;
 	}
-	if (m->base)
+	if (m->base) {
+		snap_gpu_unpin(ctx, m);
 		munmap(m->base, m->size);
+	}
 	m->base = NULL;
 	int flags = MAP_SHARED | (ctx->cfg.populate ? MAP_POPULATE : 0);
 	void *p = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, flags, fd, 0);
@@ -331,8 +337,28 @@ static int map_slot(snap_ctx *ctx, uint32_t slot, int fd, uint8_t **base)
 	m->size = (uint64_t)st.st_size;
 	m->dev = st.st_dev;
 	m->ino = st.st_ino;
+	/* Pinned once per mapping, not per save: registering costs ~ms per GiB. */
+	int rc = snap_gpu_pin(ctx, m);
+	if (rc) {
+		munmap(p, m->size);
+		m->base = NULL;
+		return rc;
+	}
 	*base = p;
 	return 0;
+}
+
+void snap_copy_failed(snap_ctx *ctx, struct save_rec *rec, int rc, const char *fmt, ...)
+{
+	pthread_mutex_lock(&ctx->mu);
+	if (!rec->copy_rc) {
+		rec->copy_rc = rc;
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(rec->err, ERRLEN, fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&ctx->mu);
 }
 
 /* Compress chunk c of a codec region into its frame area; CRC the frame. */
@@ -345,13 +371,8 @@ static void compress_chunk(snap_ctx *ctx, struct save_rec *rec, uint32_t t, cons
 	int rc = snap_codec_compress(&p, src, c->raw_len / snap_dtype_size(g->dtype), rec->base + c->slot_off,
 				     c->cap, &n);
 	if (rc) {
-		pthread_mutex_lock(&ctx->mu);
-		if (!rec->copy_rc) {
-			rec->copy_rc = rc;
-			snap_fmt(rec->err, ERRLEN, "save of step %" PRIu64 ": region \"%s\" chunk %u: compression "
+		snap_copy_failed(ctx, rec, rc, "save of step %" PRIu64 ": region \"%s\" chunk %u: compression "
 				 "failed: %s", rec->step, g->name, c->index, snap_strerror(rc));
-		}
-		pthread_mutex_unlock(&ctx->mu);
 		n = 0;
 	}
 	rec->len[t] = (uint32_t)n;
@@ -365,7 +386,15 @@ static void copy_task(void *arg, uint32_t t)
 	/* Task t is chunk t of the whole layout; regions are in registration order. */
 	struct snap_chunk c;
 	snap_layout_chunk(&ctx->layout, t, &c);
-	const uint8_t *src = (const uint8_t *)ctx->regs[c.g - ctx->layout.regions].ptr + c.raw_off;
+	const struct snap_region *reg = &ctx->regs[c.g - ctx->layout.regions];
+	if (ctx->gpu) {
+		snap_gpu_enqueue(ctx, rec, t + SNAP_GPU_AHEAD);
+		if (reg->device == SNAP_DEVICE_CUDA) {
+			snap_gpu_chunk(ctx, rec, t, &c);
+			return;
+		}
+	}
+	const uint8_t *src = (const uint8_t *)reg->ptr + c.raw_off;
 	if (c.g->codec != SNAP_CODEC_NONE) {
 		compress_chunk(ctx, rec, t, &c, src);
 		return;
@@ -496,6 +525,11 @@ static int acquire(snap_ctx *ctx, uint64_t step, uint32_t *slot, int *fd)
 
 int snap_save(snap_ctx *ctx, uint64_t step)
 {
+	return snap_save_on_stream(ctx, step, NULL);
+}
+
+int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream)
+{
 	if (!ctx)
 		return SNAP_EINVAL;
 	pthread_mutex_lock(&ctx->mu);
@@ -509,6 +543,16 @@ int snap_save(snap_ctx *ctx, uint64_t step)
 	pthread_mutex_unlock(&ctx->mu);
 	if (rc || (rc = snap_freeze(ctx)))
 		return rc;
+	if (ctx->gpu) {
+		/* After a stream-ordered fence the previous copy may still run; its
+		 * events must have fired before this save records them again. */
+		pthread_mutex_lock(&ctx->mu);
+		while (ctx->copying)
+			pthread_cond_wait(&ctx->cv, &ctx->mu);
+		pthread_mutex_unlock(&ctx->mu);
+		if ((rc = snap_gpu_save_begin(ctx, stream)))
+			return rc;
+	}
 
 	uint32_t slot;
 	int fd;
@@ -528,6 +572,8 @@ int snap_save(snap_ctx *ctx, uint64_t step)
 	rec->slot = slot;
 	rec->base = base;
 	rec->copy_rc = 0;
+	ctx->genq = 0;
+	ctx->gended = 0;
 	ctx->copying = 1;
 	ctx->unfenced = 1;
 	ctx->commits_pending++;
@@ -549,6 +595,25 @@ int snap_fence(snap_ctx *ctx)
 	int rc = take_pending(ctx);
 	pthread_mutex_unlock(&ctx->mu);
 	return rc;
+}
+
+int snap_fence_on_stream(snap_ctx *ctx, void *stream)
+{
+	if (!ctx)
+		return SNAP_EINVAL;
+	if (!ctx->gpu)
+		return snap_fence(ctx);
+	pthread_mutex_lock(&ctx->mu);
+	/* Host regions are read by copy threads: only the host can wait for
+	 * them. Device regions are read by work on the copy stream: once it is
+	 * all enqueued, the trainer's stream can wait for it on the GPU. */
+	while (ctx->copying && (ctx->nhost || !ctx->gended || ctx->rec[ctx->cur].copy_rc))
+		pthread_cond_wait(&ctx->cv, &ctx->mu);
+	int in_flight = ctx->copying;
+	ctx->unfenced = 0;
+	int rc = take_pending(ctx);
+	pthread_mutex_unlock(&ctx->mu);
+	return !rc && in_flight ? snap_gpu_fence(ctx, stream) : rc;
 }
 
 int snap_wait(snap_ctx *ctx)
@@ -575,6 +640,7 @@ int snap_close(snap_ctx *ctx)
 		rc = snap_wait(ctx);
 		snap_pool_stop(ctx->pool);
 	}
+	snap_gpu_close(ctx);   /* unpins the slots: before they are unmapped */
 	disconnect(ctx);
 	for (unsigned i = 0; ctx->maps && i < ctx->nmaps; i++)
 		if (ctx->maps[i].base)
@@ -590,6 +656,7 @@ int snap_close(snap_ctx *ctx)
 	}
 	pthread_mutex_destroy(&ctx->mu);
 	pthread_mutex_destroy(&ctx->sock_mu);
+	pthread_mutex_destroy(&ctx->gmu);
 	pthread_cond_destroy(&ctx->cv);
 	free(ctx);
 	return rc;

@@ -16,6 +16,9 @@
 #include "pool.h"
 #include "snap/codec.h"
 
+struct snap_gpu;
+struct snap_gpu_ops;
+
 #define ERRLEN 512
 #define SUBBLOCK (256u << 10)   /* copy, then CRC while the block is still in L2 */
 
@@ -24,6 +27,7 @@ struct slot_map {
 	uint64_t size;
 	dev_t dev;
 	ino_t ino;
+	int pinned;             /* registered with the CUDA backend */
 };
 
 /* One save in flight: its slot and its chunk checksums. */
@@ -73,6 +77,18 @@ struct snap_ctx {
 	uint32_t rbad;          /* first bad chunk index + 1 */
 	uint32_t rdecode;       /* first chunk index + 1 whose frame failed to decode */
 	int rdone;
+	int rgpu;               /* a device copy or decode failed: */
+	char rgpu_msg[ERRLEN];  /* the first one's message */
+
+	/* CUDA regions (gpu.h, gpu_copy.c). The copy threads enqueue device
+	 * chunks in order (genq), a window ahead of the chunk each CRCs. */
+	const struct snap_gpu_ops *gops;
+	struct snap_gpu *gpu;
+	int gdev;
+	uint32_t nhost;         /* registered host regions */
+	pthread_mutex_t gmu;    /* genq, and the enqueue calls' order */
+	uint32_t genq;
+	int gended;             /* the save's done event is recorded (under mu) */
 };
 
 /* Set the context message; returns rc. */
@@ -84,5 +100,20 @@ int snap_roundtrip(snap_ctx *ctx, char *errbuf, uint16_t type, const struct snap
 int snap_ensure_connected(snap_ctx *ctx);
 /* Build and register the layout on the first save or restore. */
 int snap_freeze(snap_ctx *ctx);
+/* Record the first failure of a save's copy (any copy thread). */
+void snap_copy_failed(snap_ctx *ctx, struct save_rec *rec, int rc, const char *fmt, ...) SNAP_PRINTF(4, 5);
+
+/* gpu_copy.c: the CUDA side of register, map, save, fence, restore. */
+#define SNAP_GPU_AHEAD 16       /* chunks enqueued ahead of the one being CRCed */
+int snap_gpu_attach(snap_ctx *ctx, const struct snap_region *r);
+int snap_gpu_pin(snap_ctx *ctx, struct slot_map *m);
+void snap_gpu_unpin(snap_ctx *ctx, struct slot_map *m);
+int snap_gpu_save_begin(snap_ctx *ctx, void *stream);
+void snap_gpu_enqueue(snap_ctx *ctx, struct save_rec *rec, uint32_t upto);
+int snap_gpu_fence(snap_ctx *ctx, void *stream);
+void snap_gpu_chunk(snap_ctx *ctx, struct save_rec *rec, uint32_t t, const struct snap_chunk *c);
+int snap_gpu_restore_chunk(snap_ctx *ctx, void *dst, const uint8_t *src, uint64_t stored,
+			   const struct snap_chunk *c);
+void snap_gpu_close(snap_ctx *ctx);
 
 #endif

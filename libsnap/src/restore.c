@@ -70,7 +70,9 @@ static void restore_task(void *arg, uint32_t t)
 		if (strcmp(ctx->regs[i].name, c.g->name) != 0)
 			continue;
 		uint8_t *dst = (uint8_t *)ctx->regs[i].ptr + c.raw_off;
-		if (c.g->codec == SNAP_CODEC_NONE) {
+		if (ctx->regs[i].device == SNAP_DEVICE_CUDA) {
+			snap_gpu_restore_chunk(ctx, dst, src, man->len[t], &c);
+		} else if (c.g->codec == SNAP_CODEC_NONE) {
 			memcpy(dst, src, c.raw_len);
 		} else if (snap_codec_decompress(src, man->len[t], dst, c.raw_len, NULL) != 0) {
 			/* Only a frame written wrong yet CRC-consistent gets here. */
@@ -157,6 +159,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		ctx->rbase = base;
 		ctx->rbad = 0;
 		ctx->rdecode = 0;
+		ctx->rgpu = 0;
 		run_restore_phase(ctx, 0);
 		if (ctx->rbad) {
 			struct snap_chunk c;
@@ -165,7 +168,10 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 				  ") fails its CRC32C%s check in slot %u; registered memory left untouched", where,
 				  c.g->name, c.index, c.raw_off, c.raw_len,
 				  c.g->codec != SNAP_CODEC_NONE ? " or codec header" : "", man.slot);
-		} else if (run_restore_phase(ctx, 1), ctx->rdecode) {
+		} else if (run_restore_phase(ctx, 1), ctx->rgpu) {
+			rc = snap_fail(ctx, ctx->rgpu, "%s: copy to the GPU failed: %s; registered memory is partly "
+				  "overwritten", where, ctx->rgpu_msg);
+		} else if (ctx->rdecode) {
 			struct snap_chunk c;
 			snap_layout_chunk(&man.layout, ctx->rdecode - 1, &c);
 			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u has a valid CRC32C but does not "

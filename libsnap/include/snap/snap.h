@@ -129,7 +129,7 @@ struct snap_region {
 	uint64_t bytes;
 	int dtype;                     /* enum snap_dtype */
 	int kind;                      /* enum snap_kind */
-	int device;                    /* SNAP_DEVICE_HOST (CUDA: not yet, SNAP_EUNSUPPORTED) */
+	int device;                    /* SNAP_DEVICE_HOST or SNAP_DEVICE_CUDA; see "GPU regions" */
 	int codec;                     /* enum snap_codec_id; see "Codecs" below */
 	double codec_bound;            /* LOSSY_ABS: the absolute bound; LOSSY_REL: the factor */
 	int ndim;
@@ -162,6 +162,26 @@ struct snap_region {
  */
 
 /*
+ * GPU regions. A region with device = SNAP_DEVICE_CUDA has ptr in CUDA device
+ * memory (cudaMalloc or a framework's allocator; the device is read from the
+ * pointer, and all CUDA regions of a context must be on one device). The
+ * first such registration loads libsnap_cuda.so, installed beside libsnap.so
+ * ($SNAP_CUDA_MODULE overrides the path); it needs the NVIDIA driver, not the
+ * CUDA toolkit. Without it, or without a device, snap_register() fails with
+ * SNAP_EUNSUPPORTED naming the region; host-only jobs never load it.
+ *
+ * The slots the context maps are page-locked (cudaHostRegister) once, when
+ * first mapped: what is pinned is the node store memory snapsmp granted
+ * within SNAP_MEM_LIMIT, never a private staging buffer (snap_pinned()).
+ * A save copies each chunk on one non-blocking copy stream ordered after the
+ * trainer's stream; with a codec the CUDA kernels compress on the device and
+ * only the frames cross PCIe, byte-identical to the C codec, so a step saved
+ * from a GPU restores on a CPU-only machine and the reverse. The copy
+ * threads take each chunk's CRC32C from the pinned copy, as for host memory.
+ * snap_restore() copies back to the device (decoding there for codecs).
+ */
+
+/*
  * Register one region. Allowed until the first snap_save() or snap_restore(),
  * which freeze the layout (SNAP_ESTATE afterwards). Checks the name, dtype,
  * kind, shape against bytes; the struct is copied, the memory is not.
@@ -183,12 +203,41 @@ int snap_register(snap_ctx *ctx, const struct snap_region *region);
 int snap_save(snap_ctx *ctx, uint64_t step);
 
 /*
+ * snap_save() ordered after the work already queued on `stream` (a
+ * cudaStream_t; NULL: the legacy default stream, which is what snap_save()
+ * uses): the copy of CUDA regions starts once that work is done, so the
+ * snapshot holds what the optimizer step queued before it. Returns without
+ * waiting for the GPU. Without CUDA regions the stream is ignored.
+ */
+int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream);
+
+/*
  * Wait until the copy of the last save has read all registered memory. After
  * it returns 0 the caller may modify registered memory. Returns at once if
  * there is nothing to wait for. A failed copy is reported here and by
  * snap_wait().
  */
 int snap_fence(snap_ctx *ctx);
+
+/*
+ * The stream-ordered fence: work queued on `stream` after this call (the
+ * next optimizer step) waits, on the GPU, until the copy of the last save
+ * has read the CUDA regions; the calling thread does not wait for the copy.
+ * It waits only until the copy threads have queued the last chunk (they do
+ * so a few chunks ahead of the copy; microseconds per chunk) and, if the
+ * context also has host regions, until those are copied. It counts as the
+ * fence for snap_save()'s SNAP_EUNFENCED check. The next snap_save() waits
+ * for the copy to finish if it is still running. Without CUDA regions it is
+ * snap_fence().
+ */
+int snap_fence_on_stream(snap_ctx *ctx, void *stream);
+
+/*
+ * Host memory this context has page-locked for GPU copies: its mapped slots
+ * (memory snapsmp granted within SNAP_MEM_LIMIT) plus a table of 8 bytes per
+ * chunk. 0 without CUDA regions.
+ */
+int snap_pinned(snap_ctx *ctx, uint64_t *bytes);
 
 /*
  * Wait until the last save is committed by snapsmp (implies the fence).

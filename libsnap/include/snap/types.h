@@ -41,7 +41,7 @@ enum snap_kind {
 
 enum snap_device {
 	SNAP_DEVICE_HOST = 0,
-	SNAP_DEVICE_CUDA = 1,    /* not yet implemented: see README */
+	SNAP_DEVICE_CUDA = 1,    /* CUDA device memory (libsnap_cuda.so, loaded at run time) */
 	SNAP_DEVICE_COUNT_
 };
 
