@@ -181,8 +181,46 @@ static double bench_torch(const char *dir, uint64_t bytes, int iters)
 	return v;
 }
 
+/*
+ * --device cuda: the GPU benchmark is its own program (it links the CUDA
+ * runtime; snaptool never does), built beside snaptool when nvcc was found.
+ */
+static int exec_gpu_bench(int argc, char **argv)
+{
+	char self[PATH_MAX], prog[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	const char *cand[] = { "%s/bench/snap_bench_gpu", "%s/../bench/snap_bench_gpu", "%s/snap_bench_gpu" };
+	char **args = calloc((size_t)argc + 2, sizeof(char *));
+	if (!args)
+		return ST_FAIL;
+	args[0] = "snap_bench_gpu";
+	for (int i = 1; i < argc; i++)
+		args[i] = argv[i];
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			for (int i = 0; i < 3; i++) {
+				snprintf(prog, sizeof(prog), cand[i], self);
+				if (access(prog, X_OK) == 0)
+					execv(prog, args);
+			}
+		}
+	}
+	execvp("snap_bench_gpu", args);
+	fprintf(stderr, "bench snapshot --device cuda: snap_bench_gpu is not installed (it is built only where "
+		"nvcc was found): %s\n", strerror(errno));
+	free(args);
+	return ST_FAIL;
+}
+
 int cmd_bench_snapshot(int argc, char **argv)
 {
+	for (int i = 1; i < argc; i++)
+		if ((strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0) ||
+		    strcmp(argv[i], "--device=cuda") == 0)
+			return exec_gpu_bench(argc, argv);
 	uint64_t size = 256ull << 20;
 	int ranks = 2, iters = 10, json = 0, c;
 	struct bench_data data = { 0 };
@@ -200,6 +238,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save.\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
+			    "--device cuda: the region in GPU memory (snap_bench_gpu; --sizes LIST instead of --size);\n"
 			    "  default a ramp, which says nothing about a codec's speed on real data.\n";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {

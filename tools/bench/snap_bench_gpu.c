@@ -1,0 +1,356 @@
+/*
+ * snap_bench_gpu: a snapshot of GPU state as a trainer sees it, through a
+ * real snapsmp, side by side in one run with the physical limit and with
+ * what frameworks do instead (also run as `snaptool bench snapshot --device
+ * cuda`, which execs this program).
+ *
+ * For each size (one rank, one region of f32 in device memory):
+ *   snap_save blocks       host time of snap_save_on_stream()
+ *   save -> committed      until snapsmp published the step (snap_wait)
+ *   pinned cudaMemcpyAsync D2H of the same bytes into cudaHostAlloc memory:
+ *                          the PCIe limit, what the copy cannot beat
+ *   pageable copy          cudaMemcpy into malloc'd memory, as
+ *                          tensor.to("cpu") / torch.save of a CUDA tensor do
+ *   codec runs             the same save with the CUDA codec kernels in the
+ *                          path (lossless; lossy abs 1e-3)
+ * and the codec kernels alone vs the C twin on one core (GB/s of raw input).
+ * Medians over --iters. Values: --input FILE (raw f32, tiled), else a ramp.
+ */
+#include <cuda_runtime_api.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "snap/codec.h"
+#include "snap/snap.h"
+
+#define CU(call)                                                                                       \
+	do {                                                                                           \
+		cudaError_t e_ = (call);                                                               \
+		if (e_ != cudaSuccess) {                                                               \
+			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+			exit(1);                                                                       \
+		}                                                                                      \
+	} while (0)
+
+#define MAXI 32
+
+static int cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+static double median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+static double now(void)
+{
+	return snap_now_ns() / 1e9;
+}
+
+/* snapsmp beside this program's build or install tree, else on PATH. */
+static void find_smp(char *out, size_t cap)
+{
+	const char *env = getenv("SNAPSMP");
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (env && *env) {
+		snprintf(out, cap, "%s", env);
+		return;
+	}
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			const char *cand[] = { "%s/snapsmp", "%s/../../smp/snapsmp" };
+			for (int i = 0; i < 2; i++) {
+				int k = snprintf(out, cap, cand[i], self);
+				if (k > 0 && (size_t)k < cap && access(out, X_OK) == 0)
+					return;
+			}
+		}
+	}
+	snprintf(out, cap, "snapsmp");
+}
+
+struct result {
+	double block, commit;
+};
+
+static char smp[PATH_MAX];
+
+/* A private snapsmp on a fresh store per run, so runs do not add up in /dev/shm. */
+static pid_t start_smp(const char *store)
+{
+	pid_t pid = fork();
+	if (pid == 0) {
+		execlp(smp, "snapsmp", "--store", store, "--quiet", "--mem-limit", "1T", (char *)NULL);
+		_exit(127);
+	}
+	return pid;
+}
+
+static void stop_smp(pid_t pid, const char *store)
+{
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	char cmd[200];
+	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
+	if (system(cmd) != 0)
+		fprintf(stderr, "could not remove %s\n", store);
+}
+
+/* Save/commit of d (bytes) through snapsmp with the given codec. */
+static int run_snap(const char *store, void *d, uint64_t bytes, int codec, double bound, int iters,
+		    cudaStream_t st, struct result *out)
+{
+	static int job;
+	pid_t spid = start_smp(store);
+	struct snap_config cfg;
+	snap_config_init(&cfg);
+	snprintf(cfg.store, sizeof(cfg.store), "%s", store);
+	snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", store);
+	snprintf(cfg.job, sizeof(cfg.job), "gpubench%d", job++);
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
+	cfg.copy_threads = cores > 8 ? 8 : (unsigned)cores;
+	cfg.timeout_ms = 60000;
+	snap_ctx *ctx = NULL;
+	if (snap_open(&cfg, &ctx)) {
+		fprintf(stderr, "snap_open: %s\n", snap_errmsg(ctx));
+		snap_close(ctx);
+		stop_smp(spid, store);
+		return -1;
+	}
+	struct snap_region r = { .name = "weights", .ptr = d, .bytes = bytes, .dtype = SNAP_DTYPE_F32,
+				 .kind = SNAP_KIND_PARAM, .device = SNAP_DEVICE_CUDA, .codec = codec,
+				 .codec_bound = bound };
+	int rc = snap_register(ctx, &r);
+	double b[MAXI], c[MAXI];
+	for (int it = -2; it < iters && !rc; it++) {
+		CU(cudaStreamSynchronize(st));
+		double t0 = now();
+		rc = snap_save_on_stream(ctx, (uint64_t)(it + 3), st);
+		double t1 = now();
+		if (!rc)
+			rc = snap_wait(ctx);
+		double t2 = now();
+		if (it >= 0) {
+			b[it] = t1 - t0;
+			c[it] = t2 - t0;
+		}
+	}
+	if (rc)
+		fprintf(stderr, "snapshot: %s\n", snap_errmsg(ctx));
+	snap_close(ctx);
+	stop_smp(spid, store);
+	if (rc)
+		return -1;
+	out->block = median(b, iters);
+	out->commit = median(c, iters);
+	return 0;
+}
+
+static double run_pinned(void *d, uint64_t bytes, int iters, cudaStream_t st)
+{
+	void *h;
+	double t[MAXI];
+	CU(cudaHostAlloc(&h, bytes, cudaHostAllocDefault));
+	for (int it = -1; it < iters; it++) {
+		double t0 = now();
+		CU(cudaMemcpyAsync(h, d, bytes, cudaMemcpyDeviceToHost, st));
+		CU(cudaStreamSynchronize(st));
+		if (it >= 0)
+			t[it] = now() - t0;
+	}
+	CU(cudaFreeHost(h));
+	return median(t, iters);
+}
+
+static double run_pageable(void *d, uint64_t bytes, int iters)
+{
+	double t[MAXI];
+	for (int it = 0; it < iters; it++) {
+		/* A fresh buffer each time, as .to("cpu") allocates one. */
+		void *h = malloc(bytes);
+		double t0 = now();
+		CU(cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost));
+		t[it] = now() - t0;
+		free(h);
+	}
+	return median(t, iters);
+}
+
+/* Codec kernels over the whole buffer in SNAP_CHUNK_SIZE pieces, as the
+ * save runs them, and the C twin on one core over the first 256 MiB. */
+static void run_kernels(void *d, const float *h, uint64_t bytes, int codec, double bound, int iters,
+			cudaStream_t st, double *gpu_gbs, double *cpu_gbs, double *ratio)
+{
+	const uint64_t chunk = 4u << 20;
+	struct snap_codec_params p = { .codec = codec, .dtype = SNAP_DTYPE_F32, .bound = bound };
+	size_t cap = snap_codec_bound(&p, chunk / 4), sl = snap_codec_cuda_scratch_size(&p, chunk / 4);
+	uint64_t nch = bytes / chunk;
+	void *out, *sc;
+	uint64_t *lens, *hl = malloc(nch * 8);
+	CU(cudaMalloc(&out, cap * nch));
+	CU(cudaMalloc(&sc, sl));
+	CU(cudaMalloc((void **)&lens, nch * 8));
+	double t[MAXI];
+	for (int it = -1; it < iters; it++) {
+		CU(cudaStreamSynchronize(st));
+		double t0 = now();
+		for (uint64_t k = 0; k < nch; k++)
+			snap_codec_cuda_compress(&p, (const char *)d + k * chunk, chunk / 4, (char *)out + k * cap, cap,
+						 sc, sl, lens + k, st);
+		CU(cudaStreamSynchronize(st));
+		if (it >= 0)
+			t[it] = now() - t0;
+	}
+	CU(cudaMemcpy(hl, lens, nch * 8, cudaMemcpyDeviceToHost));
+	uint64_t stored = 0;
+	for (uint64_t k = 0; k < nch; k++)
+		stored += hl[k];
+	*ratio = stored ? (double)(nch * chunk) / (double)stored : 0;
+	*gpu_gbs = nch * chunk / median(t, iters) / 1e9;
+	uint64_t cb = bytes < (256ull << 20) ? bytes : (256ull << 20);
+	uint8_t *cout = malloc(cap);
+	double t0 = now();
+	for (uint64_t k = 0; k + chunk <= cb; k += chunk) {
+		size_t n;
+		snap_codec_compress(&p, (const char *)h + k, chunk / 4, cout, cap, &n);
+	}
+	*cpu_gbs = cb / (now() - t0) / 1e9;
+	free(cout);
+	free(hl);
+	cudaFree(out);
+	cudaFree(sc);
+	cudaFree(lens);
+}
+
+int main(int argc, char **argv)
+{
+	const char *sizes = "256M,1G,4G,8G", *input = NULL;
+	int iters = 5, c;
+	static const struct option lo[] = { { "sizes", required_argument, NULL, 's' },
+					    { "size", required_argument, NULL, 's' },
+					    { "iters", required_argument, NULL, 'i' },
+					    { "input", required_argument, NULL, 'f' },
+					    { "device", required_argument, NULL, 'd' },
+					    { "help", no_argument, NULL, 'h' },
+					    { NULL, 0, NULL, 0 } };
+	const char *usage = "usage: snap_bench_gpu [--sizes 256M,1G,4G,8G] [--iters K] [--input FILE]\n"
+			    "       (snaptool bench snapshot --device cuda takes the same options)\n";
+	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+		switch (c) {
+		case 's': sizes = optarg; break;
+		case 'i': iters = atoi(optarg); break;
+		case 'f': input = optarg; break;
+		case 'd':
+			if (strcmp(optarg, "cuda") != 0) {
+				fprintf(stderr, "--device: only cuda\n");
+				return 2;
+			}
+			break;
+		case 'h': printf("%s", usage); return 0;
+		default: fprintf(stderr, "%s", usage); return 2;
+		}
+	}
+	if (iters < 1 || iters > MAXI) {
+		fprintf(stderr, "--iters: 1..%d\n", MAXI);
+		return 2;
+	}
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+		fprintf(stderr, "snap_bench_gpu: no usable CUDA device\n");
+		return 1;
+	}
+	struct cudaDeviceProp prop;
+	CU(cudaGetDeviceProperties(&prop, 0));
+	float *tile = NULL;
+	size_t ntile = 0;
+	if (input) {
+		FILE *f = fopen(input, "rb");
+		struct stat st;
+		if (!f || fstat(fileno(f), &st) || st.st_size < 4 || !(tile = malloc((size_t)st.st_size)) ||
+		    fread(tile, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+			fprintf(stderr, "cannot read --input %s\n", input);
+			return 1;
+		}
+		fclose(f);
+		ntile = (size_t)st.st_size / 4;
+	}
+	char store[128];
+	snprintf(store, sizeof(store), "/dev/shm/snapbench-gpu-%d", (int)getpid());
+	find_smp(smp, sizeof(smp));
+	cudaStream_t st;
+	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	printf("GPU snapshot benchmark on %s, %s, median of %d; GB/s are raw bytes per second\n", prop.name,
+	       input ? input : "ramp data", iters);
+	printf("%8s | %9s %9s %7s | %7s %7s | %7s | %7s %7s | %s\n", "size", "save blk", "commit", "GB/s",
+	       "pinned", "GB/s", "ratio", "pageabl", "GB/s", "codec: commit s, GB/s, stall ms");
+	char *list = strdup(sizes), *save = NULL;
+	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+		uint64_t bytes;
+		if (snap_parse_size(tok, &bytes) || bytes < (4u << 20)) {
+			fprintf(stderr, "--sizes: %s is not a size >= 4M\n", tok);
+			continue;
+		}
+		bytes = bytes / (4u << 20) * (4u << 20);
+		float *h = malloc(bytes);
+		for (uint64_t i = 0; i < bytes / 4; i++)
+			h[i] = tile ? tile[i % ntile] : (float)i * 1e-3f;
+		void *d;
+		CU(cudaMalloc(&d, bytes));
+		CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+		struct result raw, ll, ly;
+		if (run_snap(store, d, bytes, SNAP_CODEC_NONE, 0, iters, st, &raw) ||
+		    run_snap(store, d, bytes, SNAP_CODEC_LOSSLESS, 0, iters, st, &ll) ||
+		    run_snap(store, d, bytes, SNAP_CODEC_LOSSY_ABS, 1e-3, iters, st, &ly)) {
+			fprintf(stderr, "snapshot of %s failed\n", tok);
+			break;
+		}
+		double pin = run_pinned(d, bytes, iters, st), pg = run_pageable(d, bytes, iters < 3 ? iters : 3);
+		double gb = bytes / 1e9;
+		printf("%8s | %7.3fms %8.4fs %7.1f | %6.4fs %7.1f | %6.3fx | %6.3fs %7.1f | lossless %.4fs %.1f %.3fms;"
+		       " abs:1e-3 %.4fs %.1f %.3fms\n",
+		       tok, raw.block * 1e3, raw.commit, gb / raw.commit, pin, gb / pin, raw.commit / pin, pg, gb / pg,
+		       ll.commit, gb / ll.commit, ll.block * 1e3, ly.commit, gb / ly.commit, ly.block * 1e3);
+		free(h);
+		CU(cudaFree(d));
+	}
+	free(list);
+	/* Kernels alone on 1 GiB (or the input tiled to it). */
+	uint64_t kb = 1ull << 30;
+	float *h = malloc(kb);
+	for (uint64_t i = 0; i < kb / 4; i++)
+		h[i] = tile ? tile[i % ntile] : (float)i * 1e-3f;
+	void *d;
+	CU(cudaMalloc(&d, kb));
+	CU(cudaMemcpy(d, h, kb, cudaMemcpyHostToDevice));
+	printf("codec kernels alone, f32, 4 MiB chunks over 1 GiB (GB/s of raw input):\n");
+	const struct { const char *name; int codec; double bound; } cs[] = {
+		{ "lossless", SNAP_CODEC_LOSSLESS, 0 }, { "abs:1e-3", SNAP_CODEC_LOSSY_ABS, 1e-3 },
+		{ "rel:1e-3", SNAP_CODEC_LOSSY_REL, 1e-3 } };
+	for (int i = 0; i < 3; i++) {
+		double g, cpu, ratio;
+		run_kernels(d, h, kb, cs[i].codec, cs[i].bound, iters, st, &g, &cpu, &ratio);
+		printf("  %-9s ratio %6.3f  GPU %7.1f GB/s  C twin (1 core) %6.2f GB/s  (%.0fx)\n", cs[i].name, ratio, g,
+		       cpu, g / cpu);
+	}
+	free(h);
+	CU(cudaFree(d));
+	free(tile);
+	return 0;
+}
