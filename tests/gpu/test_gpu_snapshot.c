@@ -33,6 +33,7 @@
 #include "internal.h"
 #include "manifest.h"
 #include "snap/codec.h"
+#include "gpu_data.h"
 
 #define CU(call)                                                                                       \
 	do {                                                                                           \
@@ -43,22 +44,6 @@
 		}                                                                                      \
 	} while (0)
 
-#define CHUNK (1u << 20)
-
-/* The regions of the test job: raw f32, lossless bf16, lossy f32, host bytes. */
-enum { R_RAW, R_BF16, R_LOSSY, NDEV };
-static const struct {
-	const char *name;
-	int dtype, codec;
-	double bound;
-	size_t n;            /* elements */
-} spec[NDEV] = {
-	{ "w.raw", SNAP_DTYPE_F32, SNAP_CODEC_NONE, 0, (40u << 20) / 4 + 777 },
-	{ "w.bf16", SNAP_DTYPE_BF16, SNAP_CODEC_LOSSLESS, 0, (6u << 20) / 2 + 5 },
-	{ "adam.f32", SNAP_DTYPE_F32, SNAP_CODEC_LOSSY_ABS, 1e-3, (12u << 20) / 4 + 3 },
-};
-#define HOSTN 4099
-
 static uint64_t rng_state;
 static uint64_t next_rand(void)
 {
@@ -68,104 +53,12 @@ static uint64_t next_rand(void)
 	return rng_state;
 }
 
-/* Weight-like values of step s (so lossy really quantizes), a special value now and then. */
-static void gen(int r, uint64_t s, void *out)
-{
-	size_t n = spec[r].n;
-	float *f = malloc(n * 4);
-	uint64_t x = 0x9e3779b97f4a7c15ull * (s + 1) + (uint64_t)r * 7919;
-	for (size_t i = 0; i < n; i++) {
-		x ^= x << 13, x ^= x >> 7, x ^= x << 17;
-		f[i] = (float)((int64_t)(x % 100001) - 50000) * 1e-6f;
-		if (i % 997 == 13)
-			f[i] = i % 3 ? 1e8f : NAN;
-	}
-	if (spec[r].dtype == SNAP_DTYPE_F32)
-		memcpy(out, f, n * 4);
-	else
-		snap_codec_convert(spec[r].dtype, out, SNAP_DTYPE_F32, f, n);
-	free(f);
-}
-
-static void gen_host(uint64_t s, uint8_t *h)
-{
-	for (int i = 0; i < HOSTN; i++)
-		h[i] = (uint8_t)(s * 31 + (uint64_t)i);
-}
-
-static size_t bytes_of(int r)
-{
-	return spec[r].n * snap_dtype_size(spec[r].dtype);
-}
-
-/* Does restored region r (host copy) hold step s? Exact, or within the bound. */
-static int matches(int r, uint64_t s, const void *got)
-{
-	size_t b = bytes_of(r);
-	void *want = malloc(b);
-	gen(r, s, want);
-	int ok = 1;
-	if (spec[r].codec != SNAP_CODEC_LOSSY_ABS) {
-		ok = memcmp(want, got, b) == 0;
-	} else {
-		const float *w = want, *g = got;
-		for (size_t i = 0; i < spec[r].n && ok; i++) {
-			if (isnan(w[i]))
-				ok = isnan(g[i]);
-			else if (isinf(w[i]))
-				ok = w[i] == g[i];
-			else
-				ok = fabs((double)w[i] - (double)g[i]) <= spec[r].bound;
-		}
-		/* ...and not bit-exact everywhere: the codec really quantized. */
-		if (ok && memcmp(want, got, b) == 0)
-			ok = 0;
-	}
-	free(want);
-	return ok;
-}
-
 struct job {
 	snap_ctx *ctx;
 	void *dev[NDEV];     /* the trainer's state */
 	void *src[NDEV];     /* where the "optimizer" produces the next state from */
 	uint8_t host[HOSTN];
 };
-
-static snap_ctx *open_ctx(const struct smp_proc *p, const char *job)
-{
-	struct snap_config c;
-	smp_cfg(&c, p, job, 0, 1);
-	c.chunk_size = CHUNK;
-	c.copy_threads = 4;
-	c.timeout_ms = 20000;
-	snap_ctx *ctx = NULL;
-	int rc = snap_open(&c, &ctx);
-	if (rc) {
-		fprintf(stderr, "open %s: %s\n", job, snap_errmsg(ctx));
-		exit(1);
-	}
-	return ctx;
-}
-
-/* Register the job's regions; device != 0: the three float regions on the GPU. */
-static int register_all(snap_ctx *ctx, void *const ptr[NDEV], uint8_t *host, int device)
-{
-	for (int r = 0; r < NDEV; r++) {
-		struct snap_region g = { .name = spec[r].name, .ptr = ptr[r], .bytes = bytes_of(r),
-					 .dtype = spec[r].dtype, .kind = SNAP_KIND_PARAM,
-					 .device = device ? SNAP_DEVICE_CUDA : SNAP_DEVICE_HOST,
-					 .codec = spec[r].codec, .codec_bound = spec[r].bound };
-		int rc = snap_register(ctx, &g);
-		if (rc) {
-			fprintf(stderr, "register %s: %s\n", spec[r].name, snap_errmsg(ctx));
-			return rc;
-		}
-	}
-	struct snap_region h = { .name = "rng", .ptr = host, .bytes = HOSTN, .dtype = SNAP_DTYPE_U8,
-				 .kind = SNAP_KIND_RNG };
-	return snap_register(ctx, &h);
-}
 
 static void upload_step(struct job *j, uint64_t s)
 {
@@ -191,34 +84,6 @@ static int device_holds(struct job *j, uint64_t s)
 		free(h);
 	}
 	return ok;
-}
-
-/* The manifest of `job` rank 0 for `step` (decoded), from the store. */
-static int load_manifest(const char *store, const char *job, uint64_t step, struct snap_manifest *man)
-{
-	char pat[400];
-	snprintf(pat, sizeof(pat), "%s/%s/rank-00000/slot-*.man", store, job);
-	glob_t g;
-	if (glob(pat, 0, NULL, &g))
-		return -1;
-	int found = -1;
-	for (size_t i = 0; i < g.gl_pathc && found; i++) {
-		FILE *f = fopen(g.gl_pathv[i], "rb");
-		if (!f)
-			continue;
-		static uint8_t buf[1 << 20];
-		size_t n = fread(buf, 1, sizeof(buf), f);
-		fclose(f);
-		char err[200];
-		if (snap_manifest_decode(buf, n, man, err, sizeof(err)) == 0) {
-			if (man->step == step)
-				found = 0;
-			else
-				snap_manifest_free(man);
-		}
-	}
-	globfree(&g);
-	return found;
 }
 
 /* The trainer loop on the GPU, stream-ordered, then restore checks. */
@@ -523,8 +388,46 @@ static void test_big(const struct smp_proc *p, unsigned gib)
 	free(d);
 }
 
+/*
+ * --fixture OUT.tar.gz: a small step saved from this GPU (job "fixture",
+ * step 11), the store tarred for tests/gpu/data: gpu.saved restores it on
+ * machines without a GPU.
+ */
+static int make_fixture(const char *out)
+{
+	gpu_data_div = 64;
+	char store[128], cmd[600];
+	snprintf(store, sizeof(store), "/dev/shm/snap-gpu-fixture-%d", (int)getpid());
+	rm_rf(store);
+	struct smp_proc p = { 0 };
+	if (smp_start(&p, store, NULL) != 0)
+		return 1;
+	void *dev[NDEV];
+	uint8_t host[HOSTN];
+	for (int r = 0; r < NDEV; r++) {
+		void *h = malloc(bytes_of(r));
+		gen(r, 11, h);
+		CU(cudaMalloc(&dev[r], bytes_of(r)));
+		CU(cudaMemcpy(dev[r], h, bytes_of(r), cudaMemcpyHostToDevice));
+		free(h);
+	}
+	gen_host(11, host);
+	snap_ctx *ctx = open_ctx(&p, "fixture");
+	CHECK_RC(register_all(ctx, dev, host, 1), 0);
+	CHECK_RC(snap_save(ctx, 11), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	CHECK_RC(snap_close(ctx), 0);
+	smp_stop(&p, SIGTERM);
+	snprintf(cmd, sizeof(cmd), "tar -C '%s' --exclude=smp.sock -czf '%s' .", store, out);
+	CHECK(system(cmd) == 0);
+	rm_rf(store);
+	return check_done("fixture");
+}
+
 int main(int argc, char **argv)
 {
+	if (argc == 3 && strcmp(argv[1], "--fixture") == 0)
+		return make_fixture(argv[2]);
 	if (argc == 4 && strcmp(argv[1], "--child") == 0)
 		return child_main(argv[2], atoi(argv[3]));
 	unsigned big = argc == 3 && strcmp(argv[1], "--big") == 0 ? (unsigned)atoi(argv[2]) : 0;
