@@ -238,8 +238,9 @@ int cmd_bench_snapshot(int argc, char **argv)
 			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save.\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
-			    "--device cuda: the region in GPU memory (snap_bench_gpu; --sizes LIST instead of --size);\n"
-			    "  default a ramp, which says nothing about a codec's speed on real data.\n";
+			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
+			    "--device cuda: the region in GPU memory, vs pinned cudaMemcpyAsync and a pageable copy\n"
+			    "  (runs snap_bench_gpu, built where nvcc was found; --sizes LIST instead of --size).\n";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
