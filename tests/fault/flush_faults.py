@@ -83,6 +83,25 @@ def persisted(store, flush):
     return next((j["persisted"] for j in jobs if j["job"] == "fj"), [])
 
 
+def newest_flush_started(flush):
+    """The newest step whose flush has begun (its step directory exists), or 0."""
+    try:
+        names = os.listdir(os.path.join(flush, "fj"))
+    except FileNotFoundError:
+        return 0
+    steps = [int(n[5:]) for n in names if n.startswith("step-") and n[5:].isdigit()]
+    return max(steps, default=0)
+
+
+def wait_for(pred, limit=120):
+    deadline = time.time() + limit
+    while time.time() < deadline:
+        if pred():
+            return True
+        time.sleep(0.01)
+    return False
+
+
 def test_kill_mid_flush(rng):
     store, flush = f"{BASE}/kill", f"{DISK}/kill"
     newest_seen, restores = 0, 0
@@ -91,8 +110,20 @@ def test_kill_mid_flush(rng):
         ps = [subprocess.Popen([TRAINER, "--bytes", "4M", "--steps", "1000000", "--resume", "--quiet"],
                                env=env(store, flush, SNAP_RANK=str(r)), stderr=subprocess.DEVNULL)
               for r in range(2)]
-        time.sleep(rng.uniform(0.02, 0.15))
-        smp.send_signal(signal.SIGKILL)   # mid-flush most of the time: a flush runs after every step
+        # Never race the clock: wait for the event, then strike within it.
+        # Half the trials wait until a step newer than any seen is persisted
+        # (so the trials make progress on any machine) and kill during the
+        # flushes that follow (one runs after every step); the other half
+        # kill right after a new step's flush has begun.
+        base = max(newest_seen, newest_flush_started(flush))
+        if rng.random() < 0.5:
+            ok = wait_for(lambda: (persisted(store, flush) or [0])[0] > newest_seen)
+            time.sleep(rng.uniform(0, 0.05))
+        else:
+            ok = wait_for(lambda: newest_flush_started(flush) > base)
+            time.sleep(rng.uniform(0, 0.01))
+        check(ok, f"trial {t}: the awaited flush did not happen within 120 s")
+        smp.send_signal(signal.SIGKILL)
         smp.wait()
         for p in ps:
             p.send_signal(signal.SIGKILL)

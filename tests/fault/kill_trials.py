@@ -90,6 +90,17 @@ class Job:
             err.close()
             self.procs.append((p, log))
 
+    def wait_restored(self, limit=120):
+        """Block until every live rank has logged its restore (or start
+        from scratch): the event the kill must not race, however slow the
+        build. Returns False if that did not happen within `limit` s."""
+        deadline = time.time() + limit
+        while time.time() < deadline:
+            if all(p.poll() is not None or parse_log(log)[0] is not None for p, log in self.procs):
+                return True
+            time.sleep(0.002)
+        return False
+
     def kill_trainers(self):
         for p, _ in self.procs:
             if p.poll() is None:
@@ -127,10 +138,17 @@ def main():
     for t in range(args.trials + 1):
         lo, hi = min(newest), max(newest) + 1
         job.start_trainers(logdir, t)
-        if t == args.trials:
-            time.sleep(0.5)   # last run: let the restore finish, then stop
+        # Never race the clock: wait for the restore to be logged, then
+        # strike at a random moment of the run (copies, commits, steps).
+        # One trial in four strikes at once instead, mid start or restore.
+        if t == args.trials or rng.random() >= 0.25:
+            if not job.wait_restored():
+                print(f"trial {t}: the ranks did not log their restore within 120 s")
+                failures += 1
+            if t < args.trials:
+                time.sleep(rng.uniform(0, 0.1))
         else:
-            time.sleep(rng.uniform(0.005, 0.12))
+            time.sleep(rng.uniform(0, 0.02))
         if args.mode == "trainer" or t == args.trials:
             victim = rng.randrange(args.ranks)
             p = job.procs[victim][0]
