@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "internal.h"
 #include "snap/codec.h"
 #include "snap/snap.h"
@@ -43,16 +44,11 @@
 
 #define MAXI 32
 
-static int cmp_dbl(const void *a, const void *b)
+/* The benchmark's values: the input tiled, or a ramp. */
+static void fill(float *h, uint64_t bytes, const float *tile, size_t ntile)
 {
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(double), cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+	for (uint64_t i = 0; i < bytes / 4; i++)
+		h[i] = tile ? tile[i % ntile] : (float)i * 1e-3f;
 }
 
 static double now(void)
@@ -63,27 +59,8 @@ static double now(void)
 /* snapsmp beside this program's build or install tree, else on PATH. */
 static void find_smp(char *out, size_t cap)
 {
-	const char *env = getenv("SNAPSMP");
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	if (env && *env) {
-		snprintf(out, cap, "%s", env);
-		return;
-	}
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			const char *cand[] = { "%s/snapsmp", "%s/../../smp/snapsmp" };
-			for (int i = 0; i < 2; i++) {
-				int k = snprintf(out, cap, cand[i], self);
-				if (k > 0 && (size_t)k < cap && access(out, X_OK) == 0)
-					return;
-			}
-		}
-	}
-	snprintf(out, cap, "snapsmp");
+	static const char *const cand[] = { "%s/snapsmp", "%s/../../smp/snapsmp" };
+	bench_find_prog(out, cap, "SNAPSMP", "snapsmp", cand, 2);
 }
 
 struct result {
@@ -158,8 +135,8 @@ static int run_snap(const char *store, void *d, uint64_t bytes, int codec, doubl
 	stop_smp(spid, store);
 	if (rc)
 		return -1;
-	out->block = median(b, iters);
-	out->commit = median(c, iters);
+	out->block = bench_median(b, iters);
+	out->commit = bench_median(c, iters);
 	return 0;
 }
 
@@ -176,7 +153,7 @@ static double run_pinned(void *d, uint64_t bytes, int iters, cudaStream_t st)
 			t[it] = now() - t0;
 	}
 	CU(cudaFreeHost(h));
-	return median(t, iters);
+	return bench_median(t, iters);
 }
 
 static double run_pageable(void *d, uint64_t bytes, int iters)
@@ -190,7 +167,7 @@ static double run_pageable(void *d, uint64_t bytes, int iters)
 		t[it] = now() - t0;
 		free(h);
 	}
-	return median(t, iters);
+	return bench_median(t, iters);
 }
 
 /* Codec kernels over the whole buffer in SNAP_CHUNK_SIZE pieces, as the
@@ -223,7 +200,7 @@ static void run_kernels(void *d, const float *h, uint64_t bytes, int codec, doub
 	for (uint64_t k = 0; k < nch; k++)
 		stored += hl[k];
 	*ratio = stored ? (double)(nch * chunk) / (double)stored : 0;
-	*gpu_gbs = nch * chunk / median(t, iters) / 1e9;
+	*gpu_gbs = nch * chunk / bench_median(t, iters) / 1e9;
 	uint64_t cb = bytes < (256ull << 20) ? bytes : (256ull << 20);
 	uint8_t *cout = malloc(cap);
 	double t0 = now();
@@ -309,8 +286,7 @@ int main(int argc, char **argv)
 		}
 		bytes = bytes / (4u << 20) * (4u << 20);
 		float *h = malloc(bytes);
-		for (uint64_t i = 0; i < bytes / 4; i++)
-			h[i] = tile ? tile[i % ntile] : (float)i * 1e-3f;
+		fill(h, bytes, tile, ntile);
 		void *d;
 		CU(cudaMalloc(&d, bytes));
 		CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
@@ -334,8 +310,7 @@ int main(int argc, char **argv)
 	/* Kernels alone on 1 GiB (or the input tiled to it). */
 	uint64_t kb = 1ull << 30;
 	float *h = malloc(kb);
-	for (uint64_t i = 0; i < kb / 4; i++)
-		h[i] = tile ? tile[i % ntile] : (float)i * 1e-3f;
+	fill(h, kb, tile, ntile);
 	void *d;
 	CU(cudaMalloc(&d, kb));
 	CU(cudaMemcpy(d, h, kb, cudaMemcpyHostToDevice));

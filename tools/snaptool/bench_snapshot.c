@@ -23,47 +23,17 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "../bench/bench_util.h"
 #include "internal.h"
 #include "snaptool.h"
 
 #define MAX_ITERS 64
 
-static int cmp_dbl(const void *a, const void *b)
-{
-	double x = *(const double *)a, y = *(const double *)b;
-	return x < y ? -1 : x > y;
-}
-
-static double median(double *v, int n)
-{
-	qsort(v, (size_t)n, sizeof(double), cmp_dbl);
-	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
-
 /* snapsmp next to this binary (build tree or install), else on PATH. */
 static void find_smp(char *out, size_t cap)
 {
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	const char *env = getenv("SNAPSMP");
-	if (env && *env) {
-		snprintf(out, cap, "%s", env);
-		return;
-	}
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			const char *cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
-			for (int i = 0; i < 2; i++) {
-				int k = snprintf(out, cap, cand[i], self);
-				if (k > 0 && (size_t)k < cap && access(out, X_OK) == 0)
-					return;
-			}
-		}
-	}
-	snprintf(out, cap, "snapsmp");
+	static const char *const cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
+	bench_find_prog(out, cap, "SNAPSMP", "snapsmp", cand, 2);
 }
 
 /*
@@ -155,7 +125,7 @@ static double bench_memcpy(uint64_t bytes, int iters)
 	}
 	free(src);
 	free(dst);
-	return median(t, iters);
+	return bench_median(t, iters);
 }
 
 /* torch.save of the same bytes to the same filesystem; -1 if unavailable. */
@@ -187,28 +157,17 @@ static double bench_torch(const char *dir, uint64_t bytes, int iters)
  */
 static int exec_gpu_bench(int argc, char **argv)
 {
-	char self[PATH_MAX], prog[PATH_MAX + 32];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
-	const char *cand[] = { "%s/bench/snap_bench_gpu", "%s/../bench/snap_bench_gpu", "%s/snap_bench_gpu" };
+	static const char *const cand[] = { "%s/bench/snap_bench_gpu", "%s/../bench/snap_bench_gpu",
+					    "%s/snap_bench_gpu" };
+	char prog[PATH_MAX];
 	char **args = calloc((size_t)argc + 2, sizeof(char *));
 	if (!args)
 		return ST_FAIL;
 	args[0] = "snap_bench_gpu";
 	for (int i = 1; i < argc; i++)
 		args[i] = argv[i];
-	if (n > 0) {
-		self[n] = '\0';
-		char *slash = strrchr(self, '/');
-		if (slash) {
-			*slash = '\0';
-			for (int i = 0; i < 3; i++) {
-				snprintf(prog, sizeof(prog), cand[i], self);
-				if (access(prog, X_OK) == 0)
-					execv(prog, args);
-			}
-		}
-	}
-	execvp("snap_bench_gpu", args);
+	bench_find_prog(prog, sizeof(prog), NULL, "snap_bench_gpu", cand, 3);
+	execvp(prog, args);
 	fprintf(stderr, "bench snapshot --device cuda: snap_bench_gpu is not installed (it is built only where "
 		"nvcc was found): %s\n", strerror(errno));
 	free(args);
@@ -350,7 +309,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 		return ST_FAIL;
 	}
 	uint64_t total = per * (uint64_t)ranks;
-	double b = median(block, iters), cm = median(commit, iters);
+	double b = bench_median(block, iters), cm = bench_median(commit, iters);
 	double mc = bench_memcpy(total, iters);
 	double ts = bench_torch(store, total, iters);
 	remove_store(store);

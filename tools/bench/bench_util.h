@@ -1,0 +1,56 @@
+/*
+ * bench_util.h - what the benchmark programs share: the median of a run's
+ * samples and finding the snapsmp (or another program) they start.
+ */
+#ifndef SNAP_BENCH_UTIL_H
+#define SNAP_BENCH_UTIL_H
+
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+static inline int bench_cmp_dbl(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+	return x < y ? -1 : x > y;
+}
+
+/* Sorts v. */
+static inline double bench_median(double *v, int n)
+{
+	qsort(v, (size_t)n, sizeof(double), bench_cmp_dbl);
+	return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+/*
+ * $env_var if set, else the first of the patterns (each "%s/..." relative to
+ * this executable's directory) that is executable, else `name` for PATH.
+ */
+static inline void bench_find_prog(char *out, size_t cap, const char *env_var, const char *name,
+				   const char *const *patterns, int npatterns)
+{
+	const char *env = env_var ? getenv(env_var) : NULL;
+	char self[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+	if (env && *env) {
+		snprintf(out, cap, "%s", env);
+		return;
+	}
+	if (n > 0) {
+		self[n] = '\0';
+		char *slash = strrchr(self, '/');
+		if (slash) {
+			*slash = '\0';
+			for (int i = 0; i < npatterns; i++) {
+				int k = snprintf(out, cap, patterns[i], self);
+				if (k > 0 && (size_t)k < cap && access(out, X_OK) == 0)
+					return;
+			}
+		}
+	}
+	snprintf(out, cap, "%s", name);
+}
+
+#endif
