@@ -278,7 +278,17 @@ def main():
             target = step + rng.randint(4, 6)
             procs = start_trainers(a, mesh, logdir, f"t{t}", 10**8 if busy else target)
             if busy:
-                time.sleep(rng.uniform(0.2, 0.8))
+                # Never race the clock: every rank restores first (the check
+                # below needs its line), then the mesh dies at a random
+                # moment of the run that follows.
+                deadline = time.time() + 120
+                while not all(p.poll() is not None or os.path.exists(log) and restored_of(log) is not None
+                              for p, log, _ in procs):
+                    if time.time() > deadline:
+                        fail(f"trial {t}: the ranks did not log their restore within 120 s")
+                        break
+                    time.sleep(0.01)
+                time.sleep(rng.uniform(0, 0.6))
                 mesh.kill()
                 for p, _, _ in procs:
                     p.kill()
