@@ -238,6 +238,14 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 			 c->rank->rank, want, m->store->root);
 		return SNAP_ENOENT;
 	}
+	/* A snapshot of a job with another number of ranks holds other shards:
+	 * restoring it would hand this rank the wrong part of the model. */
+	if (sl->man.world != j->world) {
+		snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s was saved by a job of world size %u, this job has %u "
+			 "ranks (world size mismatch; resharding is not supported: export the persisted step with "
+			 "snaptool export and load it by global shape)", want, j->name, sl->man.world, j->world);
+		return SNAP_EMISMATCH;
+	}
 	/* mesh: other nodes hold the other ranks; the agreement vouches for them. */
 	if (m->mesh && !snap_mesh_step_complete(m->mesh, j->name, want)) {
 		snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s is not globally complete in the mesh", want, j->name);

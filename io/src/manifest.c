@@ -26,13 +26,20 @@
 
 #define MANIFEST_MAX (64u << 20)
 
+/* -EFTYPE_: not a regular file (a FIFO would block open or read for ever). */
+#define EFTYPE_ ENODEV
+
 static int read_all(const char *path, char **out, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
 	if (fd < 0)
-		return -errno;
+		return errno == ELOOP ? -EFTYPE_ : -errno;
 	struct stat st;
-	if (fstat(fd, &st) < 0 || st.st_size > (off_t)MANIFEST_MAX) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EFTYPE_;
+	}
+	if (st.st_size > (off_t)MANIFEST_MAX) {
 		close(fd);
 		return -EFBIG;
 	}
@@ -67,6 +74,9 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	int rc = read_all(path, &b, &len);
 	if (rc == -ENOENT)
 		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " of job %s is not persisted (no %s)", step, job, path);
+	if (rc == -EFTYPE_)
+		return io_fail(err, SNAP_ECORRUPT, "%s: not a regular file (or a symbolic link); step %" PRIu64
+			       " skipped", path, step);
 	if (rc)
 		return io_fail(err, io_errno_code(-rc), "%s: cannot read: %s", path, strerror(-rc));
 	/* The trailer covers everything before it. */

@@ -207,6 +207,8 @@ int snap_ensure_connected(snap_ctx *ctx)
 
 int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 {
+	if (!ctxp)
+		return SNAP_EINVAL;
 	*ctxp = NULL;
 	snap_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
@@ -221,6 +223,8 @@ int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 	else
 		snap_config_init(&ctx->cfg);
 	int rc = snap_config_check(&ctx->cfg, ctx->err, sizeof(ctx->err));
+	if (!rc)
+		rc = snap_config_socket(&ctx->cfg, ctx->err, sizeof(ctx->err));
 	if (rc)
 		return rc;
 	ctx->nmaps = ctx->cfg.slots;
@@ -249,8 +253,10 @@ static void default_codec(const struct snap_config *cfg, struct snap_region *r)
 
 int snap_register(snap_ctx *ctx, const struct snap_region *r)
 {
-	if (!ctx || !r)
+	if (!ctx)
 		return SNAP_EINVAL;
+	if (!r)
+		return snap_fail(ctx, SNAP_EINVAL, "register: NULL region");
 	if (ctx->frozen)
 		return snap_fail(ctx, SNAP_ESTATE, "register \"%s\": the layout is frozen after the first save or restore",
 			    r->name ? r->name : "(null)");

@@ -322,6 +322,54 @@ static void test_live_ranks_daemon_restart(const char *store)
 	rm_rf(store);
 }
 
+/* Issue 10 item 3: NULL required pointers are SNAP_EINVAL, with a message
+ * when there is a context to hold one (they crashed or said nothing). */
+static void test_null_args(const struct smp_proc *p)
+{
+	struct snap_config c;
+	CHECK_RC(snap_config_init(NULL), SNAP_EINVAL);
+	CHECK_RC(snap_config_from_env(NULL, NULL, 0), SNAP_EINVAL);
+	CHECK_RC(snap_parse_size("4K", NULL), SNAP_EINVAL);
+	smp_cfg(&c, p, "nulls", 0, 1);
+	CHECK_RC(snap_open(&c, NULL), SNAP_EINVAL);
+	snap_ctx *ctx = open_job(p, "nulls", 0);
+	CHECK(ctx != NULL);
+	CHECK_RC(snap_register(ctx, NULL), SNAP_EINVAL);
+	CHECK(strstr(snap_errmsg(ctx), "NULL") != NULL);
+	CHECK_RC(snap_latest(ctx, NULL), SNAP_EINVAL);
+	CHECK(strstr(snap_errmsg(ctx), "NULL") != NULL);
+	snap_close(ctx);
+}
+
+/*
+ * Issue 10 item 8: setting cfg.store after snap_config_init is enough: the
+ * socket follows the store (it stayed at the default store's socket, so the
+ * client talked to another daemon or none).
+ */
+static void test_socket_follows_store(const struct smp_proc *p)
+{
+	struct snap_config c;
+	snap_config_init(&c);
+	snprintf(c.store, sizeof(c.store), "%s", p->store);
+	c.timeout_ms = 500;
+	snap_ctx *ctx = NULL;
+	CHECK_RC(snap_open(&c, &ctx), 0);
+	snap_close(ctx);
+}
+
+/* Issue 10 item 8: a rank of a world-2 job must not restore a world-1 snapshot. */
+static void test_world_mismatch(const struct smp_proc *p)
+{
+	snap_ctx *one = open_rank(p, "wm", 0, 1);
+	CHECK_RC(lr_save(one, 0, 1), 0);
+	snap_close(one);
+	snap_ctx *two = open_rank(p, "wm", 0, 2);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(two, SNAP_STEP_LATEST, &got), SNAP_EMISMATCH);
+	CHECK(strstr(snap_errmsg(two), "world") != NULL);
+	snap_close(two);
+}
+
 static void test_bad_store_root(void)
 {
 
@@ -359,6 +407,11 @@ int main(void)
 	rm_rf(store2);
 	test_live_reconnect(store2);
 	test_live_ranks_daemon_restart(store2);
+	CHECK_RC(smp_start(&p, store2, NULL), 0);
+	test_null_args(&p);
+	test_socket_follows_store(&p);
+	test_world_mismatch(&p);
+	smp_stop(&p, SIGTERM);
 	test_bad_store_root();
 	rm_rf(store);
 	rm_rf(store2);
