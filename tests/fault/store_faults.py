@@ -69,7 +69,8 @@ def snaptool(store, *args):
 
 def slot_of(store, rank, step):
     """Path of the slot file holding `step` for `rank`, via snaptool inspect."""
-    out = snaptool(store, "inspect", str(step)).stdout
+    p = snaptool(store, "inspect", str(step))
+    out = p.stdout + p.stderr
     for line in out.splitlines():
         if line.startswith(f"job j step {step} rank {rank}/"):
             slot = line.split(" slot ")[1].split(":")[0]
@@ -212,7 +213,9 @@ def test_fifo_in_store_and_flush_dir():
     snaptool status/ls/inspect/recover and snapsmp's start. Now it is skipped
     with a message, and the rest of the store is served."""
     store, flush = os.path.join(BASE, "fifo"), os.path.join(BASE, "fifo-disk")
-    smp = Smp(store, "--flush-dir", flush, "--flush-every", "1")
+    # Two slots keep the ranks in step: with three, rank 0 could finish before
+    # rank 1 connects, and rank 1 would then start a new generation.
+    smp = Smp(store, "--flush-dir", flush, "--flush-every", "1", "--slots", "2")
     res = run_job(store, "--steps", "3")
     check(all(rc == 0 for rc, _, _ in res), "fifo: the job runs 3 steps")
     smp.stop()
@@ -269,7 +272,7 @@ def test_foreign_uid():
     if os.geteuid() != 0:
         print("SKIP foreign uid: needs root to run snaptool as another user")
         return
-    smp = Smp(store, "--flush-dir", flush, "--flush-every", "1")
+    smp = Smp(store, "--flush-dir", flush, "--flush-every", "1", "--slots", "2")
     res = run_job(store, "--steps", "2")
     check(all(rc == 0 for rc, _, _ in res), "perm: the job runs")
     smp.stop()
