@@ -192,7 +192,8 @@ int snap_flusher_start(struct snap_flusher **fp, const struct snap_config *cfg, 
 	struct snap_flusher *f = calloc(1, sizeof(*f));
 	if (!f)
 		return SNAP_ENOMEM;
-	struct snap_io_opts o = { .codec = cfg->flush_codec ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE };
+	struct snap_io_opts o = { .codec = cfg->flush_codec ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE,
+				  .mode = cfg->flush_mode };
 	struct snap_io_err e = { 0 };
 	f->writer = snap_io_writer_new(&o, &e);
 	if (!f->writer || pipe2(f->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {

@@ -45,7 +45,11 @@ int io_path_job(char *out, size_t cap, const char *dir, const char *job);
 int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64_t step);
 int io_path_rank(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank);
 /* mkdir -p with fsync of each parent that gained an entry. */
-int io_mkdirs(const char *path, struct snap_io_err *err);
+/* Create path and its missing parents with exactly `mode` (chmod after
+ * mkdir, so the umask does not change it); existing ones are left alone. */
+int io_mkdirs(const char *path, unsigned mode, struct snap_io_err *err);
+/* A directory's bits for files of mode `m`: x added where r is set. */
+static inline unsigned io_dir_mode(unsigned m) { return m | ((m & 0444) >> 2); }
 int io_fsync_dir(const char *path);
 /* rm -r of a directory tree (no symlink following). */
 int io_rmtree(const char *path);

@@ -226,9 +226,15 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 						r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
 		len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
 		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, IO_MANIFEST, (int)getpid());
-		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		/* The MANIFEST takes the step directory's bits less x (the writer
+		 * made the directory with the configured mode), whatever the umask. */
+		struct stat dst;
+		unsigned fmode = stat(sdir, &dst) == 0 ? ((unsigned)dst.st_mode & 0666) | 0600 : 0600;
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 		size_t off = 0;
 		int e = fd < 0 ? errno : 0;
+		if (!e && fchmod(fd, fmode) != 0)
+			e = errno;
 		while (!e && off < len) {
 			ssize_t k = write(fd, b + off, len - off);
 			if (k < 0 && errno == EINTR)

@@ -50,6 +50,18 @@ int snap_flush_codec_parse(const char *s, int *codec)
 	return 0;
 }
 
+int snap_flush_mode_parse(const char *s, unsigned *mode)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 8);
+	/* The daemon must be able to write and read back what it flushes. */
+	if (errno || end == s || *end || v > 0777 || (v & 0600) != 0600)
+		return SNAP_EINVAL;
+	*mode = (unsigned)v;
+	return 0;
+}
+
 int snap_codec_spec_parse(const char *s, int *codec, double *bound)
 {
 	char *end;
@@ -117,6 +129,7 @@ int snap_config_init(struct snap_config *cfg)
 	cfg->timeout_ms = 30000;
 	cfg->populate = 1;
 	cfg->flush_keep = 2;
+	cfg->flush_mode = 0600;
 	return 0;
 }
 
@@ -230,6 +243,12 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	cfg->flush_every = (unsigned)every;
 	cfg->flush_interval = (unsigned)interval;
 	cfg->flush_keep = (unsigned)keep;
+	const char *mode = getenv("SNAP_FLUSH_MODE");
+	if (mode && *mode && (rc = snap_flush_mode_parse(mode, &cfg->flush_mode))) {
+		snap_fmt(err, errlen, "SNAP_FLUSH_MODE=\"%s\": expected octal permission bits that include 0600, "
+			 "e.g. 0600 or 0640", mode);
+		return rc;
+	}
 	const char *codec = getenv("SNAP_FLUSH_CODEC");
 	if (codec && *codec && (rc = snap_flush_codec_parse(codec, &cfg->flush_codec))) {
 		snap_fmt(err, errlen, "SNAP_FLUSH_CODEC=\"%s\": expected none or lz4", codec);
@@ -272,6 +291,10 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
 		snap_fmt(err, errlen, "rank %d is outside world size %d", cfg->rank, cfg->world_size);
+		return SNAP_EINVAL;
+	}
+	if (cfg->flush_mode > 0777 || (cfg->flush_mode & 0600) != 0600) {
+		snap_fmt(err, errlen, "flush mode %03o must be permission bits that include 0600", cfg->flush_mode);
 		return SNAP_EINVAL;
 	}
 	if (cfg->flush_dir[0] && cfg->flush_dir[0] != '/') {

@@ -84,6 +84,10 @@ struct snap_io_opts {
 	size_t io_bytes;       /* bytes per io_uring write; 4 MiB */
 	unsigned queue_depth;  /* io_uring writes in flight; 8 */
 	unsigned flags;        /* enum snap_io_flags */
+	unsigned mode;         /* permission bits of the files written, whatever the umask;
+	                          0 means 0600. Directories created get x where r is set.
+	                          snap_io_step_seal gives MANIFEST its step directory's bits
+	                          less x. */
 };
 
 /* One region of one rank for one step. The data are the raw bytes of the

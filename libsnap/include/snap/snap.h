@@ -91,6 +91,12 @@ struct snap_config {
 	double codec_param_bound;
 	int codec_optim;
 	double codec_optim_bound;
+	/* SNAP_FLUSH_MODE (snapsmp --flush-mode): permission bits of the files
+	 * the flush creates (octal, default 0600; it must include 0600).
+	 * Directories it creates get the same bits plus x where r is set
+	 * (0600 -> 0700). Applied whatever the umask: checkpoints hold a
+	 * model's weights. */
+	unsigned flush_mode;
 };
 
 /* Fill every field with its default. 0, or SNAP_EINVAL when cfg is NULL. */
