@@ -15,6 +15,10 @@
 #define IO_FORMAT_NAME "snapio"
 #define IO_FORMAT_VERSION 1
 #define IO_MANIFEST "MANIFEST"
+/* Present in a step directory from its first rank file until MANIFEST is in
+ * place: rank files without MANIFEST and without it mean a sealed step whose
+ * MANIFEST was lost afterwards (snap_io_lost_step), not an unfinished flush. */
+#define IO_INCOMPLETE ".incomplete"
 #define IO_MAX_NAME 1024
 #define IO_LZ4_FILTER 32004
 #define IO_ALIGN 4096

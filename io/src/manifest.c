@@ -191,9 +191,13 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
 	uint32_t have = 0;
 	struct snap_io_err probe = {0};
+	char mark[4200];
+	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
 	if (io_manifest_load(dir, job, step, 1, &have, NULL, &probe) == 0) {
-		if (have == world)
+		if (have == world) {
+			unlink(mark);
 			return 0;
+		}
 		return io_fail(err, SNAP_ESTATE, "%s: step already sealed with world %" PRIu32 ", not %" PRIu32,
 			       path, have, world);
 	}
@@ -254,6 +258,9 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 			int d = io_fsync_dir(sdir);
 			e = d < 0 ? -d : 0;
 		}
+		/* Sealed: the step is no longer an unfinished flush. */
+		if (!e)
+			unlink(mark);
 		if (e) {
 			unlink(tmp);
 			rc = io_fail(err, io_errno_code(e), "%s: writing manifest failed: %s", path, strerror(e));
@@ -327,6 +334,47 @@ int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t
 		steps[i] = all[i];
 	free(all);
 	return n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
+}
+
+int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uint64_t *step)
+{
+	char jdir[4096];
+	if (!dir || io_check_job(job, NULL) < 0 || io_path_job(jdir, sizeof jdir, dir, job))
+		return 0;
+	DIR *d = opendir(jdir);
+	if (!d)
+		return 0;
+	int found = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		uint64_t s;
+		if (io_parse_step_name(e->d_name, &s) < 0 || s <= newer_than || (found && s <= *step))
+			continue;
+		char sdir[4400], p[4500];
+		if (snprintf(sdir, sizeof sdir, "%s/%s", jdir, e->d_name) >= (int)sizeof sdir)
+			continue;
+		snprintf(p, sizeof p, "%s/%s", sdir, IO_MANIFEST);
+		struct stat st;
+		if (lstat(p, &st) == 0)
+			continue;   /* sealed (listed, or damaged: the caller's other checks) */
+		snprintf(p, sizeof p, "%s/%s", sdir, IO_INCOMPLETE);
+		if (lstat(p, &st) == 0 || errno != ENOENT)
+			continue;   /* a flush that never finished */
+		DIR *sd = opendir(sdir);
+		struct dirent *f;
+		int rank_file = 0;
+		while (sd && !rank_file && (f = readdir(sd)) != NULL)
+			rank_file = strncmp(f->d_name, "rank-", 5) == 0 && strlen(f->d_name) > 8 &&
+				    strcmp(f->d_name + strlen(f->d_name) - 3, ".h5") == 0;
+		if (sd)
+			closedir(sd);
+		if (rank_file) {
+			*step = s;
+			found = 1;
+		}
+	}
+	closedir(d);
+	return found;
 }
 
 int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct snap_io_err *err)

@@ -478,6 +478,16 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 		return io_fail(err, SNAP_ESTATE, "%s: step %" PRIu64 " is already persisted; not rewriting it", sdir, step);
 	if ((rc = io_mkdirs(sdir, io_dir_mode(w->o.mode), err)) < 0)
 		return rc;
+	/* Mark the step unfinished before any rank file can appear (the rank
+	 * file's directory fsync below makes the mark durable with it). */
+	char mark[4200];
+	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
+	int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (mfd < 0) {
+		int e = errno;
+		return io_fail(err, io_errno_code(e), "%s: cannot create %s: %s", final, mark, strerror(e));
+	}
+	close(mfd);
 	snprintf(tmp, sizeof tmp, "%s/.rank-%" PRIu32 ".h5.tmp.%d.%u", sdir, rank, (int)getpid(),
 		 atomic_fetch_add(&tmp_seq, 1));
 	struct plan *plan = calloc(n ? n : 1, sizeof *plan);

@@ -324,6 +324,40 @@ def test_flush_modes():
         check(os.stat(flush).st_mode & 0o777 == want_dir, f"{name}: the flush directory itself")
 
 
+def test_lost_manifest():
+    """Issue 10 item 7: deleting the newest persisted step's MANIFEST made a
+    restore from disk use the older persisted step silently. Its rank files
+    are evidence of a loss: name the step, and require SNAP_ALLOW_OLDER."""
+    store, flush = f"{BASE}/lostman", f"{DISK}/lostman"
+    smp = start_smp(store, flush, "--flush-every", "1", "--slots", "2")
+    res = run_job(store, flush, "--steps", "4")
+    check(all(rc == 0 for rc, _, _ in res), "lost MANIFEST: the job runs")
+    out = snaptool(store, flush, "flush", "4", "--job", "fj")
+    smp.terminate()
+    smp.communicate(timeout=60)
+    steps = persisted(store, flush)
+    check(out.returncode == 0 and len(steps) >= 2 and steps[0] == 4, f"lost MANIFEST: steps persisted: {steps}")
+    older = steps[1] if len(steps) > 1 else None
+    shutil.rmtree(store)
+    os.unlink(f"{flush}/fj/step-4/MANIFEST")
+    rec = snaptool(store, flush, "recover")
+    check(rec.returncode == 3 and "step 4 has lost its MANIFEST" in rec.stderr,
+          f"lost MANIFEST: snaptool recover names step 4 and does not offer step {older}: {rec.returncode} "
+          f"{rec.stdout!r} {rec.stderr!r}")
+    smp = start_smp(store, flush)
+    res = run_job(store, flush, "--resume", "--steps", "0")
+    smp.terminate()
+    smp.communicate(timeout=60)
+    check(all(rc == 3 and "step 4 has lost its MANIFEST" in err and "SNAP_ALLOW_OLDER" in err
+              for rc, _, err in res), f"lost MANIFEST: restore from disk refuses, naming step 4: {res}")
+    shutil.rmtree(store)
+    smp = start_smp(store, flush, "--allow-older")
+    res = run_job(store, flush, "--resume", "--steps", "0")
+    _, log = smp.communicate(timeout=60) if smp.terminate() is None else (None, "")
+    check(all(rc == 0 and f"restored step {older} " in out for rc, out, _ in res),
+          f"lost MANIFEST: with SNAP_ALLOW_OLDER the older step {older} restores: {res}")
+
+
 def main():
     os.environ["HDF5_PLUGIN_PATH"] = PLUGINS   # before h5py loads HDF5
     seed = random.randrange(1 << 30)
@@ -337,6 +371,7 @@ def main():
         test_codec_readers()
         test_full_flush_dir()
         test_flush_modes()
+        test_lost_manifest()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
         if not failures:

@@ -190,6 +190,14 @@ int cmd_recover(int argc, char **argv)
 		if (n <= 0)
 			snprintf(disk_why, sizeof(disk_why), "nothing persisted in %s%s%s", o.cfg.flush_dir, n < 0 ? ": " : "",
 				 n < 0 ? e.msg : "");
+		uint64_t lost = 0;
+		if (n >= 0 && snap_io_lost_step(o.cfg.flush_dir, o.cfg.job, n > 0 ? steps[0] : 0, &lost)) {
+			snprintf(disk_why, sizeof(disk_why), "persisted step %" PRIu64 " has lost its MANIFEST (its rank "
+				 "files are still there)%s", lost, o.allow_older ? "" : "; --allow-older to use an older step");
+			fprintf(stderr, "snaptool recover: warning: %s\n", disk_why);
+			if (!o.allow_older)
+				n = 0;
+		}
 		for (int i = 0; i < n && i < 64 && !have_disk; i++) {
 			size_t bad = 0;
 			if (snap_io_verify_step(o.cfg.flush_dir, o.cfg.job, steps[i], &bad, &e) == 0) {
