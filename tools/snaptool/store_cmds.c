@@ -219,7 +219,7 @@ int cmd_inspect(int argc, char **argv)
 	struct snap_store *s;
 	uint64_t step;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool inspect STEP [REGION] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
-				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk.\n", -2);
+				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk.\n", 2);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
