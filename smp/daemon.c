@@ -290,6 +290,17 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 	snap_rbuf_init(&r, payload, h->len);
 	if (h->type == SNAP_MSG_FLUSH) {
 		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
+	} else if (h->type == SNAP_MSG_STATUS) {
+		/* The daemon's own budget, for snaptool status (its defaults are not ours). */
+		rc = 0;
+		if (snap_rbuf_left(&r)) {
+			snap_fmt(err, ERRLEN, "STATUS carries a payload");
+			rc = SNAP_EPROTO;
+		}
+		snap_put_u64(&out, m->store->mem_limit);
+		snap_put_u64(&out, m->store->mem_used);
+		snap_put_u32(&out, m->store->nslots);
+		snap_put_u32(&out, (uint32_t)getpid());
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;
