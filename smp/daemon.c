@@ -92,8 +92,11 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	snap_get_str(r, job, sizeof(job));
 	uint32_t rank = snap_get_u32(r), world = snap_get_u32(r), pid = snap_get_u32(r);
 	uint64_t gen = snap_get_u64(r);   /* the generation this process already belongs to; 0: none yet */
-	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world || world > (1u << 24)) {
-		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u or world %u invalid)", rank, world);
+	/* A generation near 2^64 could only come from a broken or hostile
+	 * client, and the counter must never wrap. */
+	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world ||
+	    world > (1u << 24) || gen > (UINT64_MAX >> 1)) {
+		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u, world %u or generation invalid)", rank, world);
 		return SNAP_EPROTO;
 	}
 	if (c->job) {
