@@ -274,7 +274,7 @@ def test_foreign_uid():
         print("SKIP foreign uid: needs root to run snaptool as another user")
         return
     smp = Smp(store, "--flush-dir", flush, "--flush-every", "1", "--slots", "2")
-    res = run_job(store, "--steps", "2")
+    res = run_job(store, "--steps", "3")
     check(all(rc == 0 for rc, _, _ in res), "perm: the job runs")
     smp.stop()
     os.chmod(BASE, 0o755)
