@@ -92,8 +92,11 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	snap_get_str(r, job, sizeof(job));
 	uint32_t rank = snap_get_u32(r), world = snap_get_u32(r), pid = snap_get_u32(r);
 	uint64_t gen = snap_get_u64(r);   /* the generation this process already belongs to; 0: none yet */
-	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world || world > (1u << 24)) {
-		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u or world %u invalid)", rank, world);
+	/* A generation near 2^64 could only come from a broken or hostile
+	 * client, and the counter must never wrap. */
+	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world ||
+	    world > (1u << 24) || gen > (UINT64_MAX >> 1)) {
+		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u, world %u or generation invalid)", rank, world);
 		return SNAP_EPROTO;
 	}
 	if (c->job) {
@@ -290,6 +293,17 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 	snap_rbuf_init(&r, payload, h->len);
 	if (h->type == SNAP_MSG_FLUSH) {
 		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
+	} else if (h->type == SNAP_MSG_STATUS) {
+		/* The daemon's own budget, for snaptool status (its defaults are not ours). */
+		rc = 0;
+		if (snap_rbuf_left(&r)) {
+			snap_fmt(err, ERRLEN, "STATUS carries a payload");
+			rc = SNAP_EPROTO;
+		}
+		snap_put_u64(&out, m->store->mem_limit);
+		snap_put_u64(&out, m->store->mem_used);
+		snap_put_u32(&out, m->store->nslots);
+		snap_put_u32(&out, (uint32_t)getpid());
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;

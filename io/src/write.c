@@ -7,6 +7,7 @@
  * is HDF5's own pwrite, not io_uring (see docs/io-format.md). Frame regions
  * (codec streams) go as they are, one chunk per frame (frames.c).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -454,6 +455,28 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	return rc;
 }
 
+/*
+ * A failed write leaves nothing behind: when the unfinished-flush mark is
+ * the step directory's only entry (no rank file, no other writer's temp
+ * file), remove it too. A writer starting at that very moment could end up
+ * with a rank file and no mark; if its flush is then never sealed, the step
+ * reads as lost (restore asks for SNAP_ALLOW_OLDER), which errs on the
+ * safe side.
+ */
+static void drop_lone_mark(const char *sdir, const char *mark)
+{
+	DIR *d = opendir(sdir);
+	if (!d)
+		return;
+	int others = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, IO_INCOMPLETE);
+	closedir(d);
+	if (!others)
+		unlink(mark);
+}
+
 int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *job,
 		       uint64_t step, uint32_t rank, uint32_t world,
 		       const struct snap_io_region *regions, size_t n,
@@ -510,6 +533,7 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	}
 	if (rc) {
 		unlink(tmp);
+		drop_lone_mark(sdir, mark);
 		return rc;
 	}
 	/* The file is complete, fsynced and in place: it stays (see io.h). */

@@ -335,7 +335,9 @@ def test_flush_modes():
             smp = start_smp(store, flush, "--slots", "2", **extra)
         finally:
             os.umask(old)
-        res = run_job(store, flush, "--steps", "2")
+        # 3 steps over 2 slots: rank 0 cannot finish before rank 1 connects
+        # (which would start a new generation and withdraw rank 0's steps).
+        res = run_job(store, flush, "--steps", "3")
         check(all(rc == 0 for rc, _, _ in res), f"{name}: the job runs")
         out = snaptool(store, flush, "flush", "--job", "fj")
         check(out.returncode == 0, f"{name}: snaptool flush: {out.stderr}")

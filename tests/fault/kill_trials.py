@@ -17,7 +17,9 @@ Modes:
            `snaptool status` that the newest restorable step is not below
            the newest step every rank had logged committed (no committed
            step lost); then it resumes the trainers and requires every rank
-           to commit a newer step (no stall) and no trainer to fail. After
+           to commit a newer step (no stall) and no trainer to fail. A
+           quarter of the trials strike a second time right after the
+           restart, while the trainers reconnect and recommit. After
            the last kill the job is killed and restarted once to check the
            restore as in the other modes.
 
@@ -165,24 +167,27 @@ def live_trials(args, rng, store, logdir):
         dead = [r for r, (p, _) in enumerate(job.procs) if p.poll() is not None]
         if dead:
             break
-        # A random moment within the next step or so: copy, commit, or between steps.
-        time.sleep(rng.uniform(0, args.strike_s))
-        job.kill_smp()
-        kills += 1
-        for p, _ in job.procs:
-            p.send_signal(signal.SIGSTOP)
-        committed = newest()
-        lo = min(committed)
-        if rng.random() < 0.3:
-            time.sleep(rng.uniform(0, 0.02))   # the daemon stays away a while
-        job.start_smp()
-        latest = snaptool_latest(args, store)
-        if latest < lo:
-            print(f"trial {t}: LOST: every rank had committed step {lo} (newest per rank {committed}), "
-                  f"but the newest restorable step after the restart is {latest}")
-            lost += 1
-        for p, _ in job.procs:
-            p.send_signal(signal.SIGCONT)
+        # A random moment within the next step or so: copy, commit, or between
+        # steps. Sometimes strike again right after the restart, while the
+        # trainers reconnect and recommit (the event: they were resumed).
+        for strike in range(2 if rng.random() < 0.25 else 1):
+            time.sleep(rng.uniform(0, args.strike_s if strike == 0 else args.strike_s / 4))
+            job.kill_smp()
+            kills += 1
+            for p, _ in job.procs:
+                p.send_signal(signal.SIGSTOP)
+            committed = newest()
+            lo = min(committed)
+            if rng.random() < 0.3:
+                time.sleep(rng.uniform(0, 0.02))   # the daemon stays away a while
+            job.start_smp()
+            latest = snaptool_latest(args, store)
+            if latest < lo:
+                print(f"trial {t}: LOST: every rank had committed step {lo} (newest per rank {committed}), "
+                      f"but the newest restorable step after the restart is {latest}")
+                lost += 1
+            for p, _ in job.procs:
+                p.send_signal(signal.SIGCONT)
     for r, (p, log) in enumerate(job.procs):
         if p.poll() is not None:
             print(f"rank {r}: trainer exited {p.returncode} under a live daemon restart; see {log[:-4]}.err")
@@ -203,6 +208,8 @@ def live_trials(args, rng, store, logdir):
     print(f"kill_trials: {kills} daemon SIGKILLs under a live {args.ranks}-rank job, newest step "
           f"{max(committed)}: {lost} committed steps lost, {stalls} stalls, {failures} other failures")
     bad = lost + stalls + failures + (kills < args.trials)
+    if kills < args.trials:
+        print(f"only {kills} of {args.trials} kills happened")
     if bad == 0:
         shutil.rmtree(store, ignore_errors=True)
         shutil.rmtree(logdir, ignore_errors=True)

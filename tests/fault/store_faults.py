@@ -5,6 +5,7 @@ missing manifest, a region-size mismatch at restore, and store roots that are
 read-only or full. Each must give a clear error naming what is wrong, and
 leave every other committed snapshot restorable."""
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -273,7 +274,7 @@ def test_foreign_uid():
         print("SKIP foreign uid: needs root to run snaptool as another user")
         return
     smp = Smp(store, "--flush-dir", flush, "--flush-every", "1", "--slots", "2")
-    res = run_job(store, "--steps", "2")
+    res = run_job(store, "--steps", "3")
     check(all(rc == 0 for rc, _, _ in res), "perm: the job runs")
     smp.stop()
     os.chmod(BASE, 0o755)
@@ -297,13 +298,27 @@ def test_foreign_uid():
           f"{p and p.stderr!r}")
 
 
+def test_status_budget():
+    """Issue 10 item 8: snaptool status printed its own default budget, not
+    the running daemon's --mem-limit. It asks the daemon, or says it cannot."""
+    store = os.path.join(BASE, "budget")
+    smp = Smp(store, "--mem-limit", "7M")
+    p = snaptool(store, "status", "--store", store)
+    check(p.returncode == 0 and "budget 7.0 MiB (snapsmp pid" in p.stdout, f"budget: the daemon's: {p.stdout!r}")
+    p = snaptool(store, "status", "--store", store, "--json")
+    check(p.returncode == 0 and json.loads(p.stdout)["mem_limit"] == 7 << 20, f"budget: json: {p.stdout!r}")
+    smp.stop()
+    p = snaptool(store, "status", "--store", store)
+    check(p.returncode == 0 and "budget is unknown" in p.stdout, f"budget: no daemon: {p.stdout!r}")
+
+
 def main():
     shutil.rmtree(BASE, ignore_errors=True)
     os.makedirs(BASE)
     try:
         for t in (test_corrupt_chunk, test_truncated_slot, test_manifest_damage, test_size_mismatch,
                   test_read_only_and_full_roots, test_snaptool_usage, test_fifo_in_store_and_flush_dir,
-                  test_foreign_uid):
+                  test_foreign_uid, test_status_budget):
             t()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)

@@ -357,6 +357,20 @@ static void test_socket_follows_store(const struct smp_proc *p)
 	snap_close(ctx);
 }
 
+/* Issue 10 item 8: snap_restore fences itself, as its header now says (it
+ * said a fence was required): a restore right after an unfenced save waits
+ * for that save's copy and commit, and finds it. */
+static void test_restore_fences_itself(const struct smp_proc *p)
+{
+	snap_ctx *c = open_rank(p, "rf", 0, 1);
+	memset(lr_mem[0], 7, LR_BYTES);
+	CHECK_RC(snap_save(c, 1), 0);   /* no snap_fence, no snap_wait */
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(c, SNAP_STEP_LATEST, &got), 0);
+	CHECK(got == 1 && lr_mem[0][0] == 7);
+	snap_close(c);
+}
+
 /* Issue 10 item 8: a rank of a world-2 job must not restore a world-1 snapshot. */
 static void test_world_mismatch(const struct smp_proc *p)
 {
@@ -411,6 +425,7 @@ int main(void)
 	test_null_args(&p);
 	test_socket_follows_store(&p);
 	test_world_mismatch(&p);
+	test_restore_fences_itself(&p);
 	smp_stop(&p, SIGTERM);
 	test_bad_store_root();
 	rm_rf(store);

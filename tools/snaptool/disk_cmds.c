@@ -168,7 +168,8 @@ int cmd_recover(int argc, char **argv)
 					  "                       [--allow-older] [--json]\n"
 					  "Report exactly what of a job is recoverable after failures and from where: the\n"
 					  "newest step every rank committed in the node store, else the newest persisted step\n"
-					  "that verifies. Exit 0 if something is recoverable, 3 if nothing is.\n", 0);
+					  "that verifies. Exit 0 if something is recoverable, 3 if nothing is, 1 if the\n"
+					  "store or flush directory cannot be read (that is not a loss).\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	uint64_t mem = 0, disk = 0;

@@ -262,9 +262,12 @@ int snap_latest(snap_ctx *ctx, uint64_t *step);
  * Restore `step` (or SNAP_STEP_LATEST) into the registered regions. Every
  * chunk's CRC32C is verified before any registered byte is written, so on
  * failure your memory is untouched. SNAP_EMISMATCH if the registered layout
- * differs from the snapshot's (the message names the region); SNAP_ECORRUPT
- * naming the region and chunk on a checksum mismatch. *restored (may be NULL)
- * receives the step restored. Requires the previous save to be fenced.
+ * differs from the snapshot's (the message names the region), or if the
+ * snapshot was taken by a job of another world size (no resharding);
+ * SNAP_ECORRUPT naming the region and chunk on a checksum mismatch.
+ * *restored (may be NULL) receives the step restored. No fence is needed
+ * first: it waits for the previous save itself, as snap_wait() does (copy
+ * and commit), and returns that save's error if it failed.
  */
 int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
 
