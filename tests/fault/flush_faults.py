@@ -25,6 +25,8 @@ import subprocess
 import sys
 import time
 
+from events import Waiter, strike_within
+
 BUILD = sys.argv[1]
 TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else 50
 SMP = os.path.join(BUILD, "smp", "snapsmp")
@@ -93,13 +95,18 @@ def newest_flush_started(flush):
     return max(steps, default=0)
 
 
-def wait_for(pred, limit=120):
-    deadline = time.time() + limit
-    while time.time() < deadline:
-        if pred():
-            return True
-        time.sleep(0.01)
-    return False
+def flush_dirs(flush):
+    """What a flush changes: the job directory (step directories appear)
+    and each step directory (its MANIFEST is renamed in last)."""
+    job = os.path.join(flush, "fj")
+    try:
+        return [flush, job] + [os.path.join(job, n) for n in os.listdir(job) if n.startswith("step-")]
+    except FileNotFoundError:
+        return [flush]
+
+
+def sealed(flush, step):
+    return os.path.exists(os.path.join(flush, "fj", f"step-{step}", "MANIFEST"))
 
 
 def test_kill_mid_flush(rng):
@@ -107,22 +114,25 @@ def test_kill_mid_flush(rng):
     newest_seen, restores = 0, 0
     for t in range(TRIALS):
         smp = start_smp(store, flush, "--flush-every", "1", "--flush-keep", "2")
+        base = max(newest_seen, newest_flush_started(flush))   # leftovers of killed flushes too
         ps = [subprocess.Popen([TRAINER, "--bytes", "4M", "--steps", "1000000", "--resume", "--quiet"],
                                env=env(store, flush, SNAP_RANK=str(r)), stderr=subprocess.DEVNULL)
               for r in range(2)]
-        # Never race the clock: wait for the event, then strike within it.
-        # Half the trials wait until a step newer than any seen is persisted
-        # (so the trials make progress on any machine) and kill during the
-        # flushes that follow (one runs after every step); the other half
-        # kill right after a new step's flush has begun.
-        base = max(newest_seen, newest_flush_started(flush))
-        if rng.random() < 0.5:
-            ok = wait_for(lambda: (persisted(store, flush) or [0])[0] > newest_seen)
-            time.sleep(rng.uniform(0, 0.05))
-        else:
-            ok = wait_for(lambda: newest_flush_started(flush) > base)
-            time.sleep(rng.uniform(0, 0.01))
-        check(ok, f"trial {t}: the awaited flush did not happen within 120 s")
+        # Never race the clock: watch one flush of a new step from its start
+        # (its directory appears) to its seal (MANIFEST), so every trial
+        # persists a step on any machine and build; then wait for the next
+        # flush to begin and kill within the time the watched one took.
+        waiter = Waiter()
+        dirs = lambda: flush_dirs(flush)
+        s1 = waiter.until(lambda: newest_flush_started(flush) > base and newest_flush_started(flush),
+                          dirs=dirs, procs=[smp])
+        t0 = time.monotonic()
+        ok = s1 and waiter.until(lambda: sealed(flush, s1), dirs=dirs, procs=[smp])
+        took = time.monotonic() - t0
+        ok = ok and waiter.until(lambda: newest_flush_started(flush) > s1, dirs=dirs, procs=[smp])
+        waiter.close()
+        check(bool(ok), f"trial {t}: the awaited flushes did not happen within 120 s")
+        strike_within(rng, took)
         smp.send_signal(signal.SIGKILL)
         smp.wait()
         for p in ps:

@@ -31,6 +31,8 @@ import subprocess
 import sys
 import time
 
+from events import Waiter, strike_within
+
 
 def parse_log(path):
     """(restored step or None, newest committed step or None) of one run."""
@@ -90,16 +92,22 @@ class Job:
             err.close()
             self.procs.append((p, log))
 
-    def wait_restored(self, limit=120):
-        """Block until every live rank has logged its restore (or start
-        from scratch): the event the kill must not race, however slow the
-        build. Returns False if that did not happen within `limit` s."""
-        deadline = time.time() + limit
-        while time.time() < deadline:
-            if all(p.poll() is not None or parse_log(log)[0] is not None for p, log in self.procs):
-                return True
-            time.sleep(0.002)
-        return False
+    def wait_restored(self, waiter):
+        """Until every live rank has logged its restore (or its start from
+        scratch): the event a kill must not race, however slow the build."""
+        return waiter.until(lambda: all(p.poll() is not None or parse_log(log)[0] is not None
+                                        for p, log in self.procs),
+                            procs=[p for p, _ in self.procs])
+
+    def commits(self):
+        n = 0
+        for _, log in self.procs:
+            try:
+                with open(log) as f:
+                    n += sum(line.startswith("committed ") for line in f)
+            except FileNotFoundError:
+                pass
+        return n
 
     def kill_trainers(self):
         for p, _ in self.procs:
@@ -132,23 +140,32 @@ def main():
 
     job = Job(args, store)
     job.start_smp()
+    waiter = Waiter()
+    waiter.watch(logdir)
+    restore_time = None    # how long the last start-to-restore took
     newest = [0] * args.ranks          # newest committed step per rank, current timeline
     failures, restores, steps_seen = 0, 0, 0
     # Trial t runs trainers that restore what trial t-1 left, then get killed.
     for t in range(args.trials + 1):
         lo, hi = min(newest), max(newest) + 1
+        start = time.monotonic()
         job.start_trainers(logdir, t)
-        # Never race the clock: wait for the restore to be logged, then
-        # strike at a random moment of the run (copies, commits, steps).
-        # One trial in four strikes at once instead, mid start or restore.
-        if t == args.trials or rng.random() >= 0.25:
-            if not job.wait_restored():
+        # Never race the clock. Most trials wait until every rank logged its
+        # restore, then for the next commit, and strike within the next two
+        # steps as long as that step took. One in four strikes during start
+        # and restore instead, within the last restore's measured time.
+        if t == args.trials or restore_time is None or rng.random() >= 0.25:
+            if not job.wait_restored(waiter):
                 print(f"trial {t}: the ranks did not log their restore within 120 s")
                 failures += 1
+            restored_at = time.monotonic()
+            restore_time = restored_at - start
             if t < args.trials:
-                time.sleep(rng.uniform(0, 0.1))
+                before = job.commits()
+                waiter.until(lambda: job.commits() > before, procs=[p for p, _ in job.procs])
+                strike_within(rng, 2 * (time.monotonic() - restored_at))
         else:
-            time.sleep(rng.uniform(0, 0.02))
+            strike_within(rng, restore_time)
         if args.mode == "trainer" or t == args.trials:
             victim = rng.randrange(args.ranks)
             p = job.procs[victim][0]
@@ -190,6 +207,7 @@ def main():
                 newest[r] = committed
                 steps_seen = max(steps_seen, committed)
     job.kill_smp()
+    waiter.close()
     print(f"kill_trials: {args.trials} kills, {restores} verified restores, newest step {steps_seen}, "
           f"{failures} failures (seed {seed})")
     if failures == 0:

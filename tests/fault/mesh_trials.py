@@ -35,6 +35,8 @@ import subprocess
 import sys
 import time
 
+from events import Waiter, strike_within
+
 JOB = "mt"
 
 
@@ -182,6 +184,18 @@ def restored_of(log):
     return res
 
 
+def committed_after_restore(log):
+    """Has this rank logged a commit since its restore?"""
+    seen = False
+    with open(log) as f:
+        for line in f:
+            if line.startswith(("restored ", "fresh ")):
+                seen = True
+            elif seen and line.startswith("committed "):
+                return True
+    return False
+
+
 def have_record(mesh, a, step):
     return all(os.path.exists(os.path.join(mesh.root(n), JOB, "ec", f"step-{step}.rec")) for n in range(a.nodes))
 
@@ -245,6 +259,8 @@ def main():
     groups = groups_of(a.nodes, a.k, a.m)
     print(f"mesh_trials: {a.shape} nodes={a.nodes} groups={groups} world={a.world} trials={a.trials} seed={seed}")
     mesh = Mesh(a, base)
+    waiter = Waiter()
+    waiter.watch(logdir)
     failures = []
 
     def fail(msg):
@@ -279,16 +295,15 @@ def main():
             procs = start_trainers(a, mesh, logdir, f"t{t}", 10**8 if busy else target)
             if busy:
                 # Never race the clock: every rank restores first (the check
-                # below needs its line), then the mesh dies at a random
-                # moment of the run that follows.
-                deadline = time.time() + 120
-                while not all(p.poll() is not None or os.path.exists(log) and restored_of(log) is not None
-                              for p, log, _ in procs):
-                    if time.time() > deadline:
-                        fail(f"trial {t}: the ranks did not log their restore within 120 s")
-                        break
-                    time.sleep(0.01)
-                time.sleep(rng.uniform(0, 0.6))
+                # below needs its line), then the mesh dies within the next
+                # few steps, as long as the first step after the restore took.
+                pp = [p for p, _, _ in procs]
+                if not waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and
+                                                restored_of(log) is not None for p, log, _ in procs), procs=pp):
+                    fail(f"trial {t}: the ranks did not log their restore within 120 s")
+                restored_at = time.monotonic()
+                waiter.until(lambda: any(committed_after_restore(log) for _, log, _ in procs), procs=pp)
+                strike_within(rng, 3 * (time.monotonic() - restored_at))
                 mesh.kill()
                 for p, _, _ in procs:
                     p.kill()

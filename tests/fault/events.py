@@ -1,0 +1,79 @@
+"""Waiting for the event a fault trial interrupts, without sleeping.
+
+A trial blocks in select() on an inotify descriptor (the log lines, step
+directories and MANIFEST renames it waits for are file system events) and on
+pidfds of the processes that could die instead, re-checking its predicate
+after each wake-up. Nothing here guesses how long work takes; how long to
+wait before a kill is derived from a duration the trial measured (see
+strike_within).
+"""
+import ctypes
+import os
+import random
+import select
+import time
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_IN_MODIFY, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x80, 0x100
+
+
+class Waiter:
+    def __init__(self):
+        self.fd = _libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+        if self.fd < 0:
+            raise OSError(ctypes.get_errno(), "inotify_init1")
+        self.watched = set()
+
+    def watch(self, path):
+        """Wake on files created, written or renamed into directory `path`
+        (a missing one is skipped: watch it again once it exists)."""
+        if path in self.watched or not os.path.isdir(path):
+            return
+        if _libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_MODIFY | _IN_MOVED_TO | _IN_CREATE) >= 0:
+            self.watched.add(path)
+
+    def until(self, pred, limit=120, dirs=lambda: (), procs=()):
+        """pred()'s first true value, or None after `limit` seconds. dirs()
+        names directories to watch, asked again after each wake-up (so a
+        step directory that appears is watched before pred looks into it);
+        a process of `procs` that exits wakes the waiter too."""
+        pidfds = []
+        for p in procs:
+            try:
+                pidfds.append(os.pidfd_open(p.pid))
+            except (ProcessLookupError, OSError):
+                pass
+        deadline = time.monotonic() + limit
+        try:
+            while True:
+                for d in dirs():
+                    self.watch(d)
+                v = pred()
+                if v:
+                    return v
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return None
+                ready, _, _ = select.select([self.fd, *pidfds], [], [], left)
+                if self.fd in ready:
+                    try:
+                        while os.read(self.fd, 65536):
+                            pass
+                    except BlockingIOError:
+                        pass
+                for f in ready:
+                    if f in pidfds:   # exited: nothing more to say
+                        pidfds.remove(f)
+                        os.close(f)
+        finally:
+            for f in pidfds:
+                os.close(f)
+
+    def close(self):
+        os.close(self.fd)
+
+
+def strike_within(rng: random.Random, duration):
+    """Sleep a random part of `duration`, a time the trial measured for the
+    operation it is about to interrupt (a step, a flush, a restore)."""
+    time.sleep(rng.uniform(0, duration))
