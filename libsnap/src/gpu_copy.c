@@ -97,22 +97,21 @@ void snap_gpu_enqueue(snap_ctx *ctx, struct save_rec *rec, uint32_t upto)
 	if (upto >= n)
 		upto = n - 1;
 	pthread_mutex_lock(&ctx->gmu);
-	while (ctx->genq <= upto && ctx->genq < n)
+	if (ctx->genq > upto) {         /* the common case: already queued */
+		pthread_mutex_unlock(&ctx->gmu);
+		return;
+	}
+	while (ctx->genq <= upto)
 		enqueue_one(ctx, rec, ctx->genq++);
-	if (ctx->genq == n) {
+	if (ctx->genq == n) {           /* this call queued the last chunk */
+		char why[400];
+		int rc = ctx->gops->save_end(ctx->gpu, why, sizeof(why));
+		if (rc)
+			snap_copy_failed(ctx, rec, rc, "save of step %" PRIu64 ": %s", rec->step, why);
 		pthread_mutex_lock(&ctx->mu);
-		int ended = ctx->gended;
+		ctx->gended = 1;
+		pthread_cond_broadcast(&ctx->cv);
 		pthread_mutex_unlock(&ctx->mu);
-		if (!ended) {
-			char why[400];
-			int rc = ctx->gops->save_end(ctx->gpu, why, sizeof(why));
-			if (rc)
-				snap_copy_failed(ctx, rec, rc, "save of step %" PRIu64 ": %s", rec->step, why);
-			pthread_mutex_lock(&ctx->mu);
-			ctx->gended = 1;
-			pthread_cond_broadcast(&ctx->cv);
-			pthread_mutex_unlock(&ctx->mu);
-		}
 	}
 	pthread_mutex_unlock(&ctx->gmu);
 }

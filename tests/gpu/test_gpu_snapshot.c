@@ -29,20 +29,13 @@
 #include <sys/stat.h>
 
 #include "../check.h"
+#include "../cuda_check.h"
 #include "../smp/harness.h"
 #include "internal.h"
 #include "manifest.h"
 #include "snap/codec.h"
 #include "gpu_data.h"
 
-#define CU(call)                                                                                       \
-	do {                                                                                           \
-		cudaError_t e_ = (call);                                                               \
-		if (e_ != cudaSuccess) {                                                               \
-			fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-			exit(1);                                                                       \
-		}                                                                                      \
-	} while (0)
 
 static uint64_t rng_state;
 static uint64_t next_rand(void)

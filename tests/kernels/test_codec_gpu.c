@@ -9,9 +9,7 @@
 #include "snap/codec.h"
 #include "testutil.h"
 
-#define CU(call) do { cudaError_t e_ = (call); if (e_ != cudaSuccess) { \
-	fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
-	exit(1); } } while (0)
+#include "../cuda_check.h"
 
 static const int dtypes[] = { SNAP_DTYPE_F32, SNAP_DTYPE_BF16, SNAP_DTYPE_F16 };
 

@@ -188,9 +188,14 @@ static void run_kernels(void *d, const float *h, uint64_t bytes, int codec, doub
 	for (int it = -1; it < iters; it++) {
 		CU(cudaStreamSynchronize(st));
 		double t0 = now();
-		for (uint64_t k = 0; k < nch; k++)
-			snap_codec_cuda_compress(&p, (const char *)d + k * chunk, chunk / 4, (char *)out + k * cap, cap,
-						 sc, sl, lens + k, st);
+		for (uint64_t k = 0; k < nch; k++) {
+			int rc = snap_codec_cuda_compress(&p, (const char *)d + k * chunk, chunk / 4,
+							  (char *)out + k * cap, cap, sc, sl, lens + k, st);
+			if (rc) {
+				fprintf(stderr, "snap_codec_cuda_compress: %s\n", snap_strerror(rc));
+				exit(1);
+			}
+		}
 		CU(cudaStreamSynchronize(st));
 		if (it >= 0)
 			t[it] = now() - t0;
