@@ -91,8 +91,12 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	char job[SNAP_JOB_MAX + 1];
 	snap_get_str(r, job, sizeof(job));
 	uint32_t rank = snap_get_u32(r), world = snap_get_u32(r), pid = snap_get_u32(r);
-	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world || world > (1u << 24)) {
-		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u or world %u invalid)", rank, world);
+	uint64_t gen = snap_get_u64(r);   /* the generation this process already belongs to; 0: none yet */
+	/* A generation near 2^64 could only come from a broken or hostile
+	 * client, and the counter must never wrap. */
+	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world ||
+	    world > (1u << 24) || gen > (UINT64_MAX >> 1)) {
+		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u, world %u or generation invalid)", rank, world);
 		return SNAP_EPROTO;
 	}
 	if (c->job) {
@@ -110,9 +114,26 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 		snap_fmt(err, ERRLEN, "job %s rank %u is already connected (pid %u)", job, rank, rk->pid);
 		return SNAP_EBUSY;
 	}
-	/* The first rank of a job to connect while none is connected starts a new incarnation. */
-	if (j->connected++ == 0)
-		snap_store_new_generation(j);
+	/*
+	 * A generation is an incarnation of the job's processes, so it changes
+	 * only when processes do. A process that was already connected (to this
+	 * daemon or to one that died) says which generation it belongs to and
+	 * keeps it: after a daemon restart no rank is connected, and treating
+	 * the first reconnecting rank as a new incarnation made its next save
+	 * withdraw the live ranks' committed steps (issue 10). A process new to
+	 * the daemon (gen 0) starts a new incarnation when no rank of the job is
+	 * connected, and otherwise joins the running one.
+	 */
+	if (gen != 0 && gen >= j->gen) {
+		if (gen > j->gen)   /* a generation a dead daemon started, of which nothing was committed */
+			snap_store_set_generation(m->store, j, gen);
+	} else if (gen != 0) {
+		say(m, "job %s rank %u (pid %u) of generation %" PRIu64 " reconnected after generation %" PRIu64
+		    " started; it joins the new one", job, rank, pid, gen, j->gen);
+	} else if (j->connected == 0) {
+		snap_store_new_generation(m->store, j);
+	}
+	j->connected++;
 	rk->conn = c;
 	rk->pid = pid;
 	j->world = world;
@@ -123,6 +144,7 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	snap_put_u32(out, m->store->nslots);
 	snap_put_u64(out, m->store->mem_limit);
 	snap_put_u64(out, m->store->mem_used);
+	snap_put_u64(out, j->gen);
 	return 0;
 }
 
@@ -161,7 +183,7 @@ static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 	return 0;
 }
 
-static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err)
+static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int again, char *err)
 {
 	uint32_t slot = snap_get_u32(r);
 	uint64_t step = snap_get_u64(r);
@@ -176,8 +198,10 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, char *e
 		return SNAP_ENOMEM;
 	for (uint32_t i = 0; i < 2 * ncrc; i++)
 		crc[i] = snap_get_u32(r);
-	int rc = snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
-				   m->cfg->verify_commit, err, ERRLEN);
+	int rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
+					     m->cfg->verify_commit, err, ERRLEN)
+		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
+					   m->cfg->verify_commit, err, ERRLEN);
 	free(crc);
 	if (rc == 0)
 		persist_on_commit(m, c->job);
@@ -216,6 +240,14 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 		snap_fmt(err, ERRLEN, "job %s rank %u has no committed snapshot of step %" PRIu64 " in store %s", j->name,
 			 c->rank->rank, want, m->store->root);
 		return SNAP_ENOENT;
+	}
+	/* A snapshot of a job with another number of ranks holds other shards:
+	 * restoring it would hand this rank the wrong part of the model. */
+	if (sl->man.world != j->world) {
+		snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s was saved by a job of world size %u, this job has %u "
+			 "ranks (world size mismatch; resharding is not supported: export the persisted step with "
+			 "snaptool export and load it by global shape)", want, j->name, sl->man.world, j->world);
+		return SNAP_EMISMATCH;
 	}
 	/* mesh: other nodes hold the other ranks; the agreement vouches for them. */
 	if (m->mesh && !snap_mesh_step_complete(m->mesh, j->name, want)) {
@@ -261,6 +293,17 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 	snap_rbuf_init(&r, payload, h->len);
 	if (h->type == SNAP_MSG_FLUSH) {
 		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
+	} else if (h->type == SNAP_MSG_STATUS) {
+		/* The daemon's own budget, for snaptool status (its defaults are not ours). */
+		rc = 0;
+		if (snap_rbuf_left(&r)) {
+			snap_fmt(err, ERRLEN, "STATUS carries a payload");
+			rc = SNAP_EPROTO;
+		}
+		snap_put_u64(&out, m->store->mem_limit);
+		snap_put_u64(&out, m->store->mem_used);
+		snap_put_u32(&out, m->store->nslots);
+		snap_put_u32(&out, (uint32_t)getpid());
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;
@@ -269,7 +312,8 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 		case SNAP_MSG_HELLO: rc = on_hello(m, c, &r, &out, err); break;
 		case SNAP_MSG_REGISTER: rc = on_register(m, c, &r, err); break;
 		case SNAP_MSG_ACQUIRE: rc = on_acquire(m, c, &r, &out, &fd, err); break;
-		case SNAP_MSG_COMMIT: rc = on_commit(m, c, &r, err); break;
+		case SNAP_MSG_COMMIT: rc = on_commit(m, c, &r, 0, err); break;
+		case SNAP_MSG_RECOMMIT: rc = on_commit(m, c, &r, 1, err); break;
 		case SNAP_MSG_LATEST: {
 			uint64_t step;
 			rc = snap_mesh_job_error(m->mesh, c->job->name, err, ERRLEN);

@@ -42,9 +42,11 @@ static int map_slot(const struct flush_rank *fr, const uint8_t **base, char *err
 	*base = NULL;
 	if (lay->slot_bytes == 0)
 		return 0;
-	int fd = open(fr->path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	char why[128];
+	int fd = snap_store_open_regular(fr->path, O_RDONLY, &st, why, sizeof(why));
 	if (fd < 0) {
-		snap_fmt(err, errlen, "cannot open slot file %s: %s", fr->path, strerror(errno));
+		snap_fmt(err, errlen, "cannot open slot file %s: %s", fr->path, why[0] ? why : "missing");
 		return SNAP_EIO;
 	}
 	const uint8_t *p = mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0);
@@ -190,7 +192,8 @@ int snap_flusher_start(struct snap_flusher **fp, const struct snap_config *cfg, 
 	struct snap_flusher *f = calloc(1, sizeof(*f));
 	if (!f)
 		return SNAP_ENOMEM;
-	struct snap_io_opts o = { .codec = cfg->flush_codec ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE };
+	struct snap_io_opts o = { .codec = cfg->flush_codec ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE,
+				  .mode = cfg->flush_mode };
 	struct snap_io_err e = { 0 };
 	f->writer = snap_io_writer_new(&o, &e);
 	if (!f->writer || pipe2(f->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {

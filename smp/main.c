@@ -25,6 +25,8 @@ static void usage(FILE *f)
 		"  --flush-interval T flush the newest restorable step every T seconds (SNAP_FLUSH_INTERVAL)\n"
 		"  --flush-keep N     persisted steps kept per job (SNAP_FLUSH_KEEP, default 2)\n"
 		"  --flush-codec C    none or lz4 (SNAP_FLUSH_CODEC, default none)\n"
+		"  --flush-mode MODE  octal permission bits of flushed files (SNAP_FLUSH_MODE, default 0600;\n"
+		"                     directories get x where r is set), whatever the umask\n"
 		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
 		"                     (SNAP_ALLOW_OLDER=1)\n"
 		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
@@ -56,6 +58,7 @@ int main(int argc, char **argv)
 		{ "flush-interval", required_argument, NULL, 'I' }, { "flush-keep", required_argument, NULL, 'K' },
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
+		{ "flush-mode", required_argument, NULL, 'M' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int quiet = 0, socket_set = 0, slots_set = getenv("SNAP_SLOTS") != NULL, o, ec_k = 0, ec_m = 0;
@@ -89,6 +92,13 @@ int main(int argc, char **argv)
 		case 'C':
 			if (snap_flush_codec_parse(optarg, &cfg.flush_codec)) {
 				fprintf(stderr, "snapsmp: --flush-codec %s: expected none or lz4\n", optarg);
+				return 2;
+			}
+			break;
+		case 'M':
+			if (snap_flush_mode_parse(optarg, &cfg.flush_mode)) {
+				fprintf(stderr, "snapsmp: --flush-mode %s: expected octal permission bits that include 0600\n",
+					optarg);
 				return 2;
 			}
 			break;

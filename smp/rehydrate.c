@@ -83,6 +83,19 @@ static int choose_step(const struct snap_config *cfg, struct store_job *j, uint6
 			return SNAP_ECORRUPT;
 		}
 	}
+	/* A sealed step that lost its MANIFEST is not persisted by the format,
+	 * but its rank files say it was: a loss, treated like a damaged step. */
+	uint64_t lost = 0;
+	if (!first[0] && snap_io_lost_step(cfg->flush_dir, j->name, n > 0 ? steps[0] : 0, &lost)) {
+		snprintf(first, sizeof(first), "persisted step %" PRIu64 " has lost its MANIFEST (its rank files are "
+			 "still in %s/%s/step-%" PRIu64 ")", lost, cfg->flush_dir, j->name, lost);
+		snap_smp_logf("job %s: warning: %s", j->name, first);
+		if (!cfg->allow_older || n == 0) {
+			snap_fmt(err, errlen, "newest %s; nothing was restored%s", first,
+				 n ? " (set SNAP_ALLOW_OLDER=1 to fall back to an older persisted step)" : "");
+			return SNAP_ECORRUPT;
+		}
+	}
 	if (n == 0) {
 		snap_fmt(err, errlen, "job %s has no step committed by all of its ranks in the node store, and none "
 			 "persisted in %s", j->name, cfg->flush_dir);

@@ -51,9 +51,37 @@ static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank
 	return drop_slot(s, j, r, i, err, errlen);
 }
 
-void snap_store_new_generation(struct store_job *j)
+/* Record j->gen in <root>/<job>/generation (tmp + rename); a failure costs
+ * only the uniqueness of numbers across daemon restarts: logged. */
+static void save_generation(struct snap_store *s, const struct store_job *j)
+{
+	if (s->read_only)
+		return;
+	char path[SNAP_FILE_MAX], tmp[SNAP_FILE_MAX + 8], text[32];
+	snprintf(path, sizeof(path), "%s/%s/generation", s->root, j->name);
+	snprintf(tmp, sizeof(tmp), "%s.tmp", path);
+	int n = snprintf(text, sizeof(text), "%" PRIu64 "\n", j->gen);
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	int ok = fd >= 0 && write(fd, text, (size_t)n) == n;
+	if (fd >= 0 && close(fd) != 0)
+		ok = 0;
+	if (!ok || rename(tmp, path) != 0) {
+		snap_store_logf(s, "cannot record generation %" PRIu64 " of job %s in %s: %s", j->gen, j->name, path,
+				strerror(errno));
+		unlink(tmp);
+	}
+}
+
+void snap_store_new_generation(struct snap_store *s, struct store_job *j)
 {
 	j->gen++;
+	save_generation(s, j);
+}
+
+void snap_store_set_generation(struct snap_store *s, struct store_job *j, uint64_t gen)
+{
+	j->gen = gen;
+	save_generation(s, j);
 }
 
 int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
@@ -176,6 +204,21 @@ int snap_store_register(struct snap_store *s, struct store_job *j, struct store_
 	return 0;
 }
 
+/*
+ * Saving step s continues a timeline at s: this rank's committed steps >= s
+ * belong to a timeline a restore abandoned, and so do other ranks' steps >= s
+ * from older generations.
+ */
+static int continue_timeline(struct snap_store *s, struct store_job *j, struct store_rank *r, uint64_t step,
+			     char *err, size_t errlen)
+{
+	int rc = snap_store_rewind(s, j, 1, step - 1, err, errlen);
+	for (uint32_t i = 0; !rc && i < s->nslots; i++)
+		if (r->slots[i].state == SLOT_COMMITTED && r->slots[i].step >= step)
+			rc = withdraw(s, j, r, i, "a save of the same or an older step", err, errlen);
+	return rc;
+}
+
 int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_rank *r, uint64_t step,
 		       void *owner, uint32_t *slot, int *fd, char *err, size_t errlen)
 {
@@ -183,15 +226,7 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 		snap_fmt(err, errlen, "job %s rank %u: REGISTER a layout before the first save", j->name, r->rank);
 		return SNAP_EPROTO;
 	}
-	/*
-	 * Saving step s continues a timeline at s: this rank's committed steps
-	 * >= s belong to a timeline a restore abandoned, and so do other
-	 * ranks' steps >= s from older generations.
-	 */
-	int rc = snap_store_rewind(s, j, 1, step - 1, err, errlen);
-	for (uint32_t i = 0; !rc && i < s->nslots; i++)
-		if (r->slots[i].state == SLOT_COMMITTED && r->slots[i].step >= step)
-			rc = withdraw(s, j, r, i, "a save of the same or an older step", err, errlen);
+	int rc = continue_timeline(s, j, r, step, err, errlen);
 	if (rc)
 		return rc;
 	uint64_t latest = 0;
@@ -356,17 +391,43 @@ int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_ra
 	return 0;
 }
 
+int snap_store_recommit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
+			uint32_t slot, uint64_t step, const uint32_t *crc, const uint32_t *len, uint32_t ncrc,
+			int verify, char *err, size_t errlen)
+{
+	if (slot >= s->nslots || !r->has_layout || step == SNAP_STEP_LATEST) {
+		snap_fmt(err, errlen, "recommit of step %" PRIu64 " into slot %u: no such slot, or no layout registered",
+			 step, slot);
+		return SNAP_EPROTO;
+	}
+	struct store_slot *sl = &r->slots[slot];
+	if (sl->state == SLOT_COMMITTED && sl->step == step && sl->man.gen == j->gen && ncrc == sl->man.layout.ncrc &&
+	    memcmp(crc, sl->man.crc, ncrc * sizeof(*crc)) == 0 && memcmp(len, sl->man.len, ncrc * sizeof(*len)) == 0)
+		return 0;   /* the dead daemon published it before it died */
+	if (sl->state != SLOT_FREE || sl->refs || sl->size != r->layout.slot_bytes) {
+		snap_fmt(err, errlen, "recommit of step %" PRIu64 " into slot %u: the slot was handed out or committed "
+			 "since; the step is lost on this rank", step, slot);
+		return SNAP_ESTATE;
+	}
+	int rc = continue_timeline(s, j, r, step, err, errlen);
+	if (rc)
+		return rc;
+	sl->state = SLOT_WRITING;
+	sl->step = step;
+	sl->owner = owner;
+	return snap_store_commit(s, j, r, owner, slot, step, crc, len, ncrc, verify, err, errlen);
+}
+
 int snap_store_open_slot(struct snap_store *s, const struct store_job *j, const struct store_rank *r,
 			 uint32_t slot, char *err, size_t errlen)
 {
 	char path[SNAP_FILE_MAX];
 	snap_store_path(s, j->name, r->rank, slot, 0, path, sizeof(path));
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
 	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		snap_fmt(err, errlen, "slot file %s is missing: %s", path, strerror(errno));
-		if (fd >= 0)
-			close(fd);
+	char why[128];
+	int fd = snap_store_open_regular(path, O_RDONLY, &st, why, sizeof(why));
+	if (fd < 0) {
+		snap_fmt(err, errlen, "slot file %s is unusable: %s", path, why[0] ? why : "missing");
 		return SNAP_ECORRUPT;
 	}
 	if ((uint64_t)st.st_size < r->slots[slot].man.layout.slot_bytes) {

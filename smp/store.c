@@ -108,6 +108,36 @@ struct store_rank *snap_store_rank(struct snap_store *s, struct store_job *j, ui
 	return r;
 }
 
+int snap_store_open_regular(const char *path, int flags, struct stat *st, char *why, size_t whylen)
+{
+	/* O_NONBLOCK: opening a FIFO for reading returns at once instead of
+	 * waiting for a writer; O_NOFOLLOW: a symlink is not the store's file. */
+	int fd = open(path, flags | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0) {
+		int e = errno;
+		snap_fmt(why, whylen, "%s", e == ELOOP ? "is a symbolic link" : e == ENOENT ? "" : strerror(e));
+		errno = e;
+		return -1;
+	}
+	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
+		int e = errno;
+		snap_fmt(why, whylen, "is not a regular file (mode %o)", (unsigned)(st->st_mode & S_IFMT) >> 12);
+		close(fd);
+		errno = S_ISREG(st->st_mode) ? e : EINVAL;
+		return -1;
+	}
+	/* Reads of a regular file never block; clear the flag for clarity. */
+	fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+	return fd;
+}
+
+/* Remember the first path the scan may not read: the store cannot be judged. */
+static void note_denied(struct snap_store *s, const char *path)
+{
+	if (!s->denied[0])
+		snprintf(s->denied, sizeof(s->denied), "%s", path);
+}
+
 /* Load slot i of a rank from disk: committed if its manifest checks out. */
 static void scan_slot(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i)
 {
@@ -116,20 +146,32 @@ static void scan_slot(struct snap_store *s, struct store_job *j, struct store_ra
 	struct stat st;
 	snap_store_path(s, j->name, r->rank, i, 0, path, sizeof(path));
 	snap_store_path(s, j->name, r->rank, i, 1, mpath, sizeof(mpath));
-	sl->size = stat(path, &st) == 0 ? (uint64_t)st.st_size : 0;
-	int has_data = sl->size > 0 || errno != ENOENT;
+	int rc = lstat(path, &st);
+	int has_data = rc == 0 ? S_ISREG(st.st_mode) : errno != ENOENT;
+	sl->size = rc == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
 	s->mem_used += sl->size;
+	if (rc == 0 && !S_ISREG(st.st_mode))
+		snap_store_logf(s, "%s is not a regular file; slot %u of job %s rank %u is unusable", path, i, j->name,
+				r->rank);
 
-	int fd = open(mpath, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return;
 	struct stat mst;
+	int fd = snap_store_open_regular(mpath, O_RDONLY, &mst, why, sizeof(why));
+	if (fd < 0) {
+		if (errno == ENOENT)
+			return;
+		if (errno == EACCES)
+			note_denied(s, mpath);
+		/* A FIFO, a device, a link or an unreadable file is no manifest:
+		 * never remove what we did not write (it may not even be ours). */
+		snap_store_logf(s, "skipping %s: %s", mpath, why);
+		return;
+	}
 	void *buf = NULL;
 	ssize_t got = -1;
-	if (fstat(fd, &mst) == 0 && mst.st_size > 0 && mst.st_size < (64 << 20) && (buf = malloc((size_t)mst.st_size)))
+	if (mst.st_size > 0 && mst.st_size < (64 << 20) && (buf = malloc((size_t)mst.st_size)))
 		got = pread(fd, buf, (size_t)mst.st_size, 0);
 	close(fd);
-	int rc = SNAP_EIO;
+	rc = SNAP_EIO;
 	if (got == mst.st_size && got > 0)
 		rc = snap_manifest_decode(buf, (size_t)got, &sl->man, why, sizeof(why));
 	else
@@ -182,6 +224,8 @@ static void scan_rank(struct snap_store *s, struct store_job *j, const char *dir
 	if (!r)
 		return;
 	DIR *d = opendir(dir);
+	if (!d && errno == EACCES)
+		note_denied(s, dir);
 	struct dirent *e;
 	while (d && (e = readdir(d))) {
 		uint32_t i;
@@ -205,11 +249,38 @@ static void scan_rank(struct snap_store *s, struct store_job *j, const char *dir
 		scan_slot(s, j, r, i);
 }
 
+/* The generation counter a previous daemon recorded (slots.c), if any. */
+static void load_generation(struct snap_store *s, struct store_job *j, const char *jdir)
+{
+	char path[SNAP_FILE_MAX], why[128], text[32];
+	struct stat st;
+	if (join(path, sizeof(path), jdir, "generation"))
+		return;
+	int fd = snap_store_open_regular(path, O_RDONLY, &st, why, sizeof(why));
+	if (fd < 0) {
+		if (errno != ENOENT)
+			snap_store_logf(s, "skipping %s: %s", path, why);
+		return;
+	}
+	ssize_t n = read(fd, text, sizeof(text) - 1);
+	close(fd);
+	char *end;
+	text[n > 0 ? n : 0] = '\0';
+	uint64_t g = strtoull(text, &end, 10);
+	if (n <= 0 || end == text || (*end && *end != '\n'))
+		snap_store_logf(s, "ignoring %s: not a generation number", path);
+	else if (g > j->gen)
+		j->gen = g;
+}
+
 static int scan(struct snap_store *s)
 {
 	DIR *d = opendir(s->root);
-	if (!d)
-		return SNAP_EIO;
+	if (!d) {
+		if (errno == EACCES)
+			note_denied(s, s->root);
+		return errno == EACCES ? SNAP_EPERM : SNAP_EIO;
+	}
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		char jdir[SNAP_FILE_MAX];
@@ -221,6 +292,10 @@ static int scan(struct snap_store *s)
 			continue;
 		struct store_job *j = snap_store_job(s, e->d_name, 1);
 		DIR *jd = j ? opendir(jdir) : NULL;
+		if (j && !jd && errno == EACCES)
+			note_denied(s, jdir);
+		if (j)
+			load_generation(s, j, jdir);
 		struct dirent *re;
 		while (jd && (re = readdir(jd))) {
 			uint32_t rank;
@@ -286,6 +361,14 @@ int snap_store_open(struct snap_store **sp, const char *root, unsigned nslots, u
 	if (!read_only && (st.st_mode & 077))
 		chmod(root, 0700);
 	scan(s);
+	if (s->denied[0]) {
+		/* An unreadable store is not an empty one: saying "nothing is
+		 * recoverable" about data we could not read is a false loss report. */
+		snap_fmt(err, errlen, "cannot read %s: permission denied (the store belongs to uid %u, mode %03o; "
+			 "run as that user)", s->denied, (unsigned)st.st_uid, (unsigned)(st.st_mode & 0777));
+		snap_store_close(s);
+		return SNAP_EPERM;
+	}
 	*sp = s;
 	return 0;
 }

@@ -18,6 +18,7 @@
 #define SNAP_FILE_MAX 1024   /* any path inside a store */
 
 #include <stdint.h>
+#include <sys/stat.h>
 
 #include "internal.h"
 #include "manifest.h"
@@ -80,6 +81,7 @@ struct snap_store {
 	struct store_job *jobs;
 	void (*log)(const char *msg);
 	int mesh;                      /* --ec: restorable = the mesh's global view (job->mesh_latest) */
+	char denied[SNAP_FILE_MAX];    /* first path the scan could not read (EACCES): open fails */
 };
 
 /*
@@ -116,11 +118,27 @@ int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_ra
 		      int verify, char *err, size_t errlen);
 
 /*
+ * A COMMIT for a slot that a previous daemon handed to this rank and that
+ * died before the commit reached it (the trainer reconnected): publish it if
+ * the slot is still free, under the same rules as an ACQUIRE of that step
+ * followed by a COMMIT; succeed without change if the dead daemon had
+ * published exactly this commit already.
+ */
+int snap_store_recommit(struct snap_store *s, struct store_job *j, struct store_rank *r, void *owner,
+			uint32_t slot, uint64_t step, const uint32_t *crc, const uint32_t *len, uint32_t ncrc,
+			int verify, char *err, size_t errlen);
+
+/*
  * Generations keep two incarnations of a job from mixing. A job's ranks
  * reconnecting after all of them were gone is a new incarnation: call this,
- * and manifests committed from then on carry the new number.
+ * and manifests committed from then on carry the new number. The counter is
+ * kept in <root>/<job>/generation too, so that a restarted daemon never
+ * hands out again a number a dead one gave to processes that may still be
+ * alive and reconnect with it.
  */
-void snap_store_new_generation(struct store_job *j);
+void snap_store_new_generation(struct snap_store *s, struct store_job *j);
+/* Adopt generation gen (> j->gen) that a live process of the job reports. */
+void snap_store_set_generation(struct snap_store *s, struct store_job *j, uint64_t gen);
 
 /*
  * A restore of step `base` (or none: has_base == 0) starts a new timeline:
@@ -130,6 +148,14 @@ void snap_store_new_generation(struct store_job *j);
  */
 int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
 		      size_t errlen);
+
+/*
+ * Open a store file only if it is a regular file (O_NONBLOCK | O_NOFOLLOW,
+ * then fstat): a FIFO planted where a manifest belongs must not hang a scan.
+ * Returns the descriptor, or -1 with errno set (ENOENT: absent; EINVAL: not
+ * a regular file) and why describing the problem.
+ */
+int snap_store_open_regular(const char *path, int flags, struct stat *st, char *why, size_t whylen);
 
 /* A message through the store's log callback (none when NULL). */
 void snap_store_logf(const struct snap_store *s, const char *fmt, ...) SNAP_PRINTF(2, 3);

@@ -15,6 +15,10 @@
 #define IO_FORMAT_NAME "snapio"
 #define IO_FORMAT_VERSION 1
 #define IO_MANIFEST "MANIFEST"
+/* Present in a step directory from its first rank file until MANIFEST is in
+ * place: rank files without MANIFEST and without it mean a sealed step whose
+ * MANIFEST was lost afterwards (snap_io_lost_step), not an unfinished flush. */
+#define IO_INCOMPLETE ".incomplete"
 #define IO_MAX_NAME 1024
 #define IO_LZ4_FILTER 32004
 #define IO_ALIGN 4096
@@ -45,7 +49,11 @@ int io_path_job(char *out, size_t cap, const char *dir, const char *job);
 int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64_t step);
 int io_path_rank(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank);
 /* mkdir -p with fsync of each parent that gained an entry. */
-int io_mkdirs(const char *path, struct snap_io_err *err);
+/* Create path and its missing parents with exactly `mode` (chmod after
+ * mkdir, so the umask does not change it); existing ones are left alone. */
+int io_mkdirs(const char *path, unsigned mode, struct snap_io_err *err);
+/* A directory's bits for files of mode `m`: x added where r is set. */
+static inline unsigned io_dir_mode(unsigned m) { return m | ((m & 0444) >> 2); }
 int io_fsync_dir(const char *path);
 /* rm -r of a directory tree (no symlink following). */
 int io_rmtree(const char *path);

@@ -26,13 +26,20 @@
 
 #define MANIFEST_MAX (64u << 20)
 
+/* -EFTYPE_: not a regular file (a FIFO would block open or read for ever). */
+#define EFTYPE_ ENODEV
+
 static int read_all(const char *path, char **out, size_t *len)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOFOLLOW);
 	if (fd < 0)
-		return -errno;
+		return errno == ELOOP ? -EFTYPE_ : -errno;
 	struct stat st;
-	if (fstat(fd, &st) < 0 || st.st_size > (off_t)MANIFEST_MAX) {
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return -EFTYPE_;
+	}
+	if (st.st_size > (off_t)MANIFEST_MAX) {
 		close(fd);
 		return -EFBIG;
 	}
@@ -67,6 +74,9 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	int rc = read_all(path, &b, &len);
 	if (rc == -ENOENT)
 		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " of job %s is not persisted (no %s)", step, job, path);
+	if (rc == -EFTYPE_)
+		return io_fail(err, SNAP_ECORRUPT, "%s: not a regular file (or a symbolic link); step %" PRIu64
+			       " skipped", path, step);
 	if (rc)
 		return io_fail(err, io_errno_code(-rc), "%s: cannot read: %s", path, strerror(-rc));
 	/* The trailer covers everything before it. */
@@ -181,9 +191,13 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
 	uint32_t have = 0;
 	struct snap_io_err probe = {0};
+	char mark[4200];
+	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
 	if (io_manifest_load(dir, job, step, 1, &have, NULL, &probe) == 0) {
-		if (have == world)
+		if (have == world) {
+			unlink(mark);
 			return 0;
+		}
 		return io_fail(err, SNAP_ESTATE, "%s: step already sealed with world %" PRIu32 ", not %" PRIu32,
 			       path, have, world);
 	}
@@ -216,9 +230,15 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 						r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
 		len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
 		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, IO_MANIFEST, (int)getpid());
-		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		/* The MANIFEST takes the step directory's bits less x (the writer
+		 * made the directory with the configured mode), whatever the umask. */
+		struct stat dst;
+		unsigned fmode = stat(sdir, &dst) == 0 ? ((unsigned)dst.st_mode & 0666) | 0600 : 0600;
+		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
 		size_t off = 0;
 		int e = fd < 0 ? errno : 0;
+		if (!e && fchmod(fd, fmode) != 0)
+			e = errno;
 		while (!e && off < len) {
 			ssize_t k = write(fd, b + off, len - off);
 			if (k < 0 && errno == EINTR)
@@ -238,6 +258,9 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 			int d = io_fsync_dir(sdir);
 			e = d < 0 ? -d : 0;
 		}
+		/* Sealed: the step is no longer an unfinished flush. */
+		if (!e)
+			unlink(mark);
 		if (e) {
 			unlink(tmp);
 			rc = io_fail(err, io_errno_code(e), "%s: writing manifest failed: %s", path, strerror(e));
@@ -311,6 +334,47 @@ int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t
 		steps[i] = all[i];
 	free(all);
 	return n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
+}
+
+int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uint64_t *step)
+{
+	char jdir[4096];
+	if (!dir || io_check_job(job, NULL) < 0 || io_path_job(jdir, sizeof jdir, dir, job))
+		return 0;
+	DIR *d = opendir(jdir);
+	if (!d)
+		return 0;
+	int found = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		uint64_t s;
+		if (io_parse_step_name(e->d_name, &s) < 0 || s <= newer_than || (found && s <= *step))
+			continue;
+		char sdir[4400], p[4500];
+		if (snprintf(sdir, sizeof sdir, "%s/%s", jdir, e->d_name) >= (int)sizeof sdir)
+			continue;
+		snprintf(p, sizeof p, "%s/%s", sdir, IO_MANIFEST);
+		struct stat st;
+		if (lstat(p, &st) == 0)
+			continue;   /* sealed (listed, or damaged: the caller's other checks) */
+		snprintf(p, sizeof p, "%s/%s", sdir, IO_INCOMPLETE);
+		if (lstat(p, &st) == 0 || errno != ENOENT)
+			continue;   /* a flush that never finished */
+		DIR *sd = opendir(sdir);
+		struct dirent *f;
+		int rank_file = 0;
+		while (sd && !rank_file && (f = readdir(sd)) != NULL)
+			rank_file = strncmp(f->d_name, "rank-", 5) == 0 && strlen(f->d_name) > 8 &&
+				    strcmp(f->d_name + strlen(f->d_name) - 3, ".h5") == 0;
+		if (sd)
+			closedir(sd);
+		if (rank_file) {
+			*step = s;
+			found = 1;
+		}
+	}
+	closedir(d);
+	return found;
 }
 
 int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct snap_io_err *err)

@@ -83,7 +83,7 @@ int io_fsync_dir(const char *path)
 	return rc;
 }
 
-int io_mkdirs(const char *path, struct snap_io_err *err)
+int io_mkdirs(const char *path, unsigned mode, struct snap_io_err *err)
 {
 	char buf[4096];
 	size_t n = strlen(path);
@@ -95,7 +95,11 @@ int io_mkdirs(const char *path, struct snap_io_err *err)
 			continue;
 		char saved = buf[i];
 		buf[i] = '\0';
-		if (mkdir(buf, 0755) == 0) {
+		if (mkdir(buf, 0700) == 0) {
+			if (chmod(buf, mode) != 0) {
+				int e = errno;
+				return io_fail(err, io_errno_code(e), "cannot set mode %03o on %s: %s", mode, buf, strerror(e));
+			}
 			/* The new entry is durable only once its parent is fsynced. */
 			char *slash = strrchr(buf, '/');
 			if (slash && slash != buf) {

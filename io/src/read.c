@@ -225,8 +225,11 @@ int io_rank_open(const char *path, const struct io_rank_id *expect, hid_t *file,
 		 struct snap_io_err *err)
 {
 	struct stat st;
-	if (stat(path, &st) < 0)
+	if (lstat(path, &st) < 0)
 		return io_fail(err, SNAP_ENOENT, "%s: missing: %s", path, strerror(errno));
+	/* HDF5 would open a FIFO and block on it for ever. */
+	if (!S_ISREG(st.st_mode))
+		return io_fail(err, SNAP_ECORRUPT, "%s: not a regular file (or a symbolic link); skipped", path);
 	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
 	if (f < 0)
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: not a readable HDF5 file (truncated or corrupt?)", path);

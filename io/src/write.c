@@ -7,6 +7,7 @@
  * is HDF5's own pwrite, not io_uring (see docs/io-format.md). Frame regions
  * (codec streams) go as they are, one chunk per frame (frames.c).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -32,6 +33,11 @@ struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struc
 	if (!o.chunk_bytes) o.chunk_bytes = 4u << 20;
 	if (!o.io_bytes) o.io_bytes = 4u << 20;
 	if (!o.queue_depth) o.queue_depth = 8;
+	if (!o.mode) o.mode = 0600;
+	if (o.mode > 0777 || (o.mode & 0600) != 0600) {
+		io_fail(err, SNAP_EINVAL, "file mode %03o: expected permission bits that include 0600", o.mode);
+		return NULL;
+	}
 	if (o.codec != SNAP_IO_CODEC_NONE && o.codec != SNAP_IO_CODEC_LZ4) {
 		io_fail(err, SNAP_EINVAL, "unknown codec %d", o.codec);
 		return NULL;
@@ -281,8 +287,21 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 			H5Pclose(fapl);
 		return io_fail_h5(err, SNAP_EIO, "%s: HDF5 property setup failed", final);
 	}
+	/* Create the file ourselves with the configured bits (fchmod: the umask
+	 * must not widen or narrow them), then let HDF5 take it over. */
+	int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (tfd < 0 || fchmod(tfd, w->o.mode) != 0) {
+		int e = errno;
+		if (tfd >= 0) {
+			close(tfd);
+			unlink(tmp);
+		}
+		H5Pclose(fapl);
+		return io_fail(err, io_errno_code(e), "%s: cannot create temp file %s: %s", final, tmp, strerror(e));
+	}
+	close(tfd);
 	errno = 0;
-	f = H5Fcreate(tmp, H5F_ACC_EXCL, H5P_DEFAULT, fapl);
+	f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
 	H5Pclose(fapl);
 	if (f < 0) {
 		int e = errno;
@@ -436,6 +455,28 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	return rc;
 }
 
+/*
+ * A failed write leaves nothing behind: when the unfinished-flush mark is
+ * the step directory's only entry (no rank file, no other writer's temp
+ * file), remove it too. A writer starting at that very moment could end up
+ * with a rank file and no mark; if its flush is then never sealed, the step
+ * reads as lost (restore asks for SNAP_ALLOW_OLDER), which errs on the
+ * safe side.
+ */
+static void drop_lone_mark(const char *sdir, const char *mark)
+{
+	DIR *d = opendir(sdir);
+	if (!d)
+		return;
+	int others = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL)
+		others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, IO_INCOMPLETE);
+	closedir(d);
+	if (!others)
+		unlink(mark);
+}
+
 int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *job,
 		       uint64_t step, uint32_t rank, uint32_t world,
 		       const struct snap_io_region *regions, size_t n,
@@ -458,8 +499,18 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	snprintf(man, sizeof man, "%s/%s", sdir, IO_MANIFEST);
 	if (access(man, F_OK) == 0)
 		return io_fail(err, SNAP_ESTATE, "%s: step %" PRIu64 " is already persisted; not rewriting it", sdir, step);
-	if ((rc = io_mkdirs(sdir, err)) < 0)
+	if ((rc = io_mkdirs(sdir, io_dir_mode(w->o.mode), err)) < 0)
 		return rc;
+	/* Mark the step unfinished before any rank file can appear (the rank
+	 * file's directory fsync below makes the mark durable with it). */
+	char mark[4200];
+	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
+	int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (mfd < 0) {
+		int e = errno;
+		return io_fail(err, io_errno_code(e), "%s: cannot create %s: %s", final, mark, strerror(e));
+	}
+	close(mfd);
 	snprintf(tmp, sizeof tmp, "%s/.rank-%" PRIu32 ".h5.tmp.%d.%u", sdir, rank, (int)getpid(),
 		 atomic_fetch_add(&tmp_seq, 1));
 	struct plan *plan = calloc(n ? n : 1, sizeof *plan);
@@ -482,6 +533,7 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	}
 	if (rc) {
 		unlink(tmp);
+		drop_lone_mark(sdir, mark);
 		return rc;
 	}
 	/* The file is complete, fsynced and in place: it stays (see io.h). */

@@ -112,14 +112,20 @@ static int do_register(snap_ctx *ctx)
 	return rc;
 }
 
-/* The daemon decides how many slots a rank has: size the mapping cache to it. */
+/* The daemon decides how many slots a rank has: size the mapping cache to it.
+ * It also says which generation this process belongs to, kept for reconnects. */
 static int fit_slots(snap_ctx *ctx, const void *rep, uint32_t rlen)
 {
 	struct snap_rbuf r;
 	snap_rbuf_init(&r, rep, rlen);
 	uint32_t n = snap_get_u32(&r);
-	if (r.bad || n < 2 || n > 64)
-		return snap_fail(ctx, SNAP_EPROTO, "hello: snapsmp announced %u slots per rank", n);
+	snap_get_u64(&r);   /* mem_limit */
+	snap_get_u64(&r);   /* mem_used */
+	uint64_t gen = snap_get_u64(&r);
+	if (r.bad || n < 2 || n > 64 || gen == 0)
+		return snap_fail(ctx, SNAP_EPROTO, "hello: snapsmp announced %u slots per rank, generation %" PRIu64, n,
+				 gen);
+	ctx->gen = gen;
 	if (n <= ctx->nmaps)
 		return 0;
 	struct slot_map *m = realloc(ctx->maps, n * sizeof(*m));
@@ -154,6 +160,8 @@ static int connect_smp(snap_ctx *ctx)
 			snap_put_u32(&w, (uint32_t)ctx->cfg.rank);
 			snap_put_u32(&w, (uint32_t)ctx->cfg.world_size);
 			snap_put_u32(&w, (uint32_t)getpid());
+			/* A live process keeps its generation across daemon restarts. */
+			snap_put_u64(&w, ctx->gen);
 			void *rep;
 			uint32_t rlen;
 			rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_HELLO, &w, &rep, &rlen, NULL, "hello");
@@ -163,10 +171,17 @@ static int connect_smp(snap_ctx *ctx)
 			free(rep);
 			if (rc == 0 && ctx->frozen)
 				rc = do_register(ctx);
-			if (rc == 0)
+			if (rc == 0) {
+				/* Slots handed out on earlier connections are unknown to this one. */
+				pthread_mutex_lock(&ctx->mu);
+				ctx->epoch++;
+				pthread_mutex_unlock(&ctx->mu);
 				return 0;
+			}
 			disconnect(ctx);
-			if (rc != SNAP_EBUSY)
+			/* EBUSY: our dead predecessor's connection is not torn down yet;
+			 * ESMP: the daemon died during the handshake (a restart is due). */
+			if (rc != SNAP_EBUSY && rc != SNAP_ESMP)
 				return rc;
 		} else {
 			rc = snap_fail(ctx, SNAP_ESMP, "cannot connect to snapsmp at %s: %s (is snapsmp running for store %s?)",
@@ -192,6 +207,8 @@ int snap_ensure_connected(snap_ctx *ctx)
 
 int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 {
+	if (!ctxp)
+		return SNAP_EINVAL;
 	*ctxp = NULL;
 	snap_ctx *ctx = calloc(1, sizeof(*ctx));
 	if (!ctx)
@@ -207,6 +224,8 @@ int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 	else
 		snap_config_init(&ctx->cfg);
 	int rc = snap_config_check(&ctx->cfg, ctx->err, sizeof(ctx->err));
+	if (!rc)
+		rc = snap_config_socket(&ctx->cfg, ctx->err, sizeof(ctx->err));
 	if (rc)
 		return rc;
 	ctx->nmaps = ctx->cfg.slots;
@@ -235,8 +254,10 @@ static void default_codec(const struct snap_config *cfg, struct snap_region *r)
 
 int snap_register(snap_ctx *ctx, const struct snap_region *r)
 {
-	if (!ctx || !r)
+	if (!ctx)
 		return SNAP_EINVAL;
+	if (!r)
+		return snap_fail(ctx, SNAP_EINVAL, "register: NULL region");
 	if (ctx->frozen)
 		return snap_fail(ctx, SNAP_ESTATE, "register \"%s\": the layout is frozen after the first save or restore",
 			    r->name ? r->name : "(null)");
@@ -411,6 +432,41 @@ static void copy_task(void *arg, uint32_t t)
 	rec->len[t] = (uint32_t)n;
 }
 
+/*
+ * The daemon went away after handing out rec's slot: the COMMIT failed on the
+ * way, or the slot came from an earlier connection. The slot file still holds
+ * the step's bytes (slot files outlive snapsmp, and this rank is their only
+ * writer), so the step is not lost: reconnect and RECOMMIT the same slot. The
+ * new daemon publishes it if the slot is still free, or confirms it if the
+ * dead one had published it already. Meanwhile acquire() hands out no slot on
+ * the new connection (wait_for_stale_commits), so no newer save can take this
+ * one first. Caller holds sock_mu.
+ */
+static int recommit(snap_ctx *ctx, struct save_rec *rec, const struct snap_wbuf *w, const char *what)
+{
+	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
+	for (unsigned delay_ms = 1;; delay_ms = delay_ms < 100 ? delay_ms * 2 : 100) {
+		int rc = ctx->sock >= 0 ? 0 : connect_smp(ctx);
+		if (rc) {
+			memcpy(rec->err, ctx->err, ERRLEN);
+			return rc;
+		}
+		void *rep;
+		uint32_t rlen;
+		rc = snap_roundtrip(ctx, rec->err, SNAP_MSG_RECOMMIT, w, &rep, &rlen, NULL, what);
+		free(rep);
+		if (rc == 0) {
+			pthread_mutex_lock(&ctx->mu);
+			rec->epoch = ctx->epoch;
+			pthread_mutex_unlock(&ctx->mu);
+		}
+		if (rc != SNAP_ESMP || snap_now_ns() >= deadline)
+			return rc;
+		struct timespec ts = { 0, (long)delay_ms * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
 static int send_commit(snap_ctx *ctx, struct save_rec *rec)
 {
 	struct snap_wbuf w = { 0 };
@@ -430,9 +486,17 @@ static int send_commit(snap_ctx *ctx, struct save_rec *rec)
 	void *rep;
 	uint32_t rlen;
 	pthread_mutex_lock(&ctx->sock_mu);
-	int rc = snap_roundtrip(ctx, rec->err, SNAP_MSG_COMMIT, &w, &rep, &rlen, NULL, what);
+	pthread_mutex_lock(&ctx->mu);
+	int same = ctx->sock >= 0 && rec->epoch == ctx->epoch;
+	pthread_mutex_unlock(&ctx->mu);
+	int rc = SNAP_ESMP;
+	if (same) {
+		rc = snap_roundtrip(ctx, rec->err, SNAP_MSG_COMMIT, &w, &rep, &rlen, NULL, what);
+		free(rep);
+	}
+	if (rc == SNAP_ESMP)
+		rc = recommit(ctx, rec, &w, what);
 	pthread_mutex_unlock(&ctx->sock_mu);
-	free(rep);
 	snap_wbuf_free(&w);
 	return rc;
 }
@@ -484,12 +548,40 @@ static int take_pending(snap_ctx *ctx)
 	return rc;
 }
 
-static int acquire(snap_ctx *ctx, uint64_t step, uint32_t *slot, int *fd)
+/*
+ * Before asking for a slot, let commits whose slots the current connection
+ * does not know about (they came from a daemon that died) be recommitted:
+ * the new daemon sees those slots as free and could hand one out for this
+ * save, which would overwrite a step this rank is about to commit. With
+ * `all`, wait for every pending commit (the connection is lost, and a
+ * reconnect would make them all such commits).
+ */
+static void wait_for_stale_commits(snap_ctx *ctx, int all)
+{
+	pthread_mutex_lock(&ctx->mu);
+	for (;;) {
+		int stale = 0;
+		for (unsigned k = 0; k < ctx->commits_pending && k < 2; k++)
+			stale |= all || ctx->rec[ctx->cur ^ k].epoch != ctx->epoch;
+		if (!stale)
+			break;
+		pthread_cond_wait(&ctx->cv, &ctx->mu);
+	}
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+#define RETRY_LATER 1   /* not an error code: go round the loop again */
+
+static int acquire(snap_ctx *ctx, uint64_t step, uint32_t *slot, int *fd, uint64_t *epoch)
 {
 	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
 	char what[64];
 	snprintf(what, sizeof(what), "save of step %" PRIu64, step);
 	for (unsigned delay_us = 50;; delay_us = delay_us < 20000 ? delay_us * 2 : 20000) {
+		pthread_mutex_lock(&ctx->sock_mu);
+		int down = ctx->sock < 0;
+		pthread_mutex_unlock(&ctx->sock_mu);
+		wait_for_stale_commits(ctx, down);
 		int rc = snap_ensure_connected(ctx);
 		if (rc)
 			return rc;
@@ -498,8 +590,19 @@ static int acquire(snap_ctx *ctx, uint64_t step, uint32_t *slot, int *fd)
 		void *rep;
 		uint32_t rlen = 0;
 		pthread_mutex_lock(&ctx->sock_mu);
-		rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_ACQUIRE, &w, &rep, &rlen, fd, what);
+		pthread_mutex_lock(&ctx->mu);
+		int stale = 0;
+		for (unsigned k = 0; k < ctx->commits_pending && k < 2; k++)
+			stale |= ctx->rec[ctx->cur ^ k].epoch != ctx->epoch;
+		*epoch = ctx->epoch;
+		pthread_mutex_unlock(&ctx->mu);
+		/* A worker may have reconnected since the wait: wait again. */
+		rc = stale ? RETRY_LATER : snap_roundtrip(ctx, ctx->err, SNAP_MSG_ACQUIRE, &w, &rep, &rlen, fd, what);
 		pthread_mutex_unlock(&ctx->sock_mu);
+		if (rc == RETRY_LATER) {
+			snap_wbuf_free(&w);
+			continue;
+		}
 		snap_wbuf_free(&w);
 		if (rc == 0) {
 			struct snap_rbuf r;
@@ -556,7 +659,8 @@ int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream)
 
 	uint32_t slot;
 	int fd;
-	if ((rc = acquire(ctx, step, &slot, &fd)))
+	uint64_t epoch;
+	if ((rc = acquire(ctx, step, &slot, &fd, &epoch)))
 		return rc;
 	uint8_t *base = NULL;
 	if ((rc = map_slot(ctx, slot, fd, &base)))
@@ -570,6 +674,7 @@ int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream)
 	struct save_rec *rec = &ctx->rec[ctx->cur];
 	rec->step = step;
 	rec->slot = slot;
+	rec->epoch = epoch;
 	rec->base = base;
 	rec->copy_rc = 0;
 	ctx->genq = 0;

@@ -34,6 +34,7 @@ struct slot_map {
 struct save_rec {
 	uint64_t step;
 	uint32_t slot;
+	uint64_t epoch;         /* the connection (ctx->epoch) its slot was acquired on */
 	uint8_t *base;
 	uint32_t *crc;
 	uint32_t *len;          /* bytes stored per chunk */
@@ -47,6 +48,8 @@ struct snap_ctx {
 
 	int sock;
 	pthread_mutex_t sock_mu;
+	uint64_t epoch;         /* connections made so far; written under sock_mu and mu */
+	uint64_t gen;           /* the job generation this process belongs to (0: none yet) */
 
 	struct snap_region *regs;
 	uint32_t nregs, capregs;

@@ -15,7 +15,7 @@
 
 int snap_parse_size(const char *s, uint64_t *out)
 {
-	if (!s || !*s || !isdigit((unsigned char)*s))
+	if (!out || !s || !*s || !isdigit((unsigned char)*s))
 		return SNAP_EINVAL;
 	errno = 0;
 	char *end;
@@ -47,6 +47,18 @@ int snap_flush_codec_parse(const char *s, int *codec)
 		*codec = 1;
 	else
 		return SNAP_EINVAL;
+	return 0;
+}
+
+int snap_flush_mode_parse(const char *s, unsigned *mode)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 8);
+	/* The daemon must be able to write and read back what it flushes. */
+	if (errno || end == s || *end || v > 0777 || (v & 0600) != 0600)
+		return SNAP_EINVAL;
+	*mode = (unsigned)v;
 	return 0;
 }
 
@@ -100,10 +112,14 @@ int snap_job_name_ok(const char *job)
 
 int snap_config_init(struct snap_config *cfg)
 {
+	if (!cfg)
+		return SNAP_EINVAL;
 	memset(cfg, 0, sizeof(*cfg));
 	strcpy(cfg->job, "default");
 	strcpy(cfg->store, "/dev/shm/libsnap");
-	snprintf(cfg->socket, sizeof(cfg->socket), "%s/smp.sock", cfg->store);
+	/* socket stays empty: "<store>/smp.sock", derived where it is used
+	 * (snap_open, snapsmp, snaptool), so that setting cfg.store alone after
+	 * this call does not leave the client talking to another store's daemon. */
 	cfg->world_size = 1;
 	long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
 	cfg->mem_limit = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz / 4 : (1ull << 30);
@@ -113,6 +129,7 @@ int snap_config_init(struct snap_config *cfg)
 	cfg->timeout_ms = 30000;
 	cfg->populate = 1;
 	cfg->flush_keep = 2;
+	cfg->flush_mode = 0600;
 	return 0;
 }
 
@@ -197,8 +214,11 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	static const char *const interval_var[] = { "SNAP_FLUSH_INTERVAL", NULL };
 	static const char *const keep_var[] = { "SNAP_FLUSH_KEEP", NULL };
 	static const char *const older_var[] = { "SNAP_ALLOW_OLDER", NULL };
+	if (!cfg) {
+		snap_fmt(err, errlen, "snap_config_from_env: NULL config");
+		return SNAP_EINVAL;
+	}
 	int every = (int)cfg->flush_every, interval = (int)cfg->flush_interval, keep = (int)cfg->flush_keep;
-	int socket_set = getenv("SNAP_SOCKET") && *getenv("SNAP_SOCKET");
 	int rc = 0, slots = (int)cfg->slots, threads = (int)cfg->copy_threads, timeout = (int)cfg->timeout_ms;
 
 	if ((rc = env_str("SNAP_JOB", cfg->job, sizeof(cfg->job), err, errlen)) ||
@@ -223,6 +243,12 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	cfg->flush_every = (unsigned)every;
 	cfg->flush_interval = (unsigned)interval;
 	cfg->flush_keep = (unsigned)keep;
+	const char *mode = getenv("SNAP_FLUSH_MODE");
+	if (mode && *mode && (rc = snap_flush_mode_parse(mode, &cfg->flush_mode))) {
+		snap_fmt(err, errlen, "SNAP_FLUSH_MODE=\"%s\": expected octal permission bits that include 0600, "
+			 "e.g. 0600 or 0640", mode);
+		return rc;
+	}
 	const char *codec = getenv("SNAP_FLUSH_CODEC");
 	if (codec && *codec && (rc = snap_flush_codec_parse(codec, &cfg->flush_codec))) {
 		snap_fmt(err, errlen, "SNAP_FLUSH_CODEC=\"%s\": expected none or lz4", codec);
@@ -234,16 +260,26 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	cfg->slots = (unsigned)slots;
 	cfg->copy_threads = (unsigned)threads;
 	cfg->timeout_ms = (unsigned)timeout;
+	return snap_config_check(cfg, err, errlen);
+}
+
+int snap_config_socket(struct snap_config *cfg, char *err, size_t errlen)
+{
 	/* The socket follows the store unless set explicitly. */
-	if (!socket_set && snprintf(cfg->socket, sizeof(cfg->socket), "%s/smp.sock", cfg->store) >= (int)sizeof(cfg->socket)) {
-		snap_fmt(err, errlen, "SNAP_STORE is too long for a socket path");
+	if (!cfg->socket[0] && snprintf(cfg->socket, sizeof(cfg->socket), "%s/smp.sock", cfg->store) >= (int)sizeof(cfg->socket)) {
+		cfg->socket[0] = '\0';
+		snap_fmt(err, errlen, "store path %s is too long for a socket path", cfg->store);
 		return SNAP_EINVAL;
 	}
-	return snap_config_check(cfg, err, errlen);
+	return 0;
 }
 
 int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 {
+	if (!cfg) {
+		snap_fmt(err, errlen, "NULL config");
+		return SNAP_EINVAL;
+	}
 	if (!snap_job_name_ok(cfg->job)) {
 		snap_fmt(err, errlen, "job name \"%s\" is invalid: use 1-%d of [A-Za-z0-9._-], not starting with '.'",
 			 cfg->job, SNAP_JOB_MAX);
@@ -255,6 +291,10 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
 		snap_fmt(err, errlen, "rank %d is outside world size %d", cfg->rank, cfg->world_size);
+		return SNAP_EINVAL;
+	}
+	if (cfg->flush_mode > 0777 || (cfg->flush_mode & 0600) != 0600) {
+		snap_fmt(err, errlen, "flush mode %03o must be permission bits that include 0600", cfg->flush_mode);
 		return SNAP_EINVAL;
 	}
 	if (cfg->flush_dir[0] && cfg->flush_dir[0] != '/') {

@@ -31,6 +31,10 @@ int snap_flush_codec_parse(const char *s, int *codec);
 int snap_codec_spec_parse(const char *s, int *codec, double *bound);
 const char *snap_codec_spec_name(int codec);
 int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
+/* "0600", "640", ...: octal permission bits including 0600. 0 or SNAP_EINVAL. */
+int snap_flush_mode_parse(const char *s, unsigned *mode);
+/* Fill cfg->socket with <store>/smp.sock when it was left empty (not set explicitly). */
+int snap_config_socket(struct snap_config *cfg, char *err, size_t errlen);
 
 /*
  * CRC32C of a ++ b from crc(a), crc(b) and len(b), without the bytes (zlib's

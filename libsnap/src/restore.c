@@ -16,8 +16,10 @@
 
 int snap_latest(snap_ctx *ctx, uint64_t *step)
 {
-	if (!ctx || !step)
+	if (!ctx)
 		return SNAP_EINVAL;
+	if (!step)
+		return snap_fail(ctx, SNAP_EINVAL, "latest: NULL step pointer");
 	int rc = snap_ensure_connected(ctx);
 	if (rc)
 		return rc;

@@ -331,6 +331,76 @@ def test_full_flush_dir():
         subprocess.run(["umount", probe])
 
 
+def test_flush_modes():
+    """Issue 10 item 6: the flush used 0755/0644 (umask 022) and 0666 rank
+    files under umask 0. Checkpoints hold a model's weights: 0700/0600 by
+    default, or SNAP_FLUSH_MODE, whatever the umask."""
+    for umask, mode, want_file, want_dir in ((0, None, 0o600, 0o700), (0o022, None, 0o600, 0o700),
+                                             (0o077, "0640", 0o640, 0o750)):
+        name = f"modes-{umask:o}-{mode}"
+        store, flush = f"{BASE}/{name}", f"{DISK}/{name}"
+        extra = {"SNAP_FLUSH_MODE": mode} if mode else {}
+        old = os.umask(umask)
+        try:
+            smp = start_smp(store, flush, "--slots", "2", **extra)
+        finally:
+            os.umask(old)
+        # 3 steps over 2 slots: rank 0 cannot finish before rank 1 connects
+        # (which would start a new generation and withdraw rank 0's steps).
+        res = run_job(store, flush, "--steps", "3")
+        check(all(rc == 0 for rc, _, _ in res), f"{name}: the job runs")
+        out = snaptool(store, flush, "flush", "--job", "fj")
+        check(out.returncode == 0, f"{name}: snaptool flush: {out.stderr}")
+        smp.terminate()
+        smp.communicate(timeout=60)
+        seen = []
+        for root, dirs, files in os.walk(flush):
+            for d in dirs:
+                seen.append((os.path.join(root, d), want_dir))
+            for f in files:
+                seen.append((os.path.join(root, f), want_file))
+        check(any(p.endswith(".h5") for p, _ in seen) and any(p.endswith("MANIFEST") for p, _ in seen),
+              f"{name}: a step was persisted: {seen}")
+        for path, want in seen:
+            got = os.stat(path).st_mode & 0o777
+            check(got == want, f"{name}: {path} has mode {got:o}, expected {want:o}")
+        check(os.stat(flush).st_mode & 0o777 == want_dir, f"{name}: the flush directory itself")
+
+
+def test_lost_manifest():
+    """Issue 10 item 7: deleting the newest persisted step's MANIFEST made a
+    restore from disk use the older persisted step silently. Its rank files
+    are evidence of a loss: name the step, and require SNAP_ALLOW_OLDER."""
+    store, flush = f"{BASE}/lostman", f"{DISK}/lostman"
+    smp = start_smp(store, flush, "--flush-every", "1", "--slots", "2")
+    res = run_job(store, flush, "--steps", "4")
+    check(all(rc == 0 for rc, _, _ in res), "lost MANIFEST: the job runs")
+    out = snaptool(store, flush, "flush", "4", "--job", "fj")
+    smp.terminate()
+    smp.communicate(timeout=60)
+    steps = persisted(store, flush)
+    check(out.returncode == 0 and len(steps) >= 2 and steps[0] == 4, f"lost MANIFEST: steps persisted: {steps}")
+    older = steps[1] if len(steps) > 1 else None
+    shutil.rmtree(store)
+    os.unlink(f"{flush}/fj/step-4/MANIFEST")
+    rec = snaptool(store, flush, "recover")
+    check(rec.returncode == 3 and "step 4 has lost its MANIFEST" in rec.stderr,
+          f"lost MANIFEST: snaptool recover names step 4 and does not offer step {older}: {rec.returncode} "
+          f"{rec.stdout!r} {rec.stderr!r}")
+    smp = start_smp(store, flush)
+    res = run_job(store, flush, "--resume", "--steps", "0")
+    smp.terminate()
+    smp.communicate(timeout=60)
+    check(all(rc == 3 and "step 4 has lost its MANIFEST" in err and "SNAP_ALLOW_OLDER" in err
+              for rc, _, err in res), f"lost MANIFEST: restore from disk refuses, naming step 4: {res}")
+    shutil.rmtree(store)
+    smp = start_smp(store, flush, "--allow-older")
+    res = run_job(store, flush, "--resume", "--steps", "0")
+    _, log = smp.communicate(timeout=60) if smp.terminate() is None else (None, "")
+    check(all(rc == 0 and f"restored step {older} " in out for rc, out, _ in res),
+          f"lost MANIFEST: with SNAP_ALLOW_OLDER the older step {older} restores: {res}")
+
+
 def main():
     os.environ["HDF5_PLUGIN_PATH"] = PLUGINS   # before h5py loads HDF5
     seed = random.randrange(1 << 30)
@@ -343,6 +413,8 @@ def main():
         test_h5py_and_damage()
         test_codec_readers()
         test_full_flush_dir()
+        test_flush_modes()
+        test_lost_manifest()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
         if not failures:

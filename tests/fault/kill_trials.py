@@ -9,6 +9,19 @@ Modes:
   trainer  kill one random rank at a random moment (during copy, commit or
            between steps), then the rest of the job (as MPI would), restart.
   smp      kill snapsmp at a random moment, then the trainers, restart both.
+  smp-live kill snapsmp at a random moment while the trainers keep running,
+           restart it, and let the trainers reconnect by themselves (issue
+           10). Each trial waits for the job to commit (the event it wants
+           to interrupt), strikes at a random moment within the next step,
+           freezes the trainers (SIGSTOP), restarts snapsmp and checks with
+           `snaptool status` that the newest restorable step is not below
+           the newest step every rank had logged committed (no committed
+           step lost); then it resumes the trainers and requires every rank
+           to commit a newer step (no stall) and no trainer to fail. A
+           quarter of the trials strike a second time right after the
+           restart, while the trainers reconnect and recommit. After
+           the last kill the job is killed and restarted once to check the
+           restore as in the other modes.
 
 The trainer's state is a deterministic function of (rank, region, step) and
 it checks a restored state itself (exit 3 on mismatch). This script checks
@@ -23,6 +36,7 @@ the step number against the logs:
                   trainer wrote its log line).
 """
 import argparse
+import json
 import os
 import random
 import shutil
@@ -62,6 +76,8 @@ class Job:
 
     def start_smp(self):
         sock = os.path.join(self.store, "smp.sock")
+        if os.path.exists(sock):
+            os.unlink(sock)   # the dead daemon's: wait for the new one's
         self.smp = subprocess.Popen([self.args.snapsmp, "--store", self.store, "--quiet"])
         deadline = time.time() + 10
         while not os.path.exists(sock):
@@ -78,8 +94,10 @@ class Job:
     def start_trainers(self, logdir, trial):
         self.procs = []
         for r in range(self.args.ranks):
+            # Live trainers must outlast a daemon restart (slow under ASan on 2 cores).
+            timeout = "60000" if self.args.mode == "smp-live" else "3000"
             env = dict(os.environ, SNAP_STORE=self.store, SNAP_JOB="kt", SNAP_RANK=str(r),
-                       SNAP_WORLD_SIZE=str(self.args.ranks), SNAP_TIMEOUT_MS="3000",
+                       SNAP_WORLD_SIZE=str(self.args.ranks), SNAP_TIMEOUT_MS=timeout,
                        SNAP_COPY_THREADS="1")
             if self.args.codec:
                 # The trainer's check then allows the lossy bound (trainer.c).
@@ -117,10 +135,106 @@ class Job:
             p.wait()
 
 
+def snaptool_latest(args, store):
+    """Newest restorable step of job kt in the store (0: none), read offline."""
+    out = subprocess.run([args.snaptool, "status", "--store", store, "--job", "kt", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    if out.returncode != 0:
+        raise RuntimeError(f"snaptool status failed: {out.stderr}")
+    jobs = json.loads(out.stdout)["jobs"]
+    return jobs[0]["latest"] or 0 if jobs else 0
+
+
+def wait_until(cond, limit):
+    """Poll cond() until true; False after `limit` seconds (a stall, not a slow step)."""
+    deadline = time.time() + limit
+    while not cond():
+        if time.time() > deadline:
+            return False
+        time.sleep(0.002)
+    return True
+
+
+def live_trials(args, rng, store, logdir):
+    """Daemon SIGKILLs under a live job; see the module docstring (smp-live)."""
+    job = Job(args, store)
+    job.start_smp()
+    job.start_trainers(logdir, 0)
+    logs = [log for _, log in job.procs]
+    newest = lambda: [parse_log(log)[1] or 0 for log in logs]
+    lost, stalls, failures, kills = 0, 0, 0, 0
+    for t in range(args.trials):
+        # The event to interrupt: the job is committing. Every rank must go
+        # past what it had committed before the previous kill (no stall).
+        before = newest()
+        if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s):
+            print(f"trial {t}: STALL: ranks' newest committed steps stayed at {newest()} for {args.stall_s} s"
+                  f" (snapsmp {'alive' if job.smp.poll() is None else f'exited {job.smp.returncode}'})")
+            stalls += 1
+            break
+        dead = [r for r, (p, _) in enumerate(job.procs) if p.poll() is not None]
+        if dead:
+            break
+        # A random moment within the next step or so: copy, commit, or between
+        # steps. Sometimes strike again right after the restart, while the
+        # trainers reconnect and recommit (the event: they were resumed).
+        for strike in range(2 if rng.random() < 0.25 else 1):
+            time.sleep(rng.uniform(0, args.strike_s if strike == 0 else args.strike_s / 4))
+            job.kill_smp()
+            kills += 1
+            for p, _ in job.procs:
+                p.send_signal(signal.SIGSTOP)
+            committed = newest()
+            lo = min(committed)
+            if rng.random() < 0.3:
+                time.sleep(rng.uniform(0, 0.02))   # the daemon stays away a while
+            job.start_smp()
+            latest = snaptool_latest(args, store)
+            if latest < lo:
+                print(f"trial {t}: LOST: every rank had committed step {lo} (newest per rank {committed}), "
+                      f"but the newest restorable step after the restart is {latest}")
+                lost += 1
+            for p, _ in job.procs:
+                p.send_signal(signal.SIGCONT)
+    for r, (p, log) in enumerate(job.procs):
+        if p.poll() is not None:
+            print(f"rank {r}: trainer exited {p.returncode} under a live daemon restart; see {log[:-4]}.err")
+            failures += 1
+    # Last: the job dies; its restart must restore a step every rank committed.
+    committed = newest()
+    job.kill_trainers()
+    committed = newest()
+    lo, hi = min(committed), max(committed) + 1
+    job.start_trainers(logdir, 1)
+    ok = wait_until(lambda: all(parse_log(log)[0] is not None for _, log in job.procs), args.stall_s)
+    job.kill_trainers()
+    restored = {parse_log(log)[0] for _, log in job.procs}
+    if not ok or len(restored) != 1 or not all(x is not None and lo <= x <= hi for x in restored):
+        print(f"final restart: ranks restored {sorted(restored, key=str)}, expected one step within [{lo}, {hi}]")
+        failures += 1
+    job.kill_smp()
+    print(f"kill_trials: {kills} daemon SIGKILLs under a live {args.ranks}-rank job, newest step "
+          f"{max(committed)}: {lost} committed steps lost, {stalls} stalls, {failures} other failures")
+    bad = lost + stalls + failures + (kills < args.trials)
+    if kills < args.trials:
+        print(f"only {kills} of {args.trials} kills happened")
+    if bad == 0:
+        shutil.rmtree(store, ignore_errors=True)
+        shutil.rmtree(logdir, ignore_errors=True)
+    else:
+        print(f"kept {store} and {logdir} for inspection")
+    print(f"{'PASS' if bad == 0 else 'FAIL'}")
+    return 1 if bad else 0
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
-    ap.add_argument("--mode", choices=["trainer", "smp"], required=True)
+    ap.add_argument("--mode", choices=["trainer", "smp", "smp-live"], required=True)
+    ap.add_argument("--stall-s", type=float, default=45.0,
+                    help="smp-live: a rank that commits nothing new for this long is a stall")
+    ap.add_argument("--strike-s", type=float, default=0.01,
+                    help="smp-live: strike within this many seconds after a commit")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--bytes", default="2M")
@@ -130,6 +244,7 @@ def main():
     args = ap.parse_args()
     args.snapsmp = os.path.join(args.build, "smp", "snapsmp")
     args.trainer = os.path.join(args.build, "integration", "trainer")
+    args.snaptool = os.path.join(args.build, "tools", "snaptool")
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     store = f"/dev/shm/snaptest-kill-{args.mode}-{os.getpid()}"
@@ -137,6 +252,8 @@ def main():
     shutil.rmtree(store, ignore_errors=True)
     os.makedirs(logdir, exist_ok=True)
     print(f"kill_trials: mode={args.mode} trials={args.trials} ranks={args.ranks} seed={seed} codec={args.codec}")
+    if args.mode == "smp-live":
+        return live_trials(args, rng, store, logdir)
 
     job = Job(args, store)
     job.start_smp()

@@ -5,6 +5,7 @@ missing manifest, a region-size mismatch at restore, and store roots that are
 read-only or full. Each must give a clear error naming what is wrong, and
 leave every other committed snapshot restorable."""
 import glob
+import json
 import os
 import shutil
 import subprocess
@@ -69,7 +70,8 @@ def snaptool(store, *args):
 
 def slot_of(store, rank, step):
     """Path of the slot file holding `step` for `rank`, via snaptool inspect."""
-    out = snaptool(store, "inspect", str(step)).stdout
+    p = snaptool(store, "inspect", str(step))
+    out = p.stdout + p.stderr
     for line in out.splitlines():
         if line.startswith(f"job j step {step} rank {rank}/"):
             slot = line.split(" slot ")[1].split(":")[0]
@@ -190,12 +192,133 @@ def test_read_only_and_full_roots():
         subprocess.run(["umount", full])
 
 
+def test_snaptool_usage():
+    """Issue 10 item 2: inspect without a STEP crashed (strtoull(NULL)): usage, exit 2, like verify."""
+    store = os.path.join(BASE, "usage")
+    for args in (["inspect"], ["inspect", "--store", store], ["verify"], ["verify", "--store", store]):
+        p = snaptool(store, *args)
+        check(p.returncode == 2 and "usage: snaptool" in p.stderr,
+              f"snaptool {' '.join(args)}: usage and exit 2, got {p.returncode}: {p.stderr!r}")
+
+
+def within(secs, argv, **kw):
+    """Run argv; None if it did not finish in `secs` (a hang), else the CompletedProcess."""
+    try:
+        return subprocess.run(argv, capture_output=True, text=True, timeout=secs, **kw)
+    except subprocess.TimeoutExpired:
+        return None
+
+
+def test_fifo_in_store_and_flush_dir():
+    """Issue 10 item 4: a FIFO where a manifest (or a rank file) belongs hung
+    snaptool status/ls/inspect/recover and snapsmp's start. Now it is skipped
+    with a message, and the rest of the store is served."""
+    store, flush = os.path.join(BASE, "fifo"), os.path.join(BASE, "fifo-disk")
+    # Two slots keep the ranks in step: with three, rank 0 could finish before
+    # rank 1 connects, and rank 1 would then start a new generation.
+    smp = Smp(store, "--flush-dir", flush, "--flush-every", "1", "--slots", "2")
+    res = run_job(store, "--steps", "3")
+    check(all(rc == 0 for rc, _, _ in res), "fifo: the job runs 3 steps")
+    smp.stop()
+    # Step 3 is persisted; plant FIFOs: rank 0's other manifest, a newer step's
+    # MANIFEST, and the persisted step's rank-1 file.
+    slot3 = slot_of(store, 0, 3)
+    other = slot3[:-1] + ("0" if slot3.endswith("1") else "1")
+    os.replace(other + ".man", other + ".man.bak") if os.path.exists(other + ".man") else None
+    os.mkfifo(other + ".man")
+    os.makedirs(os.path.join(flush, "j", "step-9"))
+    os.mkfifo(os.path.join(flush, "j", "step-9", "MANIFEST"))
+    os.makedirs(os.path.join(flush, "j", "step-10"))
+    os.symlink(os.path.join(flush, "j", "step-3", "MANIFEST"), os.path.join(flush, "j", "step-10", "MANIFEST"))
+    for cmd in (["status", "--flush-dir", flush], ["ls"], ["inspect", "3"], ["verify", "3"],
+                ["recover", "--flush-dir", flush]):
+        p = within(20, [SNAPTOOL, *cmd, "--store", store],
+                   env=dict(os.environ, SNAP_JOB="j"))
+        check(p is not None, f"fifo: snaptool {cmd[0]} finishes")
+        if p is not None:
+            check(p.returncode == 0 and "not a regular file" in p.stderr,
+                  f"fifo: snaptool {cmd[0]} exit 0 and says what it skipped: {p.returncode} {p.stderr!r}")
+    p = within(20, [SNAPTOOL, "recover", "--store", store, "--flush-dir", flush, "--json"],
+               env=dict(os.environ, SNAP_JOB="j"))
+    check(p is not None and '"store_step":3' in p.stdout and '"persisted_step":3' in p.stdout,
+          f"fifo: recover still finds step 3 in memory and on disk: {p and p.stdout!r}")
+    smp = Smp(store, "--flush-dir", flush)
+    check(smp.p.poll() is None and os.path.exists(os.path.join(store, "smp.sock")), "fifo: snapsmp starts and serves")
+    again = run_job(store, "--resume", "--steps", "4")
+    check(all(rc == 0 and "restored step 3" in out for rc, out, _ in again),
+          f"fifo: the job restores step 3: {again}")
+    _, err = smp.stop()
+    check("not a regular file" in err, "fifo: snapsmp says what it skipped")
+    # The flush directory alone (node store gone): restore from disk must not
+    # hang on them. Newer step directories whose MANIFEST is not a file are
+    # damaged steps: refused by name, and used only with --allow-older.
+    shutil.rmtree(store)
+    smp = Smp(store, "--flush-dir", flush)
+    again = run_job(store, "--resume", "--steps", "4")
+    check(all(rc == 3 and "not a regular file" in err for rc, _, err in again),
+          f"fifo: restore from disk names the non-file MANIFEST: {again}")
+    smp.stop()
+    smp = Smp(store, "--flush-dir", flush, "--allow-older")
+    again = run_job(store, "--resume", "--steps", "4")
+    # (step 4 was persisted when the previous snapsmp stopped: SIGTERM flushes)
+    check(all(rc == 0 and "restored step 4" in out for rc, out, _ in again),
+          f"fifo: with --allow-older, restore from disk next to FIFOs gives step 4: {again}")
+    smp.stop()
+
+
+def test_foreign_uid():
+    """Issue 10 item 5: a user who cannot read the store was told NOTHING IS
+    RECOVERABLE (recover, exit 3), and status/ls showed an empty store (exit 0)."""
+    store, flush = os.path.join(BASE, "perm"), os.path.join(BASE, "perm-disk")
+    if os.geteuid() != 0:
+        print("SKIP foreign uid: needs root to run snaptool as another user")
+        return
+    smp = Smp(store, "--flush-dir", flush, "--flush-every", "1", "--slots", "2")
+    res = run_job(store, "--steps", "3")
+    check(all(rc == 0 for rc, _, _ in res), "perm: the job runs")
+    smp.stop()
+    os.chmod(BASE, 0o755)
+    os.chmod(flush, 0o700)
+
+    def as_nobody():
+        os.setgid(65534)
+        os.setuid(65534)
+    for cmd in (["status"], ["ls"], ["recover"], ["recover", "--flush-dir", flush]):
+        p = within(20, [SNAPTOOL, *cmd, "--store", store], env=dict(os.environ, SNAP_JOB="j"),
+                   preexec_fn=as_nobody)
+        check(p is not None and p.returncode == 1 and "ermission denied" in p.stderr and store in p.stderr
+              and "NOTHING IS RECOVERABLE" not in p.stdout,
+              f"perm: snaptool {' '.join(cmd)} as another uid: a permission error naming the store, exit 1: "
+              f"{p and p.returncode} {p and p.stderr!r} {p and p.stdout!r}")
+    os.chmod(store, 0o755)   # the store readable, the flush directory not
+    p = within(20, [SNAPTOOL, "recover", "--store", os.path.join(BASE, "nostore"), "--flush-dir", flush],
+               env=dict(os.environ, SNAP_JOB="j"), preexec_fn=as_nobody)
+    check(p is not None and p.returncode == 1 and "ermission denied" in p.stderr and flush in p.stderr,
+          f"perm: recover with an unreadable flush directory: exit 1 naming it: {p and p.returncode} "
+          f"{p and p.stderr!r}")
+
+
+def test_status_budget():
+    """Issue 10 item 8: snaptool status printed its own default budget, not
+    the running daemon's --mem-limit. It asks the daemon, or says it cannot."""
+    store = os.path.join(BASE, "budget")
+    smp = Smp(store, "--mem-limit", "7M")
+    p = snaptool(store, "status", "--store", store)
+    check(p.returncode == 0 and "budget 7.0 MiB (snapsmp pid" in p.stdout, f"budget: the daemon's: {p.stdout!r}")
+    p = snaptool(store, "status", "--store", store, "--json")
+    check(p.returncode == 0 and json.loads(p.stdout)["mem_limit"] == 7 << 20, f"budget: json: {p.stdout!r}")
+    smp.stop()
+    p = snaptool(store, "status", "--store", store)
+    check(p.returncode == 0 and "budget is unknown" in p.stdout, f"budget: no daemon: {p.stdout!r}")
+
+
 def main():
     shutil.rmtree(BASE, ignore_errors=True)
     os.makedirs(BASE)
     try:
         for t in (test_corrupt_chunk, test_truncated_slot, test_manifest_damage, test_size_mismatch,
-                  test_read_only_and_full_roots):
+                  test_read_only_and_full_roots, test_snaptool_usage, test_fifo_in_store_and_flush_dir,
+                  test_foreign_uid, test_status_budget):
             t()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
+#include <inttypes.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -249,6 +250,140 @@ static void test_live_reconnect(const char *store)
 	smp_stop(&p, SIGTERM);
 }
 
+/*
+ * Issue 10: ranks 0-2 commit steps 1 and 2, rank 0 alone commits step 3,
+ * snapsmp dies (SIGKILL) and restarts while all three processes live on.
+ * Ranks 2 and 1 reconnect first and commit step 3. Before the fix the
+ * first reconnect started a new generation, whose save withdrew rank 0's
+ * committed step 3 as "an older incarnation's", so step 3 never became
+ * restorable and every later save found no free slot (SNAP_EBUSY) for ever.
+ */
+#define LR_BYTES (64 * 1024)
+static uint8_t lr_mem[3][LR_BYTES];
+
+static snap_ctx *open_rank(const struct smp_proc *p, const char *job, int rank, int world)
+{
+	struct snap_config c;
+	smp_cfg(&c, p, job, rank, world);
+	c.timeout_ms = 3000;   /* a stall must fail the test, not hang it */
+	snap_ctx *ctx;
+	CHECK_RC(snap_open(&c, &ctx), 0);
+	struct snap_region r = { .name = "m", .ptr = lr_mem[rank], .bytes = LR_BYTES, .dtype = SNAP_DTYPE_U8,
+				 .kind = SNAP_KIND_PARAM };
+	CHECK_RC(snap_register(ctx, &r), 0);
+	return ctx;
+}
+
+static int lr_save(snap_ctx *ctx, int rank, uint64_t step)
+{
+	int rc = snap_fence(ctx);
+	memset(lr_mem[rank], (int)(step * 3 + (uint64_t)rank), LR_BYTES);
+	if (!rc)
+		rc = snap_save(ctx, step);
+	if (!rc)
+		rc = snap_wait(ctx);
+	if (rc)
+		fprintf(stderr, "rank %d step %" PRIu64 ": %s\n", rank, step, snap_errmsg(ctx));
+	return rc;
+}
+
+static void test_live_ranks_daemon_restart(const char *store)
+{
+	struct smp_proc p;
+	rm_rf(store);
+	CHECK_RC(smp_start(&p, store, NULL), 0);
+	snap_ctx *c[3];
+	for (int r = 0; r < 3; r++)
+		c[r] = open_rank(&p, "lr", r, 3);
+	for (uint64_t s = 1; s <= 2; s++)
+		for (int r = 0; r < 3; r++)
+			CHECK_RC(lr_save(c[r], r, s), 0);
+	CHECK_RC(lr_save(c[0], 0, 3), 0);
+	smp_stop(&p, SIGKILL);
+	CHECK_RC(smp_start(&p, store, NULL), 0);
+	CHECK_RC(lr_save(c[2], 2, 3), 0);
+	CHECK_RC(lr_save(c[1], 1, 3), 0);
+	uint64_t latest = 0;
+	CHECK_RC(snap_latest(c[1], &latest), 0);
+	CHECK(latest == 3);                     /* every rank was told step 3 is committed */
+	for (uint64_t s = 4; s <= 6; s++)       /* and checkpointing goes on */
+		for (int r = 2; r >= 0; r--)
+			CHECK_RC(lr_save(c[r], r, s), 0);
+	CHECK_RC(snap_latest(c[0], &latest), 0);
+	CHECK(latest == 6);
+	for (int r = 0; r < 3; r++) {
+		uint64_t got = 0;
+		memset(lr_mem[r], 0xee, LR_BYTES);
+		CHECK_RC(snap_restore(c[r], SNAP_STEP_LATEST, &got), 0);
+		CHECK(got == 6 && lr_mem[r][LR_BYTES - 1] == (uint8_t)(6 * 3 + r));
+		snap_close(c[r]);
+	}
+	smp_stop(&p, SIGTERM);
+	rm_rf(store);
+}
+
+/* Issue 10 item 3: NULL required pointers are SNAP_EINVAL, with a message
+ * when there is a context to hold one (they crashed or said nothing). */
+static void test_null_args(const struct smp_proc *p)
+{
+	struct snap_config c;
+	CHECK_RC(snap_config_init(NULL), SNAP_EINVAL);
+	CHECK_RC(snap_config_from_env(NULL, NULL, 0), SNAP_EINVAL);
+	CHECK_RC(snap_parse_size("4K", NULL), SNAP_EINVAL);
+	smp_cfg(&c, p, "nulls", 0, 1);
+	CHECK_RC(snap_open(&c, NULL), SNAP_EINVAL);
+	snap_ctx *ctx = open_job(p, "nulls", 0);
+	CHECK(ctx != NULL);
+	CHECK_RC(snap_register(ctx, NULL), SNAP_EINVAL);
+	CHECK(strstr(snap_errmsg(ctx), "NULL") != NULL);
+	CHECK_RC(snap_latest(ctx, NULL), SNAP_EINVAL);
+	CHECK(strstr(snap_errmsg(ctx), "NULL") != NULL);
+	snap_close(ctx);
+}
+
+/*
+ * Issue 10 item 8: setting cfg.store after snap_config_init is enough: the
+ * socket follows the store (it stayed at the default store's socket, so the
+ * client talked to another daemon or none).
+ */
+static void test_socket_follows_store(const struct smp_proc *p)
+{
+	struct snap_config c;
+	snap_config_init(&c);
+	snprintf(c.store, sizeof(c.store), "%s", p->store);
+	c.timeout_ms = 500;
+	snap_ctx *ctx = NULL;
+	CHECK_RC(snap_open(&c, &ctx), 0);
+	snap_close(ctx);
+}
+
+/* Issue 10 item 8: snap_restore fences itself, as its header now says (it
+ * said a fence was required): a restore right after an unfenced save waits
+ * for that save's copy and commit, and finds it. */
+static void test_restore_fences_itself(const struct smp_proc *p)
+{
+	snap_ctx *c = open_rank(p, "rf", 0, 1);
+	memset(lr_mem[0], 7, LR_BYTES);
+	CHECK_RC(snap_save(c, 1), 0);   /* no snap_fence, no snap_wait */
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(c, SNAP_STEP_LATEST, &got), 0);
+	CHECK(got == 1 && lr_mem[0][0] == 7);
+	snap_close(c);
+}
+
+/* Issue 10 item 8: a rank of a world-2 job must not restore a world-1 snapshot. */
+static void test_world_mismatch(const struct smp_proc *p)
+{
+	snap_ctx *one = open_rank(p, "wm", 0, 1);
+	CHECK_RC(lr_save(one, 0, 1), 0);
+	snap_close(one);
+	snap_ctx *two = open_rank(p, "wm", 0, 2);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(two, SNAP_STEP_LATEST, &got), SNAP_EMISMATCH);
+	CHECK(strstr(snap_errmsg(two), "world") != NULL);
+	snap_close(two);
+}
+
 static void test_bad_store_root(void)
 {
 
@@ -285,6 +420,13 @@ int main(void)
 	test_budget(store2);
 	rm_rf(store2);
 	test_live_reconnect(store2);
+	test_live_ranks_daemon_restart(store2);
+	CHECK_RC(smp_start(&p, store2, NULL), 0);
+	test_null_args(&p);
+	test_socket_follows_store(&p);
+	test_world_mismatch(&p);
+	test_restore_fences_itself(&p);
+	smp_stop(&p, SIGTERM);
 	test_bad_store_root();
 	rm_rf(store);
 	rm_rf(store2);

@@ -76,6 +76,7 @@ static int hello(int s, const char *job, uint32_t rank, uint32_t world)
 	snap_put_u32(&w, rank);
 	snap_put_u32(&w, world);
 	snap_put_u32(&w, 1);
+	snap_put_u64(&w, 0);   /* generation: a new process */
 	int rc = send_msg(s, SNAP_MSG_HELLO, w.p, (uint32_t)w.len);
 	snap_wbuf_free(&w);
 	return rc;
@@ -296,6 +297,7 @@ static void test_planted_fd(const struct smp_proc *p)
 		snap_put_u32(&w, 0);
 		snap_put_u32(&w, 1);
 		snap_put_u32(&w, 1);
+		snap_put_u64(&w, 0);
 		CHECK(snap_wire_send(s, SNAP_MSG_HELLO, 0, w.p, (uint32_t)w.len, devnull) == 0);
 		struct snap_msg_hdr h;
 		void *pl;

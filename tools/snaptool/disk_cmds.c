@@ -148,12 +148,13 @@ static int store_candidate(const struct opts *o, uint64_t *step, char *why, size
 {
 	struct snap_store *s;
 	char err[512];
-	if (snap_store_open(&s, o->cfg.store, 64, o->cfg.mem_limit, 1, NULL, err, sizeof(err))) {
+	int rc = snap_store_open(&s, o->cfg.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
+	if (rc) {
 		snprintf(why, len, "node store %s unreadable: %s", o->cfg.store, err);
-		return -1;
+		return rc == SNAP_EPERM ? SNAP_EPERM : -1;
 	}
 	struct store_job *j = snap_store_job(s, o->cfg.job, 0);
-	int rc = j ? snap_store_latest(s, j, step) : SNAP_ENOENT;
+	rc = j ? snap_store_latest(s, j, step) : SNAP_ENOENT;
 	if (rc)
 		snprintf(why, len, "no step committed by every rank in node store %s", o->cfg.store);
 	snap_store_close(s);
@@ -167,19 +168,37 @@ int cmd_recover(int argc, char **argv)
 					  "                       [--allow-older] [--json]\n"
 					  "Report exactly what of a job is recoverable after failures and from where: the\n"
 					  "newest step every rank committed in the node store, else the newest persisted step\n"
-					  "that verifies. Exit 0 if something is recoverable, 3 if nothing is.\n", 0);
+					  "that verifies. Exit 0 if something is recoverable, 3 if nothing is, 1 if the\n"
+					  "store or flush directory cannot be read (that is not a loss).\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	uint64_t mem = 0, disk = 0;
 	char mem_why[1200] = "", disk_why[1200] = "";
-	int have_mem = store_candidate(&o, &mem, mem_why, sizeof(mem_why)) == 0, have_disk = 0;
+	int mrc = store_candidate(&o, &mem, mem_why, sizeof(mem_why)), have_mem = mrc == 0, have_disk = 0;
+	if (mrc == SNAP_EPERM) {
+		/* Data we may not read is not lost data: never report a loss for it. */
+		fprintf(stderr, "snaptool recover: %s\n", mem_why);
+		return ST_FAIL;
+	}
 	if (o.cfg.flush_dir[0]) {
 		uint64_t steps[64];
 		struct snap_io_err e = { 0 };
 		int n = snap_io_list_steps(o.cfg.flush_dir, o.cfg.job, steps, 64, &e);
+		if (n < 0 && e.code == SNAP_EPERM) {
+			fprintf(stderr, "snaptool recover: flush directory %s: %s\n", o.cfg.flush_dir, e.msg);
+			return ST_FAIL;
+		}
 		if (n <= 0)
 			snprintf(disk_why, sizeof(disk_why), "nothing persisted in %s%s%s", o.cfg.flush_dir, n < 0 ? ": " : "",
 				 n < 0 ? e.msg : "");
+		uint64_t lost = 0;
+		if (n >= 0 && snap_io_lost_step(o.cfg.flush_dir, o.cfg.job, n > 0 ? steps[0] : 0, &lost)) {
+			snprintf(disk_why, sizeof(disk_why), "persisted step %" PRIu64 " has lost its MANIFEST (its rank "
+				 "files are still there)%s", lost, o.allow_older ? "" : "; --allow-older to use an older step");
+			fprintf(stderr, "snaptool recover: warning: %s\n", disk_why);
+			if (!o.allow_older)
+				n = 0;
+		}
 		for (int i = 0; i < n && i < 64 && !have_disk; i++) {
 			size_t bad = 0;
 			if (snap_io_verify_step(o.cfg.flush_dir, o.cfg.job, steps[i], &bad, &e) == 0) {

@@ -57,15 +57,26 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 		fprintf(stderr, "%s", usage);
 		return ST_USAGE;
 	}
+	if (snap_config_socket(&o->cfg, err, sizeof(err))) {
+		fprintf(stderr, "snaptool %s: %s\n", argv[0], err);
+		return ST_USAGE;
+	}
 	o->arg1 = optind < argc ? argv[optind] : NULL;
 	o->arg2 = optind + 1 < argc ? argv[optind + 1] : NULL;
 	return 0;
 }
 
+void st_log(const char *msg)
+{
+	fprintf(stderr, "snaptool: %s\n", msg);
+}
+
 int st_open_store(const struct opts *o, struct snap_store **s)
 {
 	char err[512];
-	int rc = snap_store_open(s, o->cfg.store, 64, o->cfg.mem_limit, 1, NULL, err, sizeof(err));
+	/* What the scan skips (a FIFO where a manifest belongs, a torn manifest)
+	 * is said on stderr: a recovery tool must not hide it. */
+	int rc = snap_store_open(s, o->cfg.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
 	if (rc)
 		fprintf(stderr, "snaptool: %s\n", err);
 	return rc ? ST_FAIL : 0;
@@ -73,6 +84,10 @@ int st_open_store(const struct opts *o, struct snap_store **s)
 
 int st_parse_step(const char *s, uint64_t *step)
 {
+	if (!s) {   /* st_parse lets a command make its first positional optional */
+		fprintf(stderr, "snaptool: a STEP is required\n");
+		return ST_USAGE;
+	}
 	char *end;
 	*step = strtoull(s, &end, 10);
 	if (!*s || *end) {

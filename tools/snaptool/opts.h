@@ -20,6 +20,8 @@ struct opts {
  */
 int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos);
 /* Open the node store read-only; prints the error. 0 or ST_FAIL. */
+/* stderr logger for store scans. */
+void st_log(const char *msg);
 int st_open_store(const struct opts *o, struct snap_store **s);
 /* A decimal step number, or ST_USAGE with a message. */
 int st_parse_step(const char *s, uint64_t *step);

@@ -10,6 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include "internal.h"
@@ -17,6 +19,7 @@
 #include "snap/io.h"
 #include "snaptool.h"
 #include "store.h"
+#include "wire.h"
 
 /* Distinct committed steps of a job, newest first. */
 static size_t job_steps(const struct snap_store *s, const struct store_job *j, uint64_t *out, size_t cap)
@@ -59,6 +62,38 @@ static uint32_t step_ranks(struct snap_store *s, struct store_job *j, uint64_t s
 	return n;
 }
 
+/* Ask the store's running snapsmp for its budget: 0, or -1 when none answers. */
+static int daemon_budget(const char *sock_path, uint64_t *limit, uint64_t *used, uint32_t *slots, uint32_t *pid)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(sock_path) >= sizeof(a.sun_path))
+		return -1;
+	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    snap_wire_send(s, SNAP_MSG_STATUS, 0, NULL, 0, -1) != 0) {
+		if (s >= 0)
+			close(s);
+		return -1;
+	}
+	struct snap_msg_hdr h;
+	void *p = NULL;
+	int rc = snap_wire_recv(s, &h, &p, NULL, 2000);
+	close(s);
+	if (rc || h.type != (SNAP_MSG_STATUS | SNAP_MSG_REPLY) || h.status != 0) {
+		free(p);
+		return -1;
+	}
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, p, h.len);
+	*limit = snap_get_u64(&r);
+	*used = snap_get_u64(&r);
+	*slots = snap_get_u32(&r);
+	*pid = snap_get_u32(&r);
+	free(p);
+	return r.bad ? -1 : 0;
+}
+
 int cmd_status(int argc, char **argv)
 {
 	/* --nodes: the erasure-coded mesh of several stores (mesh_status.c). */
@@ -69,8 +104,9 @@ int cmd_status(int argc, char **argv)
 	struct snap_store *s;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json]\n"
 				       "Steps of every job (or one) in a node store (restorable = committed by every\n"
-				       "rank, partial = some ranks), memory used against the budget, and the steps\n"
-				       "persisted in the flush directory.\n"
+				       "rank, partial = some ranks), memory used against the running snapsmp's budget\n"
+				       "(--mem-limit, asked over its socket; \"unknown\" when none answers), and the\n"
+				       "steps persisted in the flush directory. Exit 1 if the store cannot be read.\n"
 				       "With --nodes N and a --store holding %n (snapsmp --ec): the mesh view of N node\n"
 				       "stores: per step, which nodes hold data and parity, whether each group is\n"
 				       "protected, and the storage overhead M/K.\n", 0);
@@ -78,12 +114,23 @@ int cmd_status(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_open_store(&o, &s)))
 		return rc;
-	if (o.json)
-		printf("{\"store\":\"%s\",\"mem_used\":%" PRIu64 ",\"mem_limit\":%" PRIu64 ",\"jobs\":[", s->root,
-		       s->mem_used, o.cfg.mem_limit);
-	else
-		printf("store %s: %.1f MiB in slot files, budget %.1f MiB (SNAP_MEM_LIMIT)\n", s->root,
-		       s->mem_used / 1048576.0, o.cfg.mem_limit / 1048576.0);
+	/* The budget is the running daemon's (--mem-limit), not our default. */
+	uint64_t dlimit = 0, dused = 0;
+	uint32_t dslots = 0, dpid = 0;
+	int live = daemon_budget(o.cfg.socket, &dlimit, &dused, &dslots, &dpid) == 0;
+	if (o.json) {
+		printf("{\"store\":\"%s\",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->root, s->mem_used);
+		live ? printf("%" PRIu64, dlimit) : printf("null");
+		printf(",\"daemon_pid\":");
+		live ? printf("%u", dpid) : printf("null");
+		printf(",\"jobs\":[");
+	} else if (live) {
+		printf("store %s: %.1f MiB in slot files, budget %.1f MiB (snapsmp pid %u, --mem-limit)\n", s->root,
+		       s->mem_used / 1048576.0, dlimit / 1048576.0, dpid);
+	} else {
+		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
+		       s->mem_used / 1048576.0, o.cfg.socket);
+	}
 	int first = 1;
 	for (struct store_job *j = s->jobs; j; j = j->next) {
 		if (o.job_set && strcmp(j->name, o.cfg.job))
@@ -219,7 +266,7 @@ int cmd_inspect(int argc, char **argv)
 	struct snap_store *s;
 	uint64_t step;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool inspect STEP [REGION] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
-				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk.\n", -2);
+				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk.\n", 2);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))

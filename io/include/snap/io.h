@@ -84,6 +84,10 @@ struct snap_io_opts {
 	size_t io_bytes;       /* bytes per io_uring write; 4 MiB */
 	unsigned queue_depth;  /* io_uring writes in flight; 8 */
 	unsigned flags;        /* enum snap_io_flags */
+	unsigned mode;         /* permission bits of the files written, whatever the umask;
+	                          0 means 0600. Directories created get x where r is set.
+	                          snap_io_step_seal gives MANIFEST its step directory's bits
+	                          less x. */
 };
 
 /* One region of one rank for one step. The data are the raw bytes of the
@@ -199,6 +203,14 @@ int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t
 
 /* Newest persisted step of the job into *step; SNAP_ENOENT if there is none. */
 int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct snap_io_err *err);
+
+/*
+ * Evidence of a lost persisted step: the newest step directory above
+ * newer_than that holds a rank file but neither MANIFEST nor the mark an
+ * unfinished flush leaves (.incomplete, removed when the step is sealed),
+ * i.e. a step that was sealed and then lost its MANIFEST. 1 and *step, or 0.
+ */
+int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uint64_t *step);
 
 /* World size recorded in a persisted step's MANIFEST; SNAP_ENOENT if the step
  * is not persisted. */

@@ -63,7 +63,8 @@ extern "C" {
 struct snap_config {
 	char job[SNAP_JOB_MAX + 1];   /* SNAP_JOB, default "default" */
 	char store[SNAP_PATH_MAX];    /* SNAP_STORE: node store root, default /dev/shm/libsnap */
-	char socket[SNAP_PATH_MAX];   /* SNAP_SOCKET: default <store>/smp.sock */
+	char socket[SNAP_PATH_MAX];   /* SNAP_SOCKET: "" (the default) means <store>/smp.sock,
+	                                 derived by snap_open from the store it is given */
 	int rank;                     /* SNAP_RANK (else OMPI/PMI/SLURM rank vars), default 0 */
 	int world_size;               /* SNAP_WORLD_SIZE (else launcher vars), default 1 */
 	int local_rank;               /* SNAP_LOCAL_RANK (else launcher vars), default 0 */
@@ -90,9 +91,15 @@ struct snap_config {
 	double codec_param_bound;
 	int codec_optim;
 	double codec_optim_bound;
+	/* SNAP_FLUSH_MODE (snapsmp --flush-mode): permission bits of the files
+	 * the flush creates (octal, default 0600; it must include 0600).
+	 * Directories it creates get the same bits plus x where r is set
+	 * (0600 -> 0700). Applied whatever the umask: checkpoints hold a
+	 * model's weights. */
+	unsigned flush_mode;
 };
 
-/* Fill every field with its default. Always returns 0. */
+/* Fill every field with its default. 0, or SNAP_EINVAL when cfg is NULL. */
 int snap_config_init(struct snap_config *cfg);
 
 /*
@@ -102,7 +109,7 @@ int snap_config_init(struct snap_config *cfg);
  */
 int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen);
 
-/* Parse "4096", "4K", "4KiB", "16M", "2G", "1T" into bytes. 0 or SNAP_EINVAL. */
+/* Parse "4096", "4K", "4KiB", "16M", "2G", "1T" into bytes. 0 or SNAP_EINVAL (also for NULL). */
 int snap_parse_size(const char *s, uint64_t *out);
 
 typedef struct snap_ctx snap_ctx;
@@ -255,9 +262,12 @@ int snap_latest(snap_ctx *ctx, uint64_t *step);
  * Restore `step` (or SNAP_STEP_LATEST) into the registered regions. Every
  * chunk's CRC32C is verified before any registered byte is written, so on
  * failure your memory is untouched. SNAP_EMISMATCH if the registered layout
- * differs from the snapshot's (the message names the region); SNAP_ECORRUPT
- * naming the region and chunk on a checksum mismatch. *restored (may be NULL)
- * receives the step restored. Requires the previous save to be fenced.
+ * differs from the snapshot's (the message names the region), or if the
+ * snapshot was taken by a job of another world size (no resharding);
+ * SNAP_ECORRUPT naming the region and chunk on a checksum mismatch.
+ * *restored (may be NULL) receives the step restored. No fence is needed
+ * first: it waits for the previous save itself, as snap_wait() does (copy
+ * and commit), and returns that save's error if it failed.
  */
 int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
 
