@@ -127,6 +127,9 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	if (gen != 0 && gen >= j->gen) {
 		if (gen > j->gen)   /* a generation a dead daemon started, of which nothing was committed */
 			snap_store_set_generation(m->store, j, gen);
+		/* A live incarnation rewound when it started: its saves must not
+		 * announce a new one to the mesh (snap_store_rewind). */
+		j->rewound_gen = gen;
 	} else if (gen != 0) {
 		say(m, "job %s rank %u (pid %u) of generation %" PRIu64 " reconnected after generation %" PRIu64
 		    " started; it joins the new one", job, rank, pid, gen, j->gen);

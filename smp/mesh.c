@@ -175,11 +175,15 @@ int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t st
 struct sent {
 	uint64_t step;
 	uint32_t world, count;
+	uint32_t old;      /* of count: slots no connected process of the current generation wrote */
+	uint32_t pad;
 };
 
 struct jsum {
 	char name[SNAP_JOB_MAX + 1];
 	uint32_t n;
+	uint32_t news;     /* store_job.news: this node's new incarnation rewound the job ... */
+	uint64_t news_base;/* ... to this step (news 1) or to nothing (news 2) */
 };
 
 /* The agreement cannot tolerate a node that skips a collective or folds
@@ -219,7 +223,7 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 			struct store_rank *rk = j->ranks[r];
 			for (uint32_t i = 0; rk && i < s->nslots; i++) {
 				const struct store_slot *sl = &rk->slots[i];
-				if (sl->state != SLOT_COMMITTED)
+				if (sl->state != SLOT_COMMITTED || sl->superseded)
 					continue;
 				uint32_t x = 0;
 				while (x < n && (e[x].step != sl->step || e[x].world != sl->man.world))
@@ -227,12 +231,14 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 				if (x == n) {
 					if (n == 64)
 						continue;
-					e[n++] = (struct sent){ sl->step, sl->man.world, 0 };
+					e[n++] = (struct sent){ sl->step, sl->man.world, 0, 0, 0 };
 				}
 				e[x].count++;
+				e[x].old += !snap_store_slot_current(j, rk, sl);
 			}
 		}
-		struct jsum h = { .n = n };
+		struct jsum h = { .n = n, .news = (uint32_t)j->news, .news_base = j->news_base };
+		j->news = 0;   /* delivered by this round (a failed round stops the mesh) */
 		snprintf(h.name, sizeof(h.name), "%s", j->name);
 		put(mesh, &p, len, &cap, &h, sizeof(h));
 		put(mesh, &p, len, &cap, e, n * sizeof(*e));
@@ -268,6 +274,8 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 		struct sent e;
 	} *a = NULL;
 	size_t na = 0, cap = 0;
+	for (struct mjob *j = mesh->jobs; j; j = j->next)
+		j->news = 0;
 	for (int node = 0; node < mesh->size; node++) {
 		const uint8_t *p = all + displs[node], *end = p + counts[node];
 		while (p + sizeof(struct jsum) <= end) {
@@ -278,6 +286,10 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 			struct mjob *j = mesh_job(mesh, h.name);
 			if (!j)
 				round_fatal(mesh, "out of memory for a job entry");
+			if (h.news == 2 || (h.news == 1 && j->news != 2 && (j->news == 0 || h.news_base < j->news_base))) {
+				j->news = (int)h.news;
+				j->news_base = h.news_base;
+			}
 			for (uint32_t i = 0; i < h.n && p + sizeof(struct sent) <= end; i++, p += sizeof(struct sent)) {
 				struct sent e;
 				memcpy(&e, p, sizeof(e));
@@ -292,22 +304,43 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 							round_fatal(mesh, "out of memory folding the summaries");
 						a = q;
 					}
-					a[na++] = (struct agg){ j, { e.step, e.world, 0 } };
+					a[na++] = (struct agg){ j, { e.step, e.world, 0, 0, 0 } };
 				}
 				a[x].e.count += e.count;
+				a[x].e.old += e.old;
 			}
 		}
 	}
 	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		uint64_t steps[256];
 		unsigned n = 0;
-		for (size_t x = 0; x < na && n < 256; x++)
-			if (a[x].job == j && a[x].e.count == a[x].e.world)
+		/*
+		 * A new incarnation of the job rewound to news_base on some node:
+		 * slots past it that no live process of the current generation
+		 * wrote are a dead timeline's, wherever they are (a node none of
+		 * whose ranks has reconnected yet cannot know). They count for
+		 * nothing, already in this round, and each node drops its own.
+		 */
+		for (size_t x = 0; x < na && n < 256; x++) {
+			if (a[x].job != j)
+				continue;
+			uint32_t c = a[x].e.count;
+			if (j->news == 2 || (j->news == 1 && a[x].e.step > j->news_base))
+				c -= a[x].e.old;
+			if (c == a[x].e.world)
 				steps[n++] = a[x].e.step;
+		}
 		qsort(steps, n, sizeof(steps[0]), cmp_desc);
 		j->ncomplete = n < MESH_MAX_COMPLETE ? n : MESH_MAX_COMPLETE;
 		memcpy(j->complete, steps, j->ncomplete * sizeof(steps[0]));
 		struct store_job *sj = snap_store_job(mesh->store, j->name, 1);
+		if (sj && j->news) {
+			unsigned dropped = snap_store_supersede(mesh->store, sj, j->news == 1, j->news_base);
+			if (dropped)
+				mesh_say(mesh, "job %s: a new incarnation rewound it to %s%" PRIu64 "; %u slot(s) here of "
+					 "a dead one's later steps dropped", j->name, j->news == 1 ? "step " : "nothing, ",
+					 j->news == 1 ? j->news_base : 0, dropped);
+		}
 		if (sj) {
 			sj->mesh_has_latest = j->ncomplete > 0 && !j->lost;
 			sj->mesh_latest = j->ncomplete ? j->complete[0] : 0;

@@ -30,6 +30,8 @@ struct mjob {
 	uint64_t failed;
 	uint64_t complete[MESH_MAX_COMPLETE]; /* newest first */
 	unsigned ncomplete;
+	int news;                     /* this round: a new incarnation rewound (1: to news_base, 2: to nothing) */
+	uint64_t news_base;
 	int lost;                     /* relaunch could not rebuild it */
 	char lost_msg[MESH_ERRLEN];
 	struct mjob *next;

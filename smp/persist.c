@@ -21,8 +21,10 @@ static void pin(struct smp *m, struct flush_req *q, int delta)
 	struct store_job *j = snap_store_job(m->store, q->job, 0);
 	for (uint32_t r = 0; j && r < q->world; r++) {
 		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
-		if (rk)
-			rk->slots[q->ranks[r].slot].refs += (unsigned)delta;
+		if (rk && delta > 0)
+			rk->slots[q->ranks[r].slot].refs++;
+		else if (rk)
+			snap_store_unref(m->store, j, rk, q->ranks[r].slot);
 	}
 }
 

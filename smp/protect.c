@@ -78,8 +78,8 @@ static void unpin(struct snap_mesh *mesh, const char *job, const struct mesh_pin
 	struct store_job *j = snap_store_job(mesh->store, job, 0);
 	for (uint32_t i = 0; j && i < n; i++) {
 		struct store_rank *r = p[i].rank < j->nranks ? j->ranks[p[i].rank] : NULL;
-		if (r && r->slots[p[i].slot].refs)
-			r->slots[p[i].slot].refs--;
+		if (r)
+			snap_store_unref(mesh->store, j, r, p[i].slot);
 	}
 }
 

@@ -41,14 +41,33 @@ static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank
 		    char *err, size_t errlen)
 {
 	struct store_slot *sl = &r->slots[i];
-	if (sl->refs) {
-		snap_fmt(err, errlen, "step %" PRIu64 " of job %s rank %u is being read; retry", sl->step, j->name,
-			 r->rank);
-		return SNAP_EBUSY;
+	snap_store_logf(s, "job %s rank %u: withdrew step %" PRIu64 " (generation %" PRIu64 "): %s%s", j->name, r->rank,
+			sl->step, sl->man.gen, why, sl->refs ? " (its slot is freed when its reader is done)" : "");
+	if (!sl->refs)
+		return drop_slot(s, j, r, i, err, errlen);
+	/*
+	 * A protect or flush is reading it. Failing here made a restore that
+	 * raced an encode fail outright. Unlink the manifest now (a crash from
+	 * here on finds the step withdrawn) and keep the slot out of every
+	 * count and choice until snap_store_unref() frees it.
+	 */
+	char mp[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, i, 1, mp, sizeof(mp));
+	if (unlink(mp) != 0 && errno != ENOENT) {
+		snap_fmt(err, errlen, "cannot withdraw manifest %s: %s", mp, strerror(errno));
+		return SNAP_EIO;
 	}
-	snap_store_logf(s, "job %s rank %u: withdrew step %" PRIu64 " (generation %" PRIu64 "): %s", j->name, r->rank,
-			sl->step, sl->man.gen, why);
-	return drop_slot(s, j, r, i, err, errlen);
+	sl->superseded = 1;
+	return 0;
+}
+
+void snap_store_unref(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i)
+{
+	struct store_slot *sl = &r->slots[i];
+	if (sl->refs && --sl->refs == 0 && sl->superseded)
+		snap_store_slot_clear(sl);
+	(void)s;
+	(void)j;
 }
 
 /* Record j->gen in <root>/<job>/generation (tmp + rename); a failure costs
@@ -91,20 +110,57 @@ int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, u
 		struct store_rank *r = j->ranks[k];
 		for (uint32_t i = 0; r && i < s->nslots; i++) {
 			const struct store_slot *sl = &r->slots[i];
-			if (sl->state != SLOT_COMMITTED || sl->man.gen >= j->gen || (has_base && sl->step <= base))
+			if (sl->state != SLOT_COMMITTED || sl->superseded || sl->man.gen >= j->gen ||
+			    (has_base && sl->step <= base))
 				continue;
 			int rc = withdraw(s, j, r, i, "an older incarnation's step past the restored one", err, errlen);
 			if (rc)
 				return rc;
 		}
 	}
+	if (s->mesh && j->rewound_gen != j->gen) {
+		/* The first rewind of this incarnation here: tell every node. */
+		if (!has_base)
+			j->news = 2;
+		else if (j->news != 2 && (j->news == 0 || base < j->news_base)) {
+			j->news = 1;
+			j->news_base = base;
+		}
+		j->rewound_gen = j->gen;
+	}
 	return 0;
+}
+
+int snap_store_slot_current(const struct store_job *j, const struct store_rank *r, const struct store_slot *sl)
+{
+	return r->conn && sl->man.gen == j->gen;
+}
+
+unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base)
+{
+	unsigned n = 0;
+	char err[256];
+	for (uint32_t k = 0; k < j->nranks; k++) {
+		struct store_rank *r = j->ranks[k];
+		for (uint32_t i = 0; r && i < s->nslots; i++) {
+			struct store_slot *sl = &r->slots[i];
+			if (sl->state != SLOT_COMMITTED || sl->superseded || (has_base && sl->step <= base) ||
+			    snap_store_slot_current(j, r, sl))
+				continue;
+			if (withdraw(s, j, r, i, "a dead incarnation's step past the step its successor restored", err,
+				     sizeof(err)) != 0)
+				snap_store_logf(s, "job %s rank %u: %s", j->name, r->rank, err);
+			else
+				n++;
+		}
+	}
+	return n;
 }
 
 struct store_slot *snap_store_find(const struct snap_store *s, struct store_rank *r, uint64_t step, uint32_t *slot)
 {
 	for (uint32_t i = 0; r && i < s->nslots; i++) {
-		if (r->slots[i].state == SLOT_COMMITTED && r->slots[i].step == step) {
+		if (r->slots[i].state == SLOT_COMMITTED && !r->slots[i].superseded && r->slots[i].step == step) {
 			if (slot)
 				*slot = i;
 			return &r->slots[i];
@@ -126,7 +182,7 @@ int snap_store_latest(const struct snap_store *s, const struct store_job *j, uin
 	int found = 0;
 	for (uint32_t i = 0; r0 && i < s->nslots; i++) {
 		const struct store_slot *c = &r0->slots[i];
-		if (c->state != SLOT_COMMITTED || (found && c->step <= *step))
+		if (c->state != SLOT_COMMITTED || c->superseded || (found && c->step <= *step))
 			continue;
 		uint32_t world = c->man.world, r;
 		for (r = 1; r < world; r++) {
@@ -214,7 +270,7 @@ static int continue_timeline(struct snap_store *s, struct store_job *j, struct s
 {
 	int rc = snap_store_rewind(s, j, 1, step - 1, err, errlen);
 	for (uint32_t i = 0; !rc && i < s->nslots; i++)
-		if (r->slots[i].state == SLOT_COMMITTED && r->slots[i].step >= step)
+		if (r->slots[i].state == SLOT_COMMITTED && !r->slots[i].superseded && r->slots[i].step >= step)
 			rc = withdraw(s, j, r, i, "a save of the same or an older step", err, errlen);
 	return rc;
 }

@@ -52,6 +52,7 @@ void snap_store_slot_clear(struct store_slot *sl)
 	free(sl->man_bytes);
 	sl->man_bytes = NULL;
 	sl->man_len = 0;
+	sl->superseded = 0;
 	sl->state = SLOT_FREE;
 }
 

@@ -34,6 +34,8 @@ struct store_slot {
 	uint32_t man_len;
 	void *owner;                   /* connection writing it */
 	unsigned refs;                 /* readers (flush, EC) pinning it */
+	int superseded;                /* withdrawn (manifest unlinked) while a reader held it: counts
+	                                  for nothing, freed by snap_store_unref */
 };
 
 struct store_rank {
@@ -69,6 +71,11 @@ struct store_job {
 	/* --ec mesh only (smp/mesh.c): the newest globally complete step. */
 	int mesh_has_latest;
 	uint64_t mesh_latest;
+	/* --ec mesh only: this node's first rewind of a generation, for the
+	 * next agreement round to announce to every node (snap_store_rewind). */
+	uint64_t rewound_gen;          /* generation of the last rewind here */
+	int news;                      /* 0: none; 1: rewound to news_base; 2: rewound to nothing */
+	uint64_t news_base;
 	struct store_job *next;
 };
 
@@ -145,9 +152,31 @@ void snap_store_set_generation(struct snap_store *s, struct store_job *j, uint64
  * withdraw every rank's committed steps newer than base that an older
  * generation committed, so they can never combine with the new timeline's
  * steps into a "restorable" step that no incarnation ever had.
+ *
+ * In a mesh the other ranks' older steps live on other nodes, where no rank
+ * of the new incarnation may have connected yet. So the first rewind of a
+ * generation on a node is also announced to the whole mesh (j->news, sent
+ * by the next agreement round), and every node then drops its steps past
+ * the base that no connected process of the current generation wrote
+ * (snap_store_supersede). A slot being read is withdrawn all the same: its
+ * manifest goes now, its memory when the reader is done (snap_store_unref).
  */
 int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, uint64_t base, char *err,
 		      size_t errlen);
+
+/*
+ * Mesh: another node announced that the job's new incarnation rewound to
+ * `base` (or to nothing: has_base == 0). Withdraw this node's committed steps
+ * of the job past it that were not written by the connected process of the
+ * current generation: they belong to a dead incarnation's timeline.
+ * Returns the number of slots withdrawn.
+ */
+unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base);
+/* A reader (protect, flush) is done with slot i: a slot withdrawn while it
+ * read is freed now. */
+void snap_store_unref(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i);
+/* Mesh: is this committed slot the current incarnation's (its writer connected)? */
+int snap_store_slot_current(const struct store_job *j, const struct store_rank *r, const struct store_slot *sl);
 
 /*
  * Open a store file only if it is a regular file (O_NONBLOCK | O_NOFOLLOW,
