@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * flush, export, gc, recover: snaptool's view of persistence. flush asks the
  * running snapsmp (it owns the store); the others work on the flush

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Options shared by snaptool's store and disk subcommands; see opts.h. */
 #include <getopt.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* opts.h - options shared by snaptool's store and disk subcommands. */
 #ifndef SNAPTOOL_OPTS_H
 #define SNAPTOOL_OPTS_H

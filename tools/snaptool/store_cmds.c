@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * status, ls, inspect, verify: read-only views of a node store. They open
  * the store without the daemon (read-only, no lock), so they work while
