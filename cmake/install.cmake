@@ -87,4 +87,5 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/libsnapConfig.cmake
 
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/README.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+include(${CMAKE_CURRENT_LIST_DIR}/man.cmake)
 include(${CMAKE_CURRENT_LIST_DIR}/package.cmake)

@@ -53,7 +53,8 @@ awk '$2 != "root/root" { print; bad = 1 } END { exit bad }' "$t/contents" >"$t/o
 awk '{ print $6 }' "$t/contents" | grep -v '^\./usr/' >"$t/outside" && fail "files outside /usr: $(cat "$t/outside")"
 for f in ./usr/include/snap/snap.h ./usr/bin/snapsmp ./usr/bin/snaptool "./usr/$libdir/libsnap.so.$version" \
 	"./usr/$libdir/pkgconfig/libsnap.pc" "./usr/$libdir/cmake/libsnap/libsnapConfig.cmake" \
-	"./usr/$plugindir/libh5z_snapcodec.so" ./usr/share/doc/libsnap/LICENSE; do
+	"./usr/$plugindir/libh5z_snapcodec.so" ./usr/share/doc/libsnap/LICENSE \
+	./usr/share/man/man1/snapsmp.1.gz ./usr/share/man/man1/snaptool.1.gz ./usr/share/man/man3/libsnap.3.gz; do
 	awk '{ print $6 }' "$t/contents" | grep -qxF "$f" || fail "package lacks $f"
 done
 grep -qF "./usr/$libdir/libsnap.so.${version%%.*} -> libsnap.so.$version" "$t/contents" || fail "no soname link in the package"
