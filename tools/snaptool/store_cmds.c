@@ -120,7 +120,9 @@ int cmd_status(int argc, char **argv)
 	uint32_t dslots = 0, dpid = 0;
 	int live = daemon_budget(o.cfg.socket, &dlimit, &dused, &dslots, &dpid) == 0;
 	if (o.json) {
-		printf("{\"store\":\"%s\",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->root, s->mem_used);
+		printf("{\"store\":");
+		st_json_str(s->root);
+		printf(",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->mem_used);
 		live ? printf("%" PRIu64, dlimit) : printf("null");
 		printf(",\"daemon_pid\":");
 		live ? printf("%u", dpid) : printf("null");
@@ -140,7 +142,9 @@ int cmd_status(int argc, char **argv)
 		size_t n = job_steps(s, j, steps, 256);
 		int have = snap_store_latest(s, j, &latest) == 0;
 		if (o.json) {
-			printf("%s{\"job\":\"%s\",\"latest\":", first ? "" : ",", j->name);
+			printf("%s{\"job\":", first ? "" : ",");
+			st_json_str(j->name);
+			printf(",\"latest\":");
 			have ? printf("%" PRIu64, latest) : printf("null");
 			printf(",\"steps\":[");
 		} else {
@@ -207,10 +211,12 @@ int cmd_ls(int argc, char **argv)
 				const struct store_slot *sl = &j->ranks[r]->slots[i];
 				if (sl->state != SLOT_COMMITTED)
 					continue;
-				if (o.json)
-					printf("%s{\"job\":\"%s\",\"step\":%" PRIu64 ",\"rank\":%u,\"slot\":%u,\"bytes\":%" PRIu64 "}",
-					       first ? "" : ",", j->name, sl->step, r, i, sl->man.layout.slot_bytes);
-				else
+				if (o.json) {
+					printf("%s{\"job\":", first ? "" : ",");
+					st_json_str(j->name);
+					printf(",\"step\":%" PRIu64 ",\"rank\":%u,\"slot\":%u,\"bytes\":%" PRIu64 "}", sl->step,
+					       r, i, sl->man.layout.slot_bytes);
+				} else
 					printf("%-16s %-10" PRIu64 " %-6u %-5u %" PRIu64 "\n", j->name, sl->step, r, i,
 					       sl->man.layout.slot_bytes);
 				first = 0;
