@@ -1,7 +1,10 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""snaptool's --json output validates against the schemas in
-docs/snaptool-json.md (extracted from that file, so the document is the
-contract) and says what the store holds.
+"""snaptool's output for scripts and for people:
+  - --json validates against the schemas in docs/snaptool-json.md
+    (extracted from that file, so the document is the contract) and says
+    what the store holds;
+  - `verify` draws a progress bar (bytes, rate) on a terminal (run under
+    script(1), a pseudo-terminal) and nothing of it when stderr is a pipe.
 
 A real snapsmp (with a flush directory) and two example trainers fill a
 store whose path holds a double quote and a backslash: rank 0 commits steps
@@ -10,7 +13,7 @@ rank 1 before step 3), so step 2 is restorable and step 3 partial; step 2
 is flushed. Then `status`, `ls` and `recover` (with and without a daemon, and
 for a job that does not exist) must print documents that parse and
 validate, with the expected values.
-usage: check_snaptool_json.py DOC SNAPTOOL SNAPSMP TRAINER
+usage: check_snaptool_output.py DOC SNAPTOOL SNAPSMP TRAINER
 """
 import json
 import os
@@ -86,6 +89,21 @@ def run_json(schema, name, argv, want_rc=0):
     return doc
 
 
+def check_progress(snaptool, store):
+    argv = [snaptool, "verify", "2", "--store", store, "--job", "js"]
+    r = subprocess.run(argv, capture_output=True, text=True)
+    check(r.returncode == 0 and "rank 1: ok" in r.stdout, f"verify (piped): exit {r.returncode}: {r.stdout}{r.stderr}")
+    check("verify [" not in r.stderr and "\r" not in r.stderr and "\033" not in r.stderr,
+          f"verify draws a progress bar into a pipe: {r.stderr!r}")
+    # script(1) runs it on a pseudo-terminal: stdout and stderr are a tty.
+    cmd = " ".join("'" + a.replace("'", "'\\''") + "'" for a in argv)
+    t = subprocess.run(["script", "-qec", cmd, "/dev/null"], capture_output=True, text=True)
+    check(t.returncode == 0, f"verify under script: exit {t.returncode}: {t.stdout}")
+    check(re.search(r"verify \[#{30}\] 100%  [0-9.]+ / [0-9.]+ MiB  [0-9]+ MB/s", t.stdout) is not None,
+          f"verify on a terminal shows no complete progress bar: {t.stdout!r}")
+    check("rank 1: ok" in t.stdout, f"verify on a terminal lost its report: {t.stdout!r}")
+
+
 def main():
     doc, snaptool, snapsmp, trainer = sys.argv[1:5]
     schema = schemas(doc)
@@ -134,6 +152,7 @@ def main():
         if rc:
             check(rc == {"job": "js", "store_step": 2, "persisted_step": 2, "restore_from": "node store"},
                   f"recover: {rc}")
+        check_progress(snaptool, store)
     finally:
         smp.send_signal(signal.SIGTERM)
         check(smp.wait(timeout=60) == 0, "snapsmp did not exit 0 on SIGTERM")
@@ -146,7 +165,8 @@ def main():
     shutil.rmtree(tmp, ignore_errors=True)
     if fails:
         sys.exit(f"{len(fails)} failures")
-    print("check_snaptool_json: status, ls and recover --json validate against docs/snaptool-json.md")
+    print("check_snaptool_output: status, ls and recover --json validate against docs/snaptool-json.md; "
+          "verify shows a progress bar on a terminal only")
 
 
 main()
