@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The README's demo command: builds libsnap, starts a node's snapsmp, runs a
 # 4-rank training job that snapshots every step, SIGKILLs one rank mid-run
 # (the rest of the job dies with it, as under mpirun), restarts the job and

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Installs everything libsnap needs to build, test, demo and benchmark, from
 # Debian 12 packages only. Idempotent: a second run installs nothing new.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # The README's test command. Installs what it needs (apt-get), then:
 #   1. a gcc build with -Werror (and the CUDA kernels when nvcc is present,
 #      compiled and linked only), and every ctest test;

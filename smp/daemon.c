@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snapsmp's event loop: one thread, poll() over the listening socket, a
  * signalfd and every trainer connection. Requests are small and handled to

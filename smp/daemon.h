@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* daemon.h - snapsmp's serving loop, callable from main() and from tests. */
 #ifndef SNAP_DAEMON_H
 #define SNAP_DAEMON_H

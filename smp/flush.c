@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The flush thread; see flush.h. */
 #include <errno.h>
 #include <fcntl.h>

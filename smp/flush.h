@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * flush.h - snapsmp's background flush: one thread that writes restorable
  * steps to HDF5 (io/) while the daemon keeps serving trainers.

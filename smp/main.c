@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* snapsmp: the per-node snapshot management process. Usage in --help. */
 #include <getopt.h>
 #include <signal.h>

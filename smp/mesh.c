@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The mesh of node daemons: configuration, MPI start/stop, and the mesh
  * thread's agreement rounds (see mesh.h for the threading contract).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * mesh.h - snapsmp as one rank of an MPI mesh of node daemons (--ec K+M).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* mesh_int.h - state shared by mesh.c, protect.c and recover.c (not an API). */
 #ifndef SNAP_MESH_INT_H
 #define SNAP_MESH_INT_H

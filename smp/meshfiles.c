@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The erasure-coding files of a node store; format described in meshfiles.h. */
 #include <dirent.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * meshfiles.h - the erasure-coding files of a node store, shared by snapsmp
  * (protect, relaunch rebuild) and snaptool status (offline reader).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Flush policy: which restorable step to persist and when. Every F-th new
  * restorable step (SNAP_FLUSH_EVERY), every T seconds (SNAP_FLUSH_INTERVAL),

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Protect one globally complete step: erasure-code this node's slots of it
  * across its group (ec/ two-phase encode), publish parity + record, agree

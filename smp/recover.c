@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Relaunch recovery (crash-only mesh). Runs once at start, on the main
  * thread, before anything is served, on every node at once:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Restore from disk: when the node store holds no restorable step (all
  * daemons were gone, or too many nodes were lost), a trainer's RESTORE loads

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* rehydrate.h - restore from disk into the node store; see rehydrate.c. */
 #ifndef SNAP_REHYDRATE_H
 #define SNAP_REHYDRATE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Slot policy: which step is restorable, which slot a new save may
  * overwrite, and the commit that publishes a manifest. Retention rule: a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* smp_internal.h - the daemon's state, shared by daemon.c and persist.c. */
 #ifndef SNAP_SMP_INTERNAL_H
 #define SNAP_SMP_INTERNAL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The node store: slot files, manifests, and the rules for which slot may be
  * overwritten. See store.h for the layout and the crash-only argument.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * store.h - the node store: snapshot slots in shared-memory files under one
  * root, and the manifests that make a slot "committed".

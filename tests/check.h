@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* check.h - the smallest test harness: CHECK() counts failures and says where. */
 #ifndef SNAP_CHECK_H
 #define SNAP_CHECK_H

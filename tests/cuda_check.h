@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* cuda_check.h - CU(call): a CUDA runtime call in a GPU test either
  * succeeds or ends the test, saying which call failed and why. */
 #ifndef SNAP_TEST_CUDA_CHECK_H

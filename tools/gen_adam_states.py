@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Produce real Adam optimizer states for the codec benchmark.
 
 Trains a small CNN on generated data (a learnable synthetic task: classify

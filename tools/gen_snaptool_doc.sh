@@ -1,4 +1,5 @@
 #!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
 # Writes docs/snaptool.md from snaptool's own --help texts, so the reference
 # cannot drift from the program. Usage: tools/gen_snaptool_doc.sh SNAPTOOL [OUT]
 # (ctest runs it into a temp file and diffs it against docs/snaptool.md).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap_ec_bench.c - MPI side of `snaptool bench ec`. Run as one group of
  * k + m ranks (simulated nodes); rank 0 prints one JSON line.

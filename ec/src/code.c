@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * code.c - the Reed-Solomon code (ISA-L Cauchy matrix), CRC32C, iovec
  * walking, and the single-process group encoder that shares the mesh's

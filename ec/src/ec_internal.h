@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * ec_internal.h - shared between the ec/ sources; not installed.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * encode.c - two-phase protect of one step: agree on lengths, then run the
  * exchange with parity holders as the outputs, then share the CRC tables so

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * exchange.c - the pipelined MPI engine shared by encode and rebuild.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * layout.c - group formation and rotated parity placement.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * meta.c - the per-step EC metadata record: what every group member needs to
  * verify its own chunks and to tell a replacement what it held.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * rebuild.c - two-phase rebuild: agree on who is lost and hand replacements
  * their meta, then verify every surviving chunk, plan the erasures and run

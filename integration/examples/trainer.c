@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * trainer: an example training job for libsnap. Each rank holds a few
  * regions (parameters, optimizer state, RNG state) whose contents are a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * libh5z_snapcodec.so: HDF5 dynamic filter plugin for libsnap codec frames
  * (filter SNAP_IO_FILTER_CODEC). Point HDF5_PLUGIN_PATH at the directory

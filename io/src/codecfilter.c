@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The HDF5 filter of codec frames (see codecfilter.h); no snapio state. */
 #include <stdint.h>
 #include <string.h>

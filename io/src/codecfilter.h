@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * codecfilter.h - the HDF5 filter that decodes snap/codec.h frames (filter
  * id SNAP_IO_FILTER_CODEC, unregistered range). One source, two users:

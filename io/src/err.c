@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Error messages, errno mapping, and the guard around every HDF5 section. */
 #include <errno.h>
 #include <pthread.h>

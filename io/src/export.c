@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Export: one HDF5 file, one dataset per logical tensor at its global shape,
  * assembled from the rank shards either as HDF5 virtual datasets (no copy)

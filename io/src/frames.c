@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Frame regions: a region held as snap/codec.h streams ("frames") goes to
  * disk as they are, one HDF5 chunk per frame of a flat 1-D dataset under

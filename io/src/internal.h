@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * internal.h - what the io/src files share and nothing outside io/ may use.
  */

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The byte layout of the registered HDF5 LZ4 filter (id 32004), as the
  * hdf5-filter-plugin's H5Zlz4.c writes and reads it:

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The step manifest: the one file whose presence makes a step persisted.
  * Plain text so a person can read it, with its own CRC32C on the last line

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Job names, region-name escaping, paths and directory durability. */
 #include <dirent.h>
 #include <errno.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Reading rank files back: metadata of every dataset, and the raw bytes of
  * one dataset streamed in order through a CRC32C check. Contiguous data is

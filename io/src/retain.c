@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Retention. A step leaves the step-N namespace by one rename (to
  * .trash-step-N.<pid>) before anything inside it is deleted, so a crash

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The bulk byte mover: writes memory to known file offsets through io_uring
  * with up to qd writes of io_bytes in flight. With an O_DIRECT fd, the

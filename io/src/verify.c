@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Full verification of a persisted step: manifest, files, every checksum. */
 #include <inttypes.h>
 #include <stdio.h>

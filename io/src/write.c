@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * One rank's file for one step. HDF5 lays out the file and writes all
  * metadata; the bulk bytes of uncompressed regions go through io_uring into

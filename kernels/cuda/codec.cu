@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * codec.cu - CUDA twin of src/codec.c: stream framing on the GPU.
  *

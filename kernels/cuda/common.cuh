@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* common.cuh - what the CUDA twin's kernels share. */
 #ifndef SNAP_CUDA_COMMON_CUH
 #define SNAP_CUDA_COMMON_CUH

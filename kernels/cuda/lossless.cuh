@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * lossless.cuh - CUDA twin of src/lossless.c: one thread block codes one
  * stream block, one thread one 32-value chunk at a time. The exponent table

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * lossy.cuh - CUDA twin of src/lossy.c: one thread block per stream block,
  * one thread per 32-value group. Quanta come from the shared snapc_quant();

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * codec.c - stream framing of both codecs: header, block table, parameter
  * checks, and the split of blocks over threads. The block coders live in

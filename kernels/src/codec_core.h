@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * codec_core.h - the rules the C twin and the CUDA kernels must apply
  * identically: dtype layout, rounding conversions, the quantization decision

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* codec_impl.h - block coders of the C twin, shared by codec.c. */
 #ifndef SNAP_CODEC_IMPL_H
 #define SNAP_CODEC_IMPL_H

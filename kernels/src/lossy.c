@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * lossy.c - C twin of the error-bounded block coder.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pack.c - fixed-width bit packing of 32-value chunks, one unrolled routine
  * per width (the shifts fold into constants, no branches), and the run-time

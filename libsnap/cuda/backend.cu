@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * backend.cu - libsnap_cuda.so: the CUDA side of libsnap's copy pipeline
  * (the contract is libsnap/src/gpu.h).

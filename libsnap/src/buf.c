@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Bounded little-endian encoding; see buf.h. x86 and ARM are little-endian,
  * but we encode byte by byte so the format never depends on the host. */
 #include "buf.h"

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * buf.h - bounded little-endian encoder/decoder for the manifest and wire
  * formats. The reader never reads past its end: every get sets `bad` on

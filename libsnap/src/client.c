@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The trainer side of libsnap: region registry, connection to snapsmp, and
  * the save / fence / commit / restore cycle. See snap/snap.h for the contract

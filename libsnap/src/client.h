@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * client.h - the trainer-side context, shared by client.c (connection,
  * registry, save/fence/commit) and restore.c (latest, restore, flush).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Configuration defaults and SNAP_* environment overrides. One table drives
  * both, so a new field is one line here and one in snap.h.

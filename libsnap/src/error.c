@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* snap_strerror and the dtype/kind name tables. */
 #include <string.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Loading the device backend at run time; see gpu.h for why. */
 #include <dlfcn.h>
 #include <limits.h>

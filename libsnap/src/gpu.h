@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * gpu.h - the device backend: what libsnap.so asks of a GPU, and the table of
  * calls libsnap_cuda.so (libsnap/cuda/backend.cu) exports for it.

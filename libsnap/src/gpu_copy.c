@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The CUDA side of the trainer's pipeline: one pipeline with the host path,
  * not a second one. A save's tasks are still chunk t of the layout, run by

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* internal.h - helpers shared by libsnap, snapsmp and snaptool; not installed. */
 #ifndef SNAP_INTERNAL_H
 #define SNAP_INTERNAL_H

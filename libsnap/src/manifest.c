@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Layout and manifest encoding. Decoding is written for hostile input: every
  * count is bounded before anything is allocated, and every region is checked

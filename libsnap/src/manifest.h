@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * manifest.h - the snapshot description: a layout (the registered regions and
  * where each sits in a slot) plus, once committed, the step and a CRC32C per

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Copy threads; see pool.h. */
 #include <pthread.h>
 #include <stdlib.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pool.h - a fixed set of copy threads running one job at a time. A job is
  * `ntasks` independent tasks; the thread that finishes the last one runs the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The read side of the client: the newest restorable step, restore (verify
  * every chunk, then copy), and flush requests. See snap/snap.h.

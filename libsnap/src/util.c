@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Small helpers shared by every binary: messages, CRC32C, clock. */
 #include <stdarg.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Message framing and descriptor passing; see wire.h. */
 #include <errno.h>
 #include <poll.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * wire.h - the trainer <-> snapsmp protocol over a Unix stream socket.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_ec_code.c - the single-process encoder against a naive GF(2^8)
  * reference written from the placement rules in snap/ec.h (not from the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_ec_layout.c - group formation, tail policy, rotation balance and
  * overhead, the placement inverse functions, CRC32C, bad arguments.

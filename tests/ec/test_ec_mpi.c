@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * test_ec_mpi.c - encode and rebuild across real MPI processes.
  *

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Waiting for the event a fault trial interrupts, without sleeping.
 
 A trial blocks in select() on an inotify descriptor (the log lines, step

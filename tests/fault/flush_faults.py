@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Persistence under faults, with real snapsmp, trainer, snaptool, h5py:
 
 1. SIGKILL snapsmp at random moments while it flushes (>= 50 trials): no

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """SIGKILL fault injection with real processes: a multi-rank example trainer
 and snapsmp are killed at random moments; every restart must restore a step
 that is committed by every rank, bit-exact (or within the bound, with

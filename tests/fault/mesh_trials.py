@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Erasure-coded mesh with real processes: `mpirun -np NODES snapsmp --ec K+M`
 (one store root and socket per node, on one machine), example trainers spread
 over the nodes, SIGKILL of the whole mesh, random loss of up to M nodes per

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Bad input to a node store, with real snapsmp, trainer and snaptool
 processes: a flipped byte in a chunk, a truncated slot file, a corrupted or
 missing manifest, a region-size mismatch at restore, and store roots that are

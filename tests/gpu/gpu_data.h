@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * gpu_data.h - the regions and values the GPU tests save, shared by
  * test_gpu_snapshot (on a GPU) and test_gpu_saved (on any machine, from a

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU regions where there is no GPU path: what CI checks on every machine.
  * A CUDA region is refused with SNAP_EUNSUPPORTED (no backend, no driver or

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A step saved from a GPU restores on a machine without one. The fixture
  * data/gpu_saved_store.tar.gz is a node store an NVIDIA H100 filled

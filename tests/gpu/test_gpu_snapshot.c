@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * GPU regions against a real snapsmp and a real CUDA device:
  *   - stream order: the state is produced by work still queued on the

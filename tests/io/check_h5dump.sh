@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Independent reader check: h5dump (with the LZ4 plugin) dumps raw bytes of
 # contiguous, LZ4-chunked and virtual (exported) datasets; they must equal
 # the bytes io_roundtrip registered.

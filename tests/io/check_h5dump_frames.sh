@@ -1,4 +1,5 @@
 #!/bin/sh
+# SPDX-License-Identifier: BSD-3-Clause
 # Independent reader check of codec frames with h5dump: with the plugin
 # (libh5z_snapcodec.so) on the path, h5dump -b of frame datasets of rank
 # files and of a virtual export equals the values decoding the frames gave

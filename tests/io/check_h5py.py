@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Independent reader check: h5py (with Debian's LZ4 filter plugin) reads
 every rank file and every export bit-exact against the bytes io_roundtrip
 left in OUT/expect, and finds the documented attributes and types."""

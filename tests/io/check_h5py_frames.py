@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Independent reader check of codec frames: h5py, with libh5z_snapcodec.so
 (and Debian's LZ4 plugin) on HDF5_PLUGIN_PATH, reads every dataset of the
 rank files io_frames wrote and of its exports; the values must equal what

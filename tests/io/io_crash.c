@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * SIGKILL mid-flush: a child writes a 2-rank step (raw or LZ4 regions and a
  * region of codec frames) and seals it; the parent

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Faults against real files: truncation, flipped bytes (data, LZ4 chunk,
  * HDF5 metadata, manifest), missing files, an unwritable flush directory

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Codec frames in rank files: regions held as snap/codec.h streams written
  * as they are, one HDF5 chunk per frame, and read back raw or decoded.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Round trip through real files: writes three steps of a 2-rank job (codec
  * none, LZ4 with small chunks, LZ4 with default chunks) holding sharded,

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * io_uring failures inside the bulk writer, injected by wrapping liburing
  * (linked with -Wl,--wrap=io_uring_submit,--wrap=__io_uring_get_cqe):

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Helpers shared by the io tests: checks that fail loudly, fixtures. */
 #ifndef IO_TESTUTIL_H
 #define IO_TESTUTIL_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The fuzz entry point: inspect and decode untrusted bytes, with an exactly
  * sized output buffer so that any overrun is caught by ASan; single- and
  * multi-threaded decoding, and the detected SIMD level and the scalar

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* fuzz_decode.h - the fuzz entry point shared by the libFuzzer targets and
  * the random-mutation driver: decode arbitrary bytes as a codec stream. */
 #ifndef SNAP_FUZZ_DECODE_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Random-mutation driver: runs the fuzz entry point on mutated seed streams
  * (byte flips, truncations, splices, header lies) for a number of seconds,
  * so the decoders are exercised under ASan in any build, gcc included.

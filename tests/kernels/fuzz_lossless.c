@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* libFuzzer target: the lossless decoder. */
 #include "fuzz_decode.h"
 #include "snap/types.h"

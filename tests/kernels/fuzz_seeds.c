@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Writes the seed streams into a directory, the corpus of the libFuzzer runs. */
 #include <stdio.h>
 

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Seed streams: 3 dtypes x {lossless, lossy abs, lossy rel, lossy with
  * outliers}, a few hundred values over two or three 256-value blocks. */
 #include "snap/codec.h"

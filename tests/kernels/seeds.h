@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* seeds.h - valid small streams of every codec and dtype, the starting
  * points of fuzzing and of the malformed-stream tests. */
 #ifndef SNAP_KERNELS_SEEDS_H

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* The C twin's fast paths (SSE2, AVX2+F16C, unrolled packers) against its
  * plain scalar reference (snapc_quant, snapc_pack32): for many random and
  * adversarial arrays, every dtype, both codecs, several bounds and block

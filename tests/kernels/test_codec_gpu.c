@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* GPU twin equality: for every dtype, codec and array kind, the CUDA kernels
  * must write the same bytes as the C twin, the GPU must decode C streams to
  * the C twin's output, and corrupted streams must be refused on the GPU too.

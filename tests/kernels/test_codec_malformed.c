@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Malformed streams: truncation at every byte offset, random byte flips,
  * lying header fields and block tables. Decoding must return an error or a
  * well-formed result, never touch memory outside its buffers (run under

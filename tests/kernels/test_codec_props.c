@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Property tests of both codecs over random and adversarial arrays: lossless
  * round-trips are bit-exact, every lossy value is within the bound (checked
  * per element in the target dtype), multi-threaded streams equal the

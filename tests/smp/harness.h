@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * harness.h - start and stop a real snapsmp on a private store for a test.
  * SNAPSMP_PATH is the built daemon (set by CMake).

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The C API against a real snapsmp: the save/fence/wait/restore contract,
  * the errors users hit (unfenced save, frozen layout, steps going back,

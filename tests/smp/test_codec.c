@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Codecs in the snapshot path, against a real snapsmp with a flush
  * directory: each codec on f32, bf16 and f16 regions restores within its

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snapsmp under hostile clients: bad magic, lying lengths, half messages,
  * messages out of order, chunk lengths that lie about codec frames, random

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Manifest, layout, wire header and config parsing, fed good and bad input:
  * every truncation of a manifest, random byte flips, headers that lie about

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * bench_util.h - what the benchmark programs share: the median of a run's
  * samples and finding the snapsmp (or another program) they start.

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap_bench_gpu: a snapshot of GPU state as a trainer sees it, through a
  * real snapsmp, side by side in one run with the physical limit and with

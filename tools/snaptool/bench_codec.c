@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * bench_codec.c - `snaptool bench codec`: our lossless and lossy codecs side
  * by side with LZ4 (default level) and ZFP (fixed accuracy, same absolute

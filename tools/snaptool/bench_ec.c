@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * bench_ec.c - `snaptool bench ec`: erasure-coding throughput on one data set.
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snaptool bench flush: our HDF5 flush (codec none, lz4, codec frames) against fio's
  * sequential O_DIRECT io_uring write and a plain h5py write, same directory,

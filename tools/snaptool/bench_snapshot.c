@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snaptool bench snapshot: the cost of a snapshot as a trainer sees it,
  * through a real snapsmp, side by side with the physical limit (one

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * flush, export, gc, recover: snaptool's view of persistence. flush asks the
  * running snapsmp (it owns the store); the others work on the flush
@@ -217,7 +218,9 @@ int cmd_recover(int argc, char **argv)
 	}
 	const char *from = have_mem ? "node store" : have_disk ? "flush directory" : "nothing";
 	if (o.json) {
-		printf("{\"job\":\"%s\",\"store_step\":", o.cfg.job);
+		printf("{\"job\":");
+		st_json_str(o.cfg.job);
+		printf(",\"store_step\":");
 		have_mem ? printf("%" PRIu64, mem) : printf("null");
 		printf(",\"persisted_step\":");
 		have_disk ? printf("%" PRIu64, disk) : printf("null");

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snaptool: inspect, verify and benchmark libsnap. One file per subcommand;
  * this one only dispatches. Exit codes (docs/snaptool.md): 0 success,

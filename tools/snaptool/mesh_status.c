@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snaptool status --nodes N --store PATTERN: the erasure-coded mesh seen
  * offline from all its node stores at once (PATTERN's "%n" is the node).

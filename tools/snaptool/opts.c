@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Options shared by snaptool's store and disk subcommands; see opts.h. */
 #include <getopt.h>
 #include <stdio.h>
@@ -97,3 +98,16 @@ int st_parse_step(const char *s, uint64_t *step)
 	return 0;
 }
 
+void st_json_str(const char *s)
+{
+	putchar('"');
+	for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+		if (*p == '"' || *p == '\\')
+			printf("\\%c", *p);
+		else if (*p < 0x20)
+			printf("\\u%04x", *p);
+		else
+			putchar(*p);
+	}
+	putchar('"');
+}

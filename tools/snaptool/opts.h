@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* opts.h - options shared by snaptool's store and disk subcommands. */
 #ifndef SNAPTOOL_OPTS_H
 #define SNAPTOOL_OPTS_H
@@ -23,6 +24,9 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 /* stderr logger for store scans. */
 void st_log(const char *msg);
 int st_open_store(const struct opts *o, struct snap_store **s);
+/* Print s as a JSON string (quoted, escaped): paths and names given by the
+ * user may hold quotes, backslashes or control characters. */
+void st_json_str(const char *s);
 /* A decimal step number, or ST_USAGE with a message. */
 int st_parse_step(const char *s, uint64_t *step);
 

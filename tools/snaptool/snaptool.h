@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snaptool.h - subcommands of the snaptool CLI. Each lives in its own file
  * and follows one contract: parse its own argv (argv[0] is the subcommand

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * status, ls, inspect, verify: read-only views of a node store. They open
  * the store without the daemon (read-only, no lock), so they work while
@@ -16,6 +17,7 @@
 
 #include "internal.h"
 #include "opts.h"
+#include "progress.h"
 #include "snap/io.h"
 #include "snaptool.h"
 #include "store.h"
@@ -119,7 +121,9 @@ int cmd_status(int argc, char **argv)
 	uint32_t dslots = 0, dpid = 0;
 	int live = daemon_budget(o.cfg.socket, &dlimit, &dused, &dslots, &dpid) == 0;
 	if (o.json) {
-		printf("{\"store\":\"%s\",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->root, s->mem_used);
+		printf("{\"store\":");
+		st_json_str(s->root);
+		printf(",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->mem_used);
 		live ? printf("%" PRIu64, dlimit) : printf("null");
 		printf(",\"daemon_pid\":");
 		live ? printf("%u", dpid) : printf("null");
@@ -139,7 +143,9 @@ int cmd_status(int argc, char **argv)
 		size_t n = job_steps(s, j, steps, 256);
 		int have = snap_store_latest(s, j, &latest) == 0;
 		if (o.json) {
-			printf("%s{\"job\":\"%s\",\"latest\":", first ? "" : ",", j->name);
+			printf("%s{\"job\":", first ? "" : ",");
+			st_json_str(j->name);
+			printf(",\"latest\":");
 			have ? printf("%" PRIu64, latest) : printf("null");
 			printf(",\"steps\":[");
 		} else {
@@ -206,10 +212,12 @@ int cmd_ls(int argc, char **argv)
 				const struct store_slot *sl = &j->ranks[r]->slots[i];
 				if (sl->state != SLOT_COMMITTED)
 					continue;
-				if (o.json)
-					printf("%s{\"job\":\"%s\",\"step\":%" PRIu64 ",\"rank\":%u,\"slot\":%u,\"bytes\":%" PRIu64 "}",
-					       first ? "" : ",", j->name, sl->step, r, i, sl->man.layout.slot_bytes);
-				else
+				if (o.json) {
+					printf("%s{\"job\":", first ? "" : ",");
+					st_json_str(j->name);
+					printf(",\"step\":%" PRIu64 ",\"rank\":%u,\"slot\":%u,\"bytes\":%" PRIu64 "}", sl->step,
+					       r, i, sl->man.layout.slot_bytes);
+				} else
 					printf("%-16s %-10" PRIu64 " %-6u %-5u %" PRIu64 "\n", j->name, sl->step, r, i,
 					       sl->man.layout.slot_bytes);
 				first = 0;
@@ -332,13 +340,22 @@ int cmd_verify(int argc, char **argv)
 	uint64_t step;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool verify STEP [--store DIR] [--flush-dir DIR] [--job NAME]\n"
 				       "Recompute the CRC32C of every chunk of a step on every rank in the node store, and\n"
-				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch.\n", 1);
+				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch.\n"
+				       "On a terminal, a progress bar (bytes, rate) on stderr; none when piped.\n", 1);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
 	struct store_job *j = snap_store_job(s, o.cfg.job, 0);
 	uint32_t ranks = 0, bad = 0, world = 0;
+	uint64_t total = 0;
+	for (uint32_t r = 0; j && r < j->nranks; r++) {
+		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, NULL);
+		for (uint32_t t = 0; sl && t < sl->man.layout.ncrc; t++)
+			total += sl->man.len[t];
+	}
+	struct st_progress bar;
+	st_progress_begin(&bar, "verify", total);
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
 		uint32_t slot;
 		char err[512];
@@ -349,6 +366,7 @@ int cmd_verify(int argc, char **argv)
 		world = sl->man.world;
 		int fd = snap_store_open_slot(s, j, j->ranks[r], slot, err, sizeof(err));
 		if (fd < 0) {
+			st_progress_hide(&bar);
 			printf("rank %u: %s\n", r, err);
 			bad++;
 			continue;
@@ -357,6 +375,7 @@ int cmd_verify(int argc, char **argv)
 		const uint8_t *p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0) : NULL;
 		close(fd);
 		if (p == MAP_FAILED) {
+			st_progress_hide(&bar);
 			printf("rank %u: cannot map slot %u\n", r, slot);
 			bad++;
 			continue;
@@ -366,15 +385,19 @@ int cmd_verify(int argc, char **argv)
 			struct snap_chunk c;
 			snap_layout_chunk(lay, t, &c);
 			if (snap_crc32c(p + c.slot_off, sl->man.len[t]) != sl->man.crc[t]) {
+				st_progress_hide(&bar);
 				printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, c.g->name, c.index);
 				badc++;
 			}
+			st_progress_add(&bar, sl->man.len[t]);
 		}
 		if (p)
 			munmap((void *)p, lay->slot_bytes);
+		st_progress_hide(&bar);
 		printf("rank %u: %s (%u chunks)\n", r, badc ? "CORRUPT" : "ok", lay->ncrc);
 		bad += badc > 0;
 	}
+	st_progress_end(&bar);
 	snap_store_close(s);
 	int disk_rc = SNAP_ENOENT;
 	uint32_t dworld;

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap/ec.h - erasure coding of node snapshots across an MPI mesh.
  *

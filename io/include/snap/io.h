@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap/io.h - persistence of snapshots to HDF5 (libsnap's io/ component).
  *

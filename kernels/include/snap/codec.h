@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap/codec.h - float codecs for checkpoint tensors (f32, bf16, f16).
  *

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap/snap.h - the libsnap C API: asynchronous, crash-safe snapshots of a
  * training job's state into node-local memory held by snapsmp.

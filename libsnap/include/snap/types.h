@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap/types.h - value enums shared by every libsnap component (dtype, kind,
  * device, codec). Header-only: kernels/, ec/ and io/ include it without
