@@ -220,6 +220,11 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 	int rc0 = snap_mesh_job_error(m->mesh, j->name, err, ERRLEN);
 	if (rc0)
 		return rc0;
+	if (want == SNAP_STEP_LATEST && m->mesh && !snap_mesh_view_fresh(m->mesh, &c->restore_ticket)) {
+		/* the client retries EBUSY: the answer comes from a view newer than this request */
+		snap_fmt(err, ERRLEN, "job %s: waiting for an agreement round newer than this restore; retry", j->name);
+		return SNAP_EBUSY;
+	}
 	int have = snap_store_latest(m->store, j, &latest) == 0;
 	if (want == SNAP_STEP_LATEST) {
 		if (!have && m->cfg->flush_dir[0]) {

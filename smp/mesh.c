@@ -161,6 +161,18 @@ int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size
 	return 0;
 }
 
+int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket)
+{
+	if (*ticket == 0) {
+		*ticket = mesh->rounds_started + 1;
+		return 0;
+	}
+	if (mesh->rounds_done < *ticket)
+		return 0;
+	*ticket = 0;
+	return 1;
+}
+
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step)
 {
 	for (struct mjob *j = mesh->jobs; j; j = j->next)
@@ -356,6 +368,7 @@ static int round_(struct snap_mesh *mesh, int protect)
 	size_t len;
 	pthread_mutex_lock(&mesh->mu);
 	uint8_t *mine = summarize(mesh, &len);
+	uint64_t number = ++mesh->rounds_started;
 	pthread_mutex_unlock(&mesh->mu);
 	int hdr[2] = { (int)len, atomic_load(&mesh->stop_req) };
 	int *hdrs = malloc(sizeof(int) * 2 * (size_t)mesh->size);
@@ -382,6 +395,7 @@ static int round_(struct snap_mesh *mesh, int protect)
 	wait_req(mesh, &req);
 	pthread_mutex_lock(&mesh->mu);
 	compute_view(mesh, all, counts, displs);
+	mesh->rounds_done = number;
 	pthread_mutex_unlock(&mesh->mu);
 	free(all);
 	free(hdrs);

@@ -60,6 +60,16 @@ void snap_mesh_unlock(struct snap_mesh *mesh);
 /* [lock held] SNAP_ELOST with the rebuild failure's message for a job whose
  * in-memory copy is gone (more than m losses in a group), else 0. */
 int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size_t errlen);
+/*
+ * [lock held] Has an agreement round that began after the caller first asked
+ * completed? *ticket is the caller's state: 0 the first time (a ticket is
+ * taken, returns 0), then returns 0 until that round's view is published,
+ * then 1 (ticket back to 0). A restore of the newest step uses it: the view
+ * of a round that began before the trainers' last commits lags behind them,
+ * and ranks told different "newest" steps by successive rounds restored
+ * different steps.
+ */
+int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket);
 /* [lock held] 1 when the last agreement found `step` globally complete. */
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
 

@@ -48,6 +48,8 @@ struct snap_mesh {
 	int thr_started;
 	atomic_int stop_req;
 	struct mjob *jobs;
+	uint64_t rounds_started;      /* [mu] summaries taken (round numbers handed out) */
+	uint64_t rounds_done;         /* [mu] the last round whose view is published */
 	int quiet;
 	unsigned period_ms;
 };

@@ -20,6 +20,7 @@ struct conn {
 	struct store_rank *rank;
 	uint32_t pid;
 	int dead;
+	uint64_t restore_ticket;       /* mesh: RESTORE of the newest step waits for a fresh view */
 	/* a FLUSH request waiting for its step to be persisted */
 	int waiting;
 	char wait_job[SNAP_JOB_MAX + 1];

@@ -20,12 +20,8 @@
 #    (--restarts): the mesh recovers its stores (rebuilding those of replaced
 #    nodes) and each rank restores the newest step every rank committed,
 #    from its node's memory.
-#    KNOWN ISSUE (smp, found by tests/launch): the mesh publishes its agreed
-#    step once per agreement round, and the first ranks of a relaunch may
-#    restore before a round that makes a newer step globally complete (the
-#    dead trainers' last commits), the later ones after it: ranks on
-#    different nodes can then restore different steps. Until snapsmp pins
-#    one step per generation, check that the "restored" steps agree.
+#    Every rank restores the same step: a restore of the newest step waits
+#    for an agreement round newer than the request (docs/design.md).
 #    Ranks must land on the same nodes as before: keep the hostfile's order
 #    (replace a dead node in place).
 # 4. When the trainers finish, the mesh gets SIGTERM and shuts down (mpirun

@@ -10,6 +10,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "client.h"
@@ -123,9 +124,20 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	void *rep;
 	uint32_t rlen;
 	int fd = -1;
-	pthread_mutex_lock(&ctx->sock_mu);
-	rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, &rep, &rlen, &fd, "restore");
-	pthread_mutex_unlock(&ctx->sock_mu);
+	/* EBUSY: a slot is being read, or (mesh) the daemons are agreeing on
+	 * the newest step; both pass within a round or an encode. */
+	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
+	long delay_us = 1000;
+	for (;;) {
+		pthread_mutex_lock(&ctx->sock_mu);
+		rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, &rep, &rlen, &fd, "restore");
+		pthread_mutex_unlock(&ctx->sock_mu);
+		if (rc != SNAP_EBUSY || snap_now_ns() >= deadline)
+			break;
+		struct timespec ts = { 0, delay_us * 1000L };
+		nanosleep(&ts, NULL);
+		delay_us = delay_us < 50000 ? delay_us * 2 : delay_us;
+	}
 	snap_wbuf_free(&w);
 	if (rc)
 		return rc;

@@ -456,18 +456,10 @@ def main():
             S = last + 3
             steps = {r: S for r in others}
             steps[late] = S + 1   # the dead incarnation's partial step S + 1
-            # Start from an agreed view (see the lagging-view wait below).
-            if not waiter.until(lambda: have_record(mesh, a, last)):
-                fail(f"late rank: step {last} was not protected")
             procs = start_trainers(a, mesh, logdir, "late1", steps)
             for p, _, err in procs:
                 if p.wait() != 0:
                     fail(f"late rank: trainer exited {p.returncode}; see {err}")
-            # Until the agreement has seen S complete, a rank restoring now
-            # could be told S - 1 and another, a round later, S (a lagging
-            # view; see the issue 11 note): wait for S's protection first.
-            if not waiter.until(lambda: have_record(mesh, a, S)):
-                fail(f"late rank: step {S} was not protected")
             procs = start_trainers(a, mesh, logdir, "late2", S + 3, others)
             pp = [p for p, _, _ in procs]
 

@@ -7,10 +7,9 @@ trainer per node beside it, run through the recipe as a user would.
   1. A trainer rank is SIGKILLed mid-run (at a random moment within a step
      duration measured on its log). The recipe must relaunch the trainers and
      every rank must restore a step not older than the newest step all ranks
-     had committed just before the kill; with --require-one-step, the same
-     step on every rank (see KNOWN ISSUE in mpirun.sh: today the ranks can
-     restore different steps, so that check is a test of its own, disabled
-     until snapsmp is fixed; without it a split is reported, not failed).
+     had committed just before the kill; with --require-one-step (as ctest
+     runs it), the same step on every rank (a split was a snapsmp bug, now
+     fixed; without the flag a split is only reported).
   2. A snapsmp rank is SIGKILLed mid-run: Open MPI takes the whole mesh down,
      the recipe must relaunch mesh and trainers (it relaunches both after any
      failure), and the ranks restore again (not older than what all had
@@ -82,14 +81,14 @@ def environ_of(pid):
 
 def agreed(got, floor, what, strict):
     """The step the ranks restored after `what`: never older than `floor`;
-    one step for all (strict), or a split reported as the known smp issue."""
+    one step for all (strict), or a split reported."""
     if min(got) < floor:
         raise RuntimeError(f"after {what} the ranks restored {got}, older than step {floor} which all had committed")
     if len(set(got)) != 1:
         msg = f"after {what} the ranks restored different steps {got} (per rank)"
         if strict:
             raise RuntimeError(msg)
-        print(f"KNOWN ISSUE (snapsmp --ec, see integration/launch/mpirun.sh): {msg}")
+        print(f"WARNING (a split is a snapsmp bug; --require-one-step fails on it): {msg}")
     return min(got)
 
 
