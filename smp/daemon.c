@@ -348,7 +348,8 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 			close_conn(m, c);
 	} else {
 		if (rc != SNAP_EBUSY)
-			say(m, "%s%s: %s", c->job ? "job " : "peer", c->job ? c->job->name : "", err);
+			say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
+			    err);
 		reply_err(c, h->type, rc, err);
 		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
 			close_conn(m, c);

@@ -18,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -43,7 +44,8 @@ struct fent {
 	struct snap_fman man;       /* crc[] kept for the flush */
 	int state;
 	int check_real;             /* found at start: the real file may hold these bytes already */
-	int failed;                 /* the last flush failed: retried only when asked */
+	int failed;                 /* flushing failed 3 times: retried only when asked */
+	int tries;                  /* failed flushes since the last success or request */
 	int dead;                   /* removed while being flushed: the flush thread frees it */
 	struct fjob *job;
 	struct fent *hnext;
@@ -62,6 +64,8 @@ struct fjob {
 	char name[SNAP_JOB_MAX + 1];
 	char dir[SNAP_FILE_MAX];    /* <root>/<job>/files */
 	int nsfd, datafd, tmpfd;    /* directory descriptors */
+	int lockfd;                 /* files/lock, held (flock) while this daemon runs: a preloaded
+	                               process changes the namespace itself only when nobody holds it */
 	struct fent *hash[HBUCKETS];
 	struct fent *head, *tail;
 	struct fwip *wip;
@@ -295,6 +299,8 @@ static void free_job(struct fjob *j)
 	for (int *fd = &j->nsfd; fd <= &j->tmpfd; fd++)
 		if (*fd >= 0)
 			close(*fd);
+	if (j->lockfd >= 0)
+		close(j->lockfd);
 	free(j);
 }
 
@@ -500,7 +506,7 @@ static struct fjob *load_job(struct snap_files *f, const char *name, int create)
 	struct fjob *j = calloc(1, sizeof(*j));
 	if (!j)
 		return NULL;
-	j->nsfd = j->datafd = j->tmpfd = -1;
+	j->nsfd = j->datafd = j->tmpfd = j->lockfd = -1;
 	snprintf(j->name, sizeof(j->name), "%s", name);
 	char jdir[SNAP_FILE_MAX];
 	if (snprintf(jdir, sizeof(jdir), "%s/%s", f->store->root, name) >= (int)sizeof(jdir) ||
@@ -515,6 +521,21 @@ static struct fjob *load_job(struct snap_files *f, const char *name, int create)
 	int top = open(j->dir, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (top < 0)
 		goto fail;
+	/* Preloaded processes hold the lock for a few system calls at most
+	 * (while no snapsmp ran): wait for them, boundedly. */
+	j->lockfd = openat(top, "lock", O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+	for (int i = 0; j->lockfd >= 0 && flock(j->lockfd, LOCK_EX | LOCK_NB) != 0; i++) {
+		if (i == 10000) {
+			errno = EWOULDBLOCK;
+			close(top);
+			goto fail;
+		}
+		usleep(1000);
+	}
+	if (j->lockfd < 0) {
+		close(top);
+		goto fail;
+	}
 	j->nsfd = open_dir_at(top, "ns", 1);
 	j->datafd = open_dir_at(top, "data", 1);
 	j->tmpfd = open_dir_at(top, "tmp", 1);
@@ -759,8 +780,9 @@ static void *flusher(void *arg)
 			free_entry(e);
 		} else if (rc < 0) {
 			e->state = F_DIRTY;
-			e->failed = 1;
-			snap_store_logf(f->store, "captured file %s (job %s) not flushed: %s", e->path, j->name, why);
+			e->failed = ++e->tries >= 3;
+			if (e->failed)
+				snap_store_logf(f->store, "captured file %s (job %s) not flushed: %s", e->path, j->name, why);
 		} else if (rc == 1) {
 			e->state = F_CLEAN;
 		} else if (!manifest_names(j, e->path, e->id)) {
@@ -770,13 +792,17 @@ static void *flusher(void *arg)
 			e->state = F_DIRTY;
 			e->failed = 1;
 		} else if (rename(tmp, e->path) != 0) {
-			/* Renamed meanwhile to another file system, or its directory went away. */
-			snap_store_logf(f->store, "captured file %s (job %s) not flushed: rename: %s", e->path, j->name,
-					strerror(errno));
+			/* Renamed meanwhile (its directory too, or to another file
+			 * system), or its directory went away: copy again. */
+			int er = errno;
 			unlink(tmp);
 			e->state = F_DIRTY;
-			e->failed = 1;
+			e->failed = ++e->tries >= 3;
+			if (e->failed)
+				snap_store_logf(f->store, "captured file %s (job %s) not flushed: rename: %s", e->path,
+						j->name, strerror(er));
 		} else {
+			e->tries = 0;
 			e->state = F_CLEAN;
 			final = strdup(e->path);
 			snap_store_logf(f->store, "flushed captured file %s (%" PRIu64 " bytes, %.3f s)", e->path,
@@ -946,7 +972,7 @@ void snap_files_conn_closed(struct snap_files *f, struct conn *c)
 static void urge(struct fjob *j)
 {
 	for (struct fent *e = j->head; e; e = e->next)
-		e->failed = 0;
+		e->failed = e->tries = 0;
 	j->urgent = 1;
 }
 
@@ -1141,13 +1167,22 @@ static int on_commit(struct snap_files *f, struct fjob *j, struct conn *c, struc
 		int ok = mfd >= 0 && write_all(mfd, mw.p, mw.len) == 0;
 		if (mfd >= 0 && close(mfd) != 0)
 			ok = 0;
-		if (ok && mkparents(j->nsfd, e->path + 1) != 0)
-			ok = 0;
-		if (ok && renameat(j->tmpfd, tmp, j->nsfd, e->path + 1) != 0) {
+		/* A preloaded process may prune an empty directory of the namespace
+		 * between our mkdir and rename (rmdir): try again. */
+		for (int tries = 0; ok && tries < 3; tries++) {
+			if (mkparents(j->nsfd, e->path + 1) != 0) {
+				ok = 0;
+				break;
+			}
+			if (renameat(j->tmpfd, tmp, j->nsfd, e->path + 1) == 0)
+				break;
+			if (errno == ENOENT)
+				continue;
 			/* An empty directory of the namespace where the file goes now. */
 			ok = (errno == EISDIR || errno == ENOTEMPTY || errno == EEXIST) &&
 			     unlinkat(j->nsfd, e->path + 1, AT_REMOVEDIR) == 0 &&
 			     renameat(j->tmpfd, tmp, j->nsfd, e->path + 1) == 0;
+			break;
 		}
 		if (!ok) {
 			snap_fmt(err, errlen, "cannot publish the manifest of %s in %s/ns: %s", e->path, j->dir,
@@ -1180,6 +1215,81 @@ static int real_isdir(const char *p)
 {
 	struct stat st;
 	return stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Does the namespace hold a committed file under directory rel? */
+static int ns_has_files(int at, const char *rel, int depth)
+{
+	int fd = openat(at, rel, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	int found = 0;
+	struct dirent *de;
+	while (!found && (de = readdir(d))) {
+		struct stat st;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
+		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		found = S_ISDIR(st.st_mode) ? depth < SCAN_DEPTH && ns_has_files(dirfd(d), de->d_name, depth + 1) : 1;
+	}
+	closedir(d);
+	return found;
+}
+
+/* A real directory was renamed from -> to: its store files follow (one rename of the namespace subtree). */
+static void move_subtree(struct snap_files *f, struct fjob *j, const char *from, const char *to)
+{
+	struct stat st;
+	if (fstatat(j->nsfd, from + 1, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISDIR(st.st_mode))
+		return;
+	unlinkat(j->nsfd, to + 1, AT_REMOVEDIR);   /* an empty leftover; a full one made us refuse */
+	if (mkparents(j->nsfd, to + 1) != 0 || renameat(j->nsfd, from + 1, j->nsfd, to + 1) != 0) {
+		snap_store_logf(f->store, "captured files of job %s: cannot move the store's copy of %s to %s: %s", j->name,
+				from, to, strerror(errno));
+		return;
+	}
+	size_t fl = strlen(from), tl = strlen(to);
+	struct fent *moved = NULL;
+	for (unsigned h = 0; h < HBUCKETS; h++)
+		for (struct fent **pp = &j->hash[h]; *pp;) {
+			struct fent *e = *pp;
+			if (strncmp(e->path, from, fl) || e->path[fl] != '/') {
+				pp = &e->hnext;
+				continue;
+			}
+			*pp = e->hnext;   /* rehashed below, under its new name */
+			char *np = malloc(tl + strlen(e->path + fl) + 1);
+			if (np) {
+				memcpy(np, to, tl);
+				strcpy(np + tl, e->path + fl);
+				free(e->path);
+				e->path = np;
+			}
+			e->tries = e->failed = 0;
+			e->hnext = moved;
+			moved = e;
+		}
+	while (moved) {
+		struct fent *e = moved;
+		moved = e->hnext;
+		hash_insert(j, e);
+	}
+	for (struct fwip *w = j->wip; w; w = w->next) {
+		if (strncmp(w->path, from, fl) || w->path[fl] != '/')
+			continue;
+		char *np = malloc(tl + strlen(w->path + fl) + 1);
+		if (np) {
+			memcpy(np, to, tl);
+			strcpy(np + tl, w->path + fl);
+			free(w->path);
+			w->path = np;
+		}
+	}
+	pthread_cond_signal(&f->cv);
 }
 
 static uint32_t do_rename(struct snap_files *f, struct fjob *j, struct conn *c, const char *from, const char *to,
@@ -1217,11 +1327,31 @@ static uint32_t do_rename(struct snap_files *f, struct fjob *j, struct conn *c, 
 		return 0;
 	}
 	if (!e) {
-		/* Only the real file: rename it; a store file at `to` is replaced by it. */
-		if (rename(from, to) != 0)
+		/* Only the real file or directory: rename it; a store file at `to`
+		 * is replaced by it, and a directory takes its store files along. */
+		struct stat st;
+		int isdir = lstat(from, &st) == 0 && S_ISDIR(st.st_mode);
+		if (isdir && ns_has_files(j->nsfd, to + 1, 0))
+			return ENOTEMPTY;   /* the real `to` may look empty; its store files count */
+		/* The store's `to` steps aside first: were we to die between the two
+		 * renames, the older store copy must not shadow the file that
+		 * replaced it (tmp/ is emptied at start, so aside = removed). */
+		char aside[32];
+		snprintf(aside, sizeof(aside), "%016" PRIx64 ".old", t ? t->id : 0);
+		if (t && renameat(j->nsfd, to + 1, j->tmpfd, aside) != 0)
 			return (uint32_t)errno;
-		if (t)
-			remove_entry(f, j, t, 1);
+		if (rename(from, to) != 0) {
+			int er = errno;
+			if (t)
+				renameat(j->tmpfd, aside, j->nsfd, to + 1);
+			return (uint32_t)er;
+		}
+		if (t) {
+			unlinkat(j->tmpfd, aside, 0);
+			remove_entry(f, j, t, 0);
+		}
+		if (isdir)
+			move_subtree(f, j, from, to);
 		return 0;
 	}
 	if (!real_isdir(dir))

@@ -47,13 +47,13 @@ static int attach(int s)
 	return rc;
 }
 
-/* Under mu. */
-static int ensure(void)
+/* Under mu. force: try now even within a second of a failed attempt. */
+static int ensure(int force)
 {
 	if (sock >= 0)
 		return 0;
 	uint64_t now = snap_now_ns();
-	if (now < next_try_ns)
+	if (now < next_try_ns && !force)
 		return SNAP_ESMP;
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	int s = -1;
@@ -78,25 +78,35 @@ static int ensure(void)
 int pl_connected(void)
 {
 	pthread_mutex_lock(&mu);
-	int ok = ensure() == 0;
+	int ok = ensure(0) == 0;
 	pthread_mutex_unlock(&mu);
 	return ok;
 }
 
 int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg, size_t msglen)
 {
+	int sent;
+	return pl_rpc_ex(type, req, payload, len, msg, msglen, 0, &sent);
+}
+
+int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg, size_t msglen,
+	      int force, int *sent)
+{
 	*payload = NULL;
 	*len = 0;
+	*sent = 0;
 	if (req->oom)
 		return SNAP_ENOMEM;
 	pthread_mutex_lock(&mu);
-	int rc = ensure();
+	int rc = ensure(force);
 	struct snap_msg_hdr h;
 	void *pl = NULL;
 	if (!rc)
 		rc = snap_wire_send(sock, type, 0, req->p, (uint32_t)req->len, -1);
-	if (!rc)
+	if (!rc) {
+		*sent = 1;   /* from here on the daemon may have acted on it even if no reply comes */
 		rc = snap_wire_recv(sock, &h, &pl, NULL, (int)pl_cfg.timeout_ms);
+	}
 	if (!rc && h.type != (type | SNAP_MSG_REPLY))
 		rc = SNAP_EPROTO;
 	if (rc) {

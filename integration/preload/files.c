@@ -16,6 +16,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -71,6 +72,7 @@ static void free_file(struct pl_file *p)
 		free(p->names[i]);
 	free(p->names);
 	free(p->seen);
+	free(p->data);
 	free(p->path);
 	if (p->kind == PL_WRITE)
 		pthread_mutex_destroy(&p->mu);
@@ -233,23 +235,116 @@ static int open_committed(const char *abs, int flags)
 	return -1;
 }
 
-/* Remove abs from the store's namespace only (a real file now stands there). */
+/* ---- changing the namespace ------------------------------------------------
+ *
+ * Only snapsmp changes the store's namespace while it runs. When none runs,
+ * a preloaded process may change it itself, but only holding the files
+ * lock that a running snapsmp holds for its whole life: so a snapsmp that
+ * starts meanwhile scans a namespace nobody changes under it, and a
+ * process never edits what a live snapsmp has in memory.
+ */
+
+/* The store's files lock: a descriptor holding it, NO_STORE when the job has no captured-file store at all, or -1 (snapsmp holds it). */
+#define NO_STORE (-2)
+static int try_store_lock(void)
+{
+	char p[PATH_MAX];
+	if (snprintf(p, sizeof(p), "%s/%s/files/lock", pl_cfg.store, pl_cfg.job) >= (int)sizeof(p))
+		return NO_STORE;
+	int fd = pl_real.openat(AT_FDCWD, p, O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0)
+		return errno == ENOENT ? NO_STORE : -1;
+	if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
+		pl_real.close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+static void store_unlock(int fd)
+{
+	if (fd >= 0)
+		pl_real.close(fd);   /* releases the flock */
+}
+
+/*
+ * Send a namespace request answered by an errno (FRENAME, FUNLINK). 0: the
+ * daemon answered, *e is the result. 1: no snapsmp runs and *lockfd holds
+ * the files lock (or NO_STORE): the caller does it itself. *uncertain: an
+ * earlier attempt reached a snapsmp that died before answering, so the
+ * change may be done already.
+ */
+static int mutate(uint16_t type, const struct snap_wbuf *req, uint32_t *e, int *lockfd, int *uncertain)
+{
+	uint64_t deadline = snap_now_ns() + (uint64_t)pl_cfg.timeout_ms * 1000000ull;
+	*uncertain = 0;
+	*lockfd = -1;
+	*e = 0;
+	for (;;) {
+		void *pl;
+		uint32_t len;
+		char msg[256];
+		int sent, rc = pl_rpc_ex(type, req, &pl, &len, msg, sizeof(msg), 1, &sent);
+		if (rc == 0) {
+			struct snap_rbuf r;
+			snap_rbuf_init(&r, pl, len);
+			*e = snap_get_u32(&r);
+			if (r.bad)
+				*e = EIO;
+			free(pl);
+			return 0;
+		}
+		if (rc != SNAP_ESMP) {
+			pl_say("snapsmp refused a namespace request: %s", msg);
+			*e = EIO;
+			return 0;
+		}
+		*uncertain |= sent;
+		int fd = try_store_lock();
+		if (fd != -1) {
+			*lockfd = fd;
+			return 1;
+		}
+		if (snap_now_ns() > deadline) {
+			pl_say("snapsmp at %s holds the store but does not answer (SNAP_TIMEOUT_MS=%u)", pl_cfg.socket,
+			       pl_cfg.timeout_ms);
+			*e = EIO;
+			return 0;
+		}
+		usleep(10000);   /* a snapsmp starting up: it listens once its scan is done */
+	}
+}
+
+/* mkdir -p of the namespace directories above ns path p (under the lock). */
+static void ns_parents(const char *p)
+{
+	char b[PATH_MAX];
+	snprintf(b, sizeof(b), "%s", p);
+	for (char *c = b + strlen(pl_cfg.ns) + 1; (c = strchr(c, '/')); c++) {
+		*c = '\0';
+		mkdir(b, 0700);
+		*c = '/';
+	}
+}
+
+/* Remove abs from the store's namespace only: a real file is about to stand there instead. */
 static void store_forget(const char *abs)
 {
+	struct snap_fman m;
+	if (store_lookup(abs, &m) <= 0)
+		return;
+	snap_fman_free(&m);
 	struct snap_wbuf w = { 0 };
 	snap_put_str(&w, abs);
 	snap_put_u8(&w, 1);
-	void *pl;
-	uint32_t len;
-	char msg[256];
-	if (pl_rpc(SNAP_MSG_FUNLINK, &w, &pl, &len, msg, sizeof(msg)) == 0) {
-		free(pl);
-	} else {
-		/* No snapsmp: the manifest alone goes (crash-safe: its data is
-		 * garbage the next snapsmp removes at start). */
+	uint32_t e;
+	int lockfd, unsure;
+	if (mutate(SNAP_MSG_FUNLINK, &w, &e, &lockfd, &unsure) == 1) {
+		/* The manifest goes; its data is garbage the next snapsmp removes at start. */
 		char p[PATH_MAX];
-		if (!ns_path(abs, p, sizeof(p)))
+		if (lockfd >= 0 && !ns_path(abs, p, sizeof(p)))
 			pl_real.unlinkat(AT_FDCWD, p, 0);
+		store_unlock(lockfd);
 	}
 	snap_wbuf_free(&w);
 }
@@ -309,23 +404,94 @@ static void send_abort(uint64_t id)
 	snap_wbuf_free(&w);
 }
 
-/* Fill a new store file with the current contents of abs (open without O_TRUNC). */
-static int copy_in(struct pl_file *p, int src)
+/* A hidden name beside abs for bytes that go to the file system (renamed over abs at close). */
+static int fallback_name(const char *abs, char *out, size_t cap)
 {
-	struct stat st;
-	if (pl_real.fstatat(src, "", &st, AT_EMPTY_PATH) != 0)
+	static atomic_uint seq;
+	char dir[PATH_MAX];
+	if (split_dir(abs, dir, sizeof(dir)))
 		return -1;
-	char msg[512], dp[PATH_MAX];
-	if (st.st_size && request_grow(p, (uint64_t)st.st_size, msg, sizeof(msg)) != 0) {
-		errno = ENOSPC;
+	int n = snprintf(out, cap, "%s/.%s.snapfallback-%d-%u", strcmp(dir, "/") ? dir : "", strrchr(abs, '/') + 1,
+			 (int)getpid(), atomic_fetch_add(&seq, 1));
+	return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* Copy the current bytes of abs (a file this process writes, a committed one, a real one) into wfd. */
+static int copy_current(const char *abs, int wfd)
+{
+	pthread_mutex_lock(&tab_mu);
+	struct pl_file *cur = find_writing(abs);
+	char cp[PATH_MAX] = "";
+	if (cur)
+		snprintf(cp, sizeof(cp), "%s", cur->data);
+	pthread_mutex_unlock(&tab_mu);
+	int src = cp[0] ? pl_real.openat(AT_FDCWD, cp, O_RDONLY | O_CLOEXEC) : open_committed(abs, O_RDONLY | O_CLOEXEC);
+	if (src == -2)
+		src = pl_real.openat(AT_FDCWD, abs, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	int rc = src >= 0 && pl_real.fstatat(src, "", &st, AT_EMPTY_PATH) == 0 ? copy_range(src, wfd, (uint64_t)st.st_size) : -1;
+	if (src >= 0)
+		pl_real.close(src);
+	return rc;
+}
+
+static struct pl_file *new_write(const char *abs, int acc, int flags, uint32_t fmode)
+{
+	struct pl_file *p = calloc(1, sizeof(*p));
+	if (!p || !(p->path = strdup(abs))) {
+		free(p);
+		return NULL;
+	}
+	p->kind = PL_WRITE;
+	p->accmode = acc;
+	p->append = (flags & O_APPEND) != 0;
+	p->mode = fmode;
+	p->owner = getpid();
+	p->rfd = -1;
+	pthread_mutex_init(&p->mu, NULL);
+	return p;
+}
+
+#define KEEP_FLAGS (O_ACCMODE | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_SYNC | O_DSYNC | O_NOATIME)
+
+/*
+ * The file system instead of the store (no snapsmp, or it refused): the
+ * bytes go to a hidden temporary beside abs, renamed over abs at the last
+ * close. So even here a process killed mid-write leaves no torn file.
+ */
+static int open_fallback(const char *abs, int flags, uint32_t fmode, int exists)
+{
+	char tmp[PATH_MAX + 64];
+	struct pl_file *p = new_write(abs, flags & O_ACCMODE, flags, fmode);
+	if (!p || fallback_name(abs, tmp, sizeof(tmp)) || !(p->data = strdup(tmp))) {
+		if (p)
+			free_file(p);
+		errno = ENOMEM;
 		return -1;
 	}
-	data_path(p->id, dp, sizeof(dp));
-	int wfd = pl_real.openat(AT_FDCWD, dp, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
-	int rc = wfd >= 0 ? copy_range(src, wfd, (uint64_t)st.st_size) : -1;
-	if (wfd >= 0)
-		pl_real.close(wfd);
-	return rc;
+	p->realtmp = 1;
+	atomic_store(&p->fallen, 1);
+	int fd = pl_real.openat(AT_FDCWD, tmp, (flags & KEEP_FLAGS) | O_CREAT | O_EXCL | O_NOFOLLOW, fmode);
+	int e = errno;
+	if (fd >= 0 && !(flags & O_TRUNC) && exists) {
+		int wfd = pl_real.openat(AT_FDCWD, tmp, O_WRONLY | O_CLOEXEC);
+		if (wfd < 0 || copy_current(abs, wfd) != 0)
+			e = errno, pl_real.close(fd), fd = -1;
+		if (wfd >= 0)
+			pl_real.close(wfd);
+	}
+	if (fd >= 0)
+		p->rfd = pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || p->rfd < 0 || (unsigned)fd >= PL_MAXFD) {
+		if (fd >= 0)
+			e = EMFILE, pl_real.close(fd);
+		pl_real.unlinkat(AT_FDCWD, tmp, 0);
+		free_file(p);
+		errno = e;
+		return -1;
+	}
+	track_new(fd, p);
+	return fd;
 }
 
 int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
@@ -344,7 +510,7 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 			struct pl_file *w = find_writing(abs);
 			char dp[PATH_MAX] = "";
 			if (w)
-				data_path(w->id, dp, sizeof(dp));
+				snprintf(dp, sizeof(dp), "%s", w->data);
 			pthread_mutex_unlock(&tab_mu);
 			if (dp[0])
 				return pl_real.openat(AT_FDCWD, dp, flags & ~(O_CREAT | O_EXCL));
@@ -360,19 +526,27 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 
 	/* Writing. What exists at abs now: a file of ours being written, a committed one, a real one. */
 	struct snap_fman m;
+	uint32_t old_mode = 0;   /* an existing file keeps its mode, as with open(2) */
 	int in_store = store_lookup(abs, &m);
 	if (in_store < 0)
 		in_store = 0;   /* unreadable manifest: a new file replaces it */
-	if (in_store)
+	if (in_store) {
+		old_mode = m.mode;
 		snap_fman_free(&m);
+	}
 	pthread_mutex_lock(&tab_mu);
-	int in_writing = find_writing(abs) != NULL;
+	struct pl_file *cur = find_writing(abs);
+	int in_writing = cur != NULL;
+	if (cur)
+		old_mode = cur->mode;
 	pthread_mutex_unlock(&tab_mu);
 	int in_real = pl_real.fstatat(AT_FDCWD, abs, &rst, 0) == 0;
 	if (in_real && S_ISDIR(rst.st_mode)) {
 		errno = EISDIR;
 		return -1;
 	}
+	if (in_real && !in_store && !in_writing)
+		old_mode = rst.st_mode & 07777;
 	int exists = in_store || in_writing || in_real;
 	if ((flags & O_CREAT) && (flags & O_EXCL) && exists) {
 		errno = EEXIST;
@@ -392,14 +566,9 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 		errno = ENOTDIR;
 		return -1;
 	}
-	uint32_t fmode = (uint32_t)(mode & ~atomic_load(&pl_umask) & 07777);
-	if (!pl_connected()) {
-		/* No snapsmp: the file system, as without the preload; a store copy must not shadow it. */
-		if (in_store)
-			store_forget(abs);
-		*handled = 0;
-		return -1;
-	}
+	uint32_t fmode = exists ? old_mode : (uint32_t)(mode & ~atomic_load(&pl_umask) & 07777);
+	if (!pl_connected())
+		return open_fallback(abs, flags, fmode, exists);   /* warned once by pl_connected */
 	struct snap_wbuf w = { 0 };
 	snap_put_str(&w, abs);
 	snap_put_u32(&w, fmode);
@@ -427,57 +596,38 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 	if (rc || err) {
 		pl_warn_once(PL_WARN_FALLBACK, "%s: the node store refused it (%s); writing it to the file system", abs,
 			     rc ? msg : strerror((int)err));
-		if (in_store)
-			store_forget(abs);
-		*handled = 0;
-		return -1;
+		return open_fallback(abs, flags, fmode, exists);
 	}
-	struct pl_file *p = calloc(1, sizeof(*p));
-	if (!p || !(p->path = strdup(abs))) {
-		free(p);
+	struct pl_file *p = new_write(abs, acc, flags, fmode);
+	char dp[PATH_MAX];
+	data_path(id, dp, sizeof(dp));
+	if (!p || !(p->data = strdup(dp))) {
+		if (p)
+			free_file(p);
 		send_abort(id);
 		errno = ENOMEM;
 		return -1;
 	}
-	p->kind = PL_WRITE;
 	p->id = id;
-	p->accmode = acc;
-	p->append = (flags & O_APPEND) != 0;
-	p->mode = fmode;
-	p->owner = getpid();
-	p->rfd = -1;
-	pthread_mutex_init(&p->mu, NULL);
-	char dp[PATH_MAX];
-	data_path(id, dp, sizeof(dp));
-	int keep = O_ACCMODE | O_APPEND | O_CLOEXEC | O_NONBLOCK | O_SYNC | O_DSYNC | O_NOATIME;
-	int fd = pl_real.openat(AT_FDCWD, dp, (flags & keep) | O_NOFOLLOW);
+	int fd = pl_real.openat(AT_FDCWD, dp, (flags & KEEP_FLAGS) | O_NOFOLLOW);
 	p->rfd = fd >= 0 ? pl_real.openat(AT_FDCWD, dp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
 	int ok = fd >= 0 && p->rfd >= 0 && (unsigned)fd < PL_MAXFD;
 	if (ok && !(flags & O_TRUNC) && exists) {
 		/* Opened for update: the new version starts as a copy of the current one. */
-		pthread_mutex_lock(&tab_mu);
-		struct pl_file *cur = find_writing(abs);
-		char cp[PATH_MAX] = "";
-		if (cur)
-			data_path(cur->id, cp, sizeof(cp));
-		pthread_mutex_unlock(&tab_mu);
-		int src = cp[0] ? pl_real.openat(AT_FDCWD, cp, O_RDONLY | O_CLOEXEC) : open_committed(abs, O_RDONLY | O_CLOEXEC);
-		if (src == -2)
-			src = pl_real.openat(AT_FDCWD, abs, O_RDONLY | O_CLOEXEC);
-		ok = src >= 0 && copy_in(p, src) == 0;
-		if (src >= 0)
-			pl_real.close(src);
+		struct stat st;
+		int wfd = pl_real.openat(AT_FDCWD, dp, O_WRONLY | O_CLOEXEC | O_NOFOLLOW);
+		ok = wfd >= 0 && copy_current(abs, wfd) == 0 && pl_real.fstatat(wfd, "", &st, AT_EMPTY_PATH) == 0 &&
+		     (!st.st_size || request_grow(p, (uint64_t)st.st_size, msg, sizeof(msg)) == 0);
+		if (wfd >= 0)
+			pl_real.close(wfd);
 	}
 	if (!ok) {
-		int e = errno;
 		if (fd >= 0)
 			pl_real.close(fd);
 		send_abort(id);
 		free_file(p);
-		pl_warn_once(PL_WARN_FALLBACK, "%s: cannot open its store file (%s); writing it to the file system", abs,
-			     strerror(e));
-		*handled = 0;
-		return -1;
+		pl_warn_once(PL_WARN_FALLBACK, "%s: cannot prepare its store file; writing it to the file system", abs);
+		return open_fallback(abs, flags, fmode, exists);
 	}
 	track_new(fd, p);
 	return fd;
@@ -498,24 +648,35 @@ static void redirect(struct pl_file *p, int realfd)
 }
 
 /*
- * Move a file being written to the real file system: create it at its
- * path, copy what was written, and put the real file under the
+ * Move a file being written to the file system (the store is full, or
+ * snapsmp went away): a hidden temporary beside its path gets what was
+ * written so far and takes the place of the store file under the
  * application's descriptors (dup3 onto the same numbers, same offset), so
- * the application carries on without noticing. Under p->mu.
+ * the application carries on without noticing; the last close renames it
+ * over the path. Under p->mu.
  */
 static int fall_back(struct pl_file *p, int fd, const char *why)
 {
 	if (atomic_load(&p->fallen))
 		return 0;
-	int acc = p->accmode == O_RDONLY ? O_WRONLY : p->accmode;
-	int realfd = pl_real.openat(AT_FDCWD, p->path, acc | O_CREAT | O_TRUNC | O_CLOEXEC, p->mode);
+	char tmp[PATH_MAX + 64];
+	int acc = p->accmode == O_RDONLY ? O_RDWR : p->accmode;
+	int realfd = fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
+		pl_real.openat(AT_FDCWD, tmp, acc | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
 	struct stat st;
 	off_t pos = lseek(fd, 0, SEEK_CUR);
-	if (realfd < 0 || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
+	int rfd = realfd >= 0 ? pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC) : -1;
+	char *data = rfd >= 0 ? strdup(tmp) : NULL;
+	if (!data || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
 	    copy_range(p->rfd, realfd, (uint64_t)st.st_size) != 0) {
 		pl_say("%s: cannot move it to the file system after \"%s\": %s", p->path, why, strerror(errno));
-		if (realfd >= 0)
+		if (realfd >= 0) {
 			pl_real.close(realfd);
+			pl_real.unlinkat(AT_FDCWD, tmp, 0);
+		}
+		if (rfd >= 0)
+			pl_real.close(rfd);
+		free(data);
 		return -1;
 	}
 	if (pos >= 0)
@@ -524,9 +685,15 @@ static int fall_back(struct pl_file *p, int fd, const char *why)
 		pl_real.fcntl(realfd, F_SETFL, O_APPEND);
 	redirect(p, realfd);
 	pl_real.close(realfd);
+	pthread_mutex_lock(&tab_mu);
+	pl_real.close(p->rfd);
+	p->rfd = rfd;
+	free(p->data);
+	p->data = data;
+	p->realtmp = 1;
+	pthread_mutex_unlock(&tab_mu);
 	atomic_store(&p->fallen, 1);
 	send_abort(p->id);
-	store_forget(p->path);
 	pl_warn_once(PL_WARN_FULL, "%s; %s and further captured files that do not fit go to the file system", why,
 		     p->path);
 	return 0;
@@ -554,6 +721,8 @@ void pl_prewrite(struct pl_file *p, int fd, int64_t off, uint64_t n)
 		want = want < (8u << 20) ? (8u << 20) : (want + (1u << 20) - 1) & ~(uint64_t)((1u << 20) - 1);
 		char msg[512];
 		int rc = request_grow(p, want, msg, sizeof(msg));
+		if (rc == SNAP_ENOSPC)   /* near the budget: just what this write needs */
+			rc = request_grow(p, (end + 4095) & ~(uint64_t)4095, msg, sizeof(msg));
 		if (rc == SNAP_ENOSPC)
 			fall_back(p, fd, msg);
 		else if (rc)
@@ -572,6 +741,20 @@ int pl_write_failed(struct pl_file *p, int fd)
 	return ok;
 }
 
+/* Put a finished temporary in place of its path: first the store's older copy goes, so it can never shadow this one. */
+static int install_real(const char *tmp, const char *path)
+{
+	store_forget(path);
+	if (pl_real.renameat(AT_FDCWD, tmp, AT_FDCWD, path) != 0) {
+		int e = errno;
+		pl_say("%s: cannot rename %s into place: %s", path, tmp, strerror(e));
+		pl_real.unlinkat(AT_FDCWD, tmp, 0);
+		errno = EIO;
+		return -1;
+	}
+	return 0;
+}
+
 /*
  * The file could not be committed to the store (snapsmp died, refused):
  * write what the application wrote to its real path, atomically (temporary
@@ -579,22 +762,15 @@ int pl_write_failed(struct pl_file *p, int fd)
  */
 static int save_to_disk(struct pl_file *p, const char *why)
 {
-	char dir[PATH_MAX], tmp[PATH_MAX + 64];
+	char tmp[PATH_MAX + 64];
 	struct stat st;
-	if (split_dir(p->path, dir, sizeof(dir)) ||
-	    snprintf(tmp, sizeof(tmp), "%s/.%s.snapfallback-%d", strcmp(dir, "/") ? dir : "", strrchr(p->path, '/') + 1,
-		     (int)getpid()) >= (int)sizeof(tmp)) {
-		errno = ENAMETOOLONG;
-		return -1;
-	}
-	int fd = pl_real.openat(AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, p->mode);
+	int fd = fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
+		pl_real.openat(AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
 	int ok = fd >= 0 && pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) == 0 &&
 		 copy_range(p->rfd, fd, (uint64_t)st.st_size) == 0 && fsync(fd) == 0;
 	int e = errno;
 	if (fd >= 0 && pl_real.close(fd) != 0)
 		ok = 0;
-	if (ok && pl_real.renameat(AT_FDCWD, tmp, AT_FDCWD, p->path) != 0)
-		ok = 0, e = errno;
 	if (!ok) {
 		pl_real.unlinkat(AT_FDCWD, tmp, 0);
 		pl_say("%s: LOST: not committed to the node store (%s) and not writable to the file system (%s)", p->path,
@@ -602,10 +778,9 @@ static int save_to_disk(struct pl_file *p, const char *why)
 		errno = EIO;
 		return -1;
 	}
-	store_forget(p->path);
 	pl_warn_once(PL_WARN_FALLBACK, "%s: not committed to the node store (%s); written to the file system instead",
 		     p->path, why);
-	return 0;
+	return install_real(tmp, p->path);
 }
 
 static int commit(struct pl_file *p)
@@ -654,11 +829,17 @@ int pl_release(struct pl_file *p, int failed)
 	if (!last)
 		return 0;
 	int rc = 0;
-	if (p->kind == PL_WRITE && p->owner == getpid() && !atomic_load(&p->fallen)) {
-		if (p->unlinked || failed)
+	if (p->kind == PL_WRITE && p->owner == getpid()) {
+		if (p->realtmp) {
+			if (p->unlinked || failed)
+				pl_real.unlinkat(AT_FDCWD, p->data, 0);
+			else
+				rc = install_real(p->data, p->path);
+		} else if (p->unlinked || failed) {
 			send_abort(p->id);
-		else
+		} else {
 			rc = commit(p);
+		}
 	}
 	free_file(p);
 	return rc;
@@ -826,6 +1007,69 @@ static int move_out(const char *from, const char *to)
 	return pl_unlink(AT_FDCWD, from, 0, &h);
 }
 
+/* No snapsmp runs and we hold the files lock (or there is no store): rename in the namespace and on disk ourselves. */
+static int rename_direct(int lockfd, const char *from, const char *to)
+{
+	char a[PATH_MAX], z[PATH_MAX], dir[PATH_MAX];
+	struct snap_fman m;
+	struct stat st;
+	int in_store = lockfd >= 0 && store_lookup(from, &m) > 0;
+	if (in_store)
+		snap_fman_free(&m);
+	if (in_store) {
+		if (ns_path(from, a, sizeof(a)) || ns_path(to, z, sizeof(z)) || split_dir(to, dir, sizeof(dir))) {
+			errno = ENAMETOOLONG;
+			return -1;
+		}
+		if (pl_real.fstatat(AT_FDCWD, dir, &st, 0) != 0 || !S_ISDIR(st.st_mode)) {
+			errno = ENOENT;
+			return -1;
+		}
+		ns_parents(z);
+		if (pl_real.renameat(AT_FDCWD, a, AT_FDCWD, z) != 0)
+			return -1;
+		/* A real copy of `from` (flushed or older) follows, so the disk keeps
+		 * in step; the store's copy wins wherever they differ (the next
+		 * snapsmp flushes it). */
+		pl_real.renameat(AT_FDCWD, from, AT_FDCWD, to);
+		return 0;
+	}
+	if (pl_real.fstatat(AT_FDCWD, from, &st, AT_SYMLINK_NOFOLLOW) != 0)
+		return -1;
+	if (lockfd >= 0 && !S_ISDIR(st.st_mode) && !ns_path(to, z, sizeof(z)))
+		pl_real.unlinkat(AT_FDCWD, z, 0);   /* the store's `to` must not shadow the file that replaces it */
+	return pl_real.renameat(AT_FDCWD, from, AT_FDCWD, to);
+}
+
+/* The other versions of `abs` go (a store copy, an older real file): the name belongs to an open file now. */
+static void drop_other_versions(const char *abs)
+{
+	struct snap_wbuf b = { 0 };
+	snap_put_str(&b, abs);
+	snap_put_u8(&b, 0);
+	uint32_t e;
+	int lockfd, unsure;
+	if (mutate(SNAP_MSG_FUNLINK, &b, &e, &lockfd, &unsure) == 1) {
+		char p[PATH_MAX];
+		if (lockfd >= 0 && !ns_path(abs, p, sizeof(p)))
+			pl_real.unlinkat(AT_FDCWD, p, 0);
+		pl_real.unlinkat(AT_FDCWD, abs, 0);
+		store_unlock(lockfd);
+	}
+	snap_wbuf_free(&b);
+}
+
+static void rename_writing(struct pl_file *w, const char *to)
+{
+	pthread_mutex_lock(&tab_mu);
+	char *np = strdup(to);
+	if (np) {
+		free(w->path);
+		w->path = np;
+	}
+	pthread_mutex_unlock(&tab_mu);
+}
+
 int pl_rename(int od, const char *old, int nd, const char *new, unsigned flags, int *handled)
 {
 	char from[PATH_MAX], to[PATH_MAX];
@@ -840,6 +1084,7 @@ int pl_rename(int od, const char *old, int nd, const char *new, unsigned flags, 
 	}
 	pthread_mutex_lock(&tab_mu);
 	struct pl_file *w = co ? find_writing(from) : NULL;
+	int wtmp = w && w->realtmp;
 	pthread_mutex_unlock(&tab_mu);
 	if (co && !cn) {
 		if (w) {
@@ -852,13 +1097,19 @@ int pl_rename(int od, const char *old, int nd, const char *new, unsigned flags, 
 		return pl_real.renameat(od, old, nd, new);
 	}
 	if (!co && cn) {
-		int rc = pl_real.renameat(od, old, nd, new);
-		struct snap_fman m;
-		if (rc == 0 && store_lookup(to, &m) > 0) {
-			snap_fman_free(&m);
+		/* A real file moves in: it replaces the store's copy of `to`. */
+		struct stat st;
+		if (pl_real.fstatat(od, old, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			return -1;
+		if (!S_ISDIR(st.st_mode))
 			store_forget(to);
-		}
-		return rc;
+		return pl_real.renameat(od, old, nd, new);
+	}
+	if (wtmp) {
+		/* Open and headed for the file system: it takes the new name at its close. */
+		drop_other_versions(from);
+		rename_writing(w, to);
+		return 0;
 	}
 	if (!w && !exists_anywhere(from)) {
 		errno = ENOENT;
@@ -868,57 +1119,32 @@ int pl_rename(int od, const char *old, int nd, const char *new, unsigned flags, 
 	snap_put_str(&b, from);
 	snap_put_str(&b, to);
 	snap_put_u8(&b, w ? 1 : 0);
-	void *pl;
-	uint32_t len;
-	char msg[512];
-	int rc = pl_rpc(SNAP_MSG_FRENAME, &b, &pl, &len, msg, sizeof(msg));
+	uint32_t e;
+	int lockfd, unsure;
+	int direct = mutate(SNAP_MSG_FRENAME, &b, &e, &lockfd, &unsure);
 	snap_wbuf_free(&b);
-	if (rc == 0) {
-		struct snap_rbuf r;
-		snap_rbuf_init(&r, pl, len);
-		uint32_t e = snap_get_u32(&r);
-		free(pl);
-		if (r.bad) {
-			errno = EIO;
-			return -1;
+	if (direct) {
+		if (w) {
+			/* Its commit will fail (its snapsmp is gone) and put it on disk under the new name. */
+			e = 0;
+			char p[PATH_MAX];
+			if (lockfd >= 0 && !ns_path(from, p, sizeof(p)))
+				pl_real.unlinkat(AT_FDCWD, p, 0);
+			pl_real.unlinkat(AT_FDCWD, from, 0);
+		} else {
+			e = rename_direct(lockfd, from, to) == 0 ? 0 : (uint32_t)errno;
 		}
-		if (e) {
-			errno = (int)e;
-			return -1;
-		}
-	} else {
-		/* No snapsmp: rename in the namespace and on disk ourselves
-		 * (each step atomic; the next snapsmp re-checks what is flushed). */
-		char a[PATH_MAX], z[PATH_MAX];
-		struct snap_fman m;
-		int in_store = !w && store_lookup(from, &m) > 0;
-		if (in_store)
-			snap_fman_free(&m);
-		if (in_store && !ns_path(from, a, sizeof(a)) && !ns_path(to, z, sizeof(z))) {
-			char zd[PATH_MAX];
-			if (!split_dir(z, zd, sizeof(zd)))
-				mkdir(zd, 0700);   /* one level is enough when the real parent exists */
-			if (pl_real.renameat(AT_FDCWD, a, AT_FDCWD, z) != 0)
-				return -1;
-			pl_real.renameat(AT_FDCWD, from, AT_FDCWD, to);   /* a flushed copy, if any */
-		} else if (!w) {
-			if (pl_real.renameat(AT_FDCWD, from, AT_FDCWD, to) != 0)
-				return -1;
-			if (store_lookup(to, &m) > 0) {
-				snap_fman_free(&m);
-				store_forget(to);
-			}
-		}
+		store_unlock(lockfd);
 	}
-	if (w) {
-		pthread_mutex_lock(&tab_mu);
-		char *np = strdup(to);
-		if (np) {
-			free(w->path);
-			w->path = np;
-		}
-		pthread_mutex_unlock(&tab_mu);
+	/* A snapsmp that died after doing it but before saying so. */
+	if (e == ENOENT && unsure && exists_anywhere(to) && !exists_anywhere(from))
+		e = 0;
+	if (e) {
+		errno = (int)e;
+		return -1;
 	}
+	if (w)
+		rename_writing(w, to);
 	return 0;
 }
 
@@ -957,24 +1183,20 @@ int pl_unlink(int dirfd, const char *path, int flags, int *handled)
 	struct snap_wbuf b = { 0 };
 	snap_put_str(&b, abs);
 	snap_put_u8(&b, 0);
-	void *pl;
-	uint32_t len;
-	char msg[512];
-	int rc = pl_rpc(SNAP_MSG_FUNLINK, &b, &pl, &len, msg, sizeof(msg));
-	snap_wbuf_free(&b);
-	uint32_t e = 0;
-	if (rc == 0) {
-		struct snap_rbuf r;
-		snap_rbuf_init(&r, pl, len);
-		e = snap_get_u32(&r);
-		free(pl);
-	} else {
+	uint32_t e;
+	int lockfd, unsure;
+	if (mutate(SNAP_MSG_FUNLINK, &b, &e, &lockfd, &unsure) == 1) {
 		char p[PATH_MAX];
-		int in_store = !ns_path(abs, p, sizeof(p)) && pl_real.unlinkat(AT_FDCWD, p, 0) == 0;
+		int in_store = lockfd >= 0 && !ns_path(abs, p, sizeof(p)) && pl_real.unlinkat(AT_FDCWD, p, 0) == 0;
+		e = 0;
 		if (pl_real.unlinkat(AT_FDCWD, abs, 0) != 0 && !(in_store && errno == ENOENT))
 			e = (uint32_t)errno;
+		store_unlock(lockfd);
 	}
-	if (e && !(w && e == ENOENT)) {
+	snap_wbuf_free(&b);
+	if (e == ENOENT && (w || unsure))
+		e = 0;
+	if (e) {
 		errno = (int)e;
 		return -1;
 	}

@@ -75,25 +75,39 @@ EXPORT int openat64(int dirfd, const char *path, int flags, ...)
 	return do_open(dirfd, path, flags, mode);
 }
 
-/* _FORTIFY_SOURCE callers of open without a mode (glibc checks O_CREAT has one). */
+/*
+ * _FORTIFY_SOURCE callers of open without a mode. With O_CREAT that is a bug
+ * glibc's own __open_2 reports (and stops the program): let it.
+ */
+static int needs_mode(int flags)
+{
+	return (flags & O_CREAT) || (flags & O_TMPFILE) == O_TMPFILE;
+}
+
 EXPORT int __open_2(const char *path, int flags)
 {
+	PL_INIT();
+	if (needs_mode(flags) && pl_real.open_2)
+		return pl_real.open_2(path, flags);
 	return do_open(AT_FDCWD, path, flags, 0);
 }
 
 EXPORT int __open64_2(const char *path, int flags)
 {
-	return do_open(AT_FDCWD, path, flags, 0);
+	return __open_2(path, flags);
 }
 
 EXPORT int __openat_2(int dirfd, const char *path, int flags)
 {
+	PL_INIT();
+	if (needs_mode(flags) && pl_real.openat_2)
+		return pl_real.openat_2(dirfd, path, flags);
 	return do_open(dirfd, path, flags, 0);
 }
 
 EXPORT int __openat64_2(int dirfd, const char *path, int flags)
 {
-	return do_open(dirfd, path, flags, 0);
+	return __openat_2(dirfd, path, flags);
 }
 
 EXPORT int creat(const char *path, mode_t mode)

@@ -45,6 +45,8 @@ _Static_assert(sizeof(off_t) == 8, "the preload assumes a 64-bit off_t (LP64 Lin
 /* ---- the real functions (real.c) ---- */
 struct pl_real {
 	int (*openat)(int, const char *, int, ...);
+	int (*open_2)(const char *, int);
+	int (*openat_2)(int, const char *, int);
 	FILE *(*fopen)(const char *, const char *);
 	FILE *(*fopen64)(const char *, const char *);
 	FILE *(*fdopen)(int, const char *);
@@ -129,6 +131,9 @@ PL_HIDDEN void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2))
  */
 PL_HIDDEN int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg,
 		     size_t msglen);
+/* The same; force: connect now even within a second of a failed try; *sent: the request left. */
+PL_HIDDEN int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg,
+			size_t msglen, int force, int *sent);
 PL_HIDDEN int pl_connected(void);
 PL_HIDDEN void pl_conn_atfork_prepare(void);
 PL_HIDDEN void pl_conn_atfork_parent(void);
@@ -144,6 +149,9 @@ struct pl_file {
 	/* PL_WRITE: a file being written into the store */
 	uint64_t id;
 	_Atomic uint64_t granted;    /* bytes of budget snapsmp reserved for it */
+	char *data;                  /* where its bytes are: the store's data file, or (realtmp) a
+	                                hidden temporary beside its real path, renamed at close */
+	int realtmp;
 	int rfd;                     /* private read-only descriptor of its data */
 	int accmode, append;
 	uint32_t mode;

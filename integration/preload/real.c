@@ -46,6 +46,8 @@ static void atfork_child(void)
 static void init_once(void)
 {
 	SYM(openat, "openat");
+	SYM(open_2, "__open_2");
+	SYM(openat_2, "__openat_2");
 	SYM(fopen, "fopen");
 	SYM(fopen64, "fopen64");
 	SYM(fdopen, "fdopen");
