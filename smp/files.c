@@ -546,7 +546,8 @@ static struct fjob *load_job(struct snap_files *f, const char *name, int create)
 	struct scan sc = { .f = f, .j = j };
 	char path[FPATH_MAX] = "";
 	scan_tree(&sc, j->nsfd, path, 0, 0);
-	qsort(sc.list, sc.n, sizeof(*sc.list), cmp_mtime);
+	if (sc.n)
+		qsort(sc.list, sc.n, sizeof(*sc.list), cmp_mtime);
 	for (size_t i = 0; i < sc.n; i++) {
 		hash_insert(j, sc.list[i]);
 		order_append(j, sc.list[i]);

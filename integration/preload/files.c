@@ -1280,7 +1280,8 @@ static void list_store(const char *abs, char ***names, size_t *n)
 		(*n)++;
 	}
 	pl_real.closedir(d);
-	qsort(*names, *n, sizeof(**names), cmp_str);
+	if (*n)
+		qsort(*names, *n, sizeof(**names), cmp_str);
 }
 
 static ssize_t find_name(char **names, size_t n, const char *name)

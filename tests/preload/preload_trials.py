@@ -62,12 +62,15 @@ def check(cond, what):
     return cond
 
 
-def env(store, capture, preload=True, **extra):
+def env(store, capture, preload=True, python=False, **extra):
+    """python: the program is not built with the sanitizers, so a sanitizer
+    build of the preload needs their runtime loaded first (the test programs
+    carry their own)."""
     e = dict(os.environ, SNAP_STORE=store, SNAP_CAPTURE=capture, SNAP_JOB="pj", SNAP_TIMEOUT_MS="5000",
              ASAN_OPTIONS="detect_leaks=0")
     e.pop("LD_PRELOAD", None)
     if preload:
-        e["LD_PRELOAD"] = ":".join(p for p in (args.asan_runtime, os.path.abspath(PRELOAD)) if p)
+        e["LD_PRELOAD"] = ":".join(p for p in (args.asan_runtime if python else "", os.path.abspath(PRELOAD)) if p)
     e.update(extra)
     return e
 
@@ -226,6 +229,8 @@ def test_kill(rng):
         newest_reported = max(newest_reported, committed(lines.lines))
         err = w.stderr.read().decode()
         check(w.returncode == -signal.SIGKILL, f"trial {t}: writer died by our SIGKILL, not on its own: {w.returncode} {err}")
+        check(kill_smp or "libsnap preload" not in err, f"trial {t}: with snapsmp up, no file fell back: {err}")
+        check(smp.poll() is None, f"trial {t}: snapsmp is alive")
         lines.close()
         rc, res, cerr = writer_check(store, disk)
         check(rc == 0 and not res["bad"], f"trial {t}: every visible file is complete: {res} {cerr}")
