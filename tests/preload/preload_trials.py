@@ -14,6 +14,13 @@ snapsmp, the preload in unmodified programs, SIGKILL at random moments.
                    commit is lost go to the file system). At the end snapsmp's
                    SIGTERM flushes and the files on disk, read without the
                    preload, are byte-identical to the checkpoints.
+  --mode torch     an unmodified PyTorch script (torch.save to a temporary,
+                   os.replace, os.listdir, torch.load) SIGKILLed at random
+                   moments, half of them while torch.save or the rename runs;
+                   each relaunch resumes from the newest complete checkpoint
+                   and the losses equal an uninterrupted run's bit for bit;
+                   after the flush the checkpoints on disk are the store's
+                   bytes and torch.load reads them without the preload.
   --mode fallback  no snapsmp: one warning, the files go to the file system;
                    a full store (SNAP_MEM_LIMIT): one warning, files that do not
                    fit go to the file system; with flushing on, flushed files
@@ -35,7 +42,9 @@ from events import Waiter, strike_within  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
-ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback"])
+ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback", "torch"])
+ap.add_argument("--steps", type=int, default=60, help="torch: training steps")
+ap.add_argument("--every", type=int, default=4, help="torch: steps between checkpoints")
 ap.add_argument("--trials", type=int, default=40)
 ap.add_argument("--seed", type=int, default=13)
 ap.add_argument("--bytes", type=int, default=4 << 20)
@@ -47,6 +56,7 @@ SMP = os.path.join(BUILD, "smp", "snapsmp")
 PRELOAD = os.path.join(BUILD, "integration", "libsnap_preload.so")
 WRITER = os.path.join(BUILD, "tests", "preload", "pl_writer")
 CALLS = os.path.join(BUILD, "tests", "preload", "pl_calls")
+TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_train.py")
 BASE = f"/dev/shm/snaptest-preload-{os.getpid()}"
 DISK = f"/tmp/snaptest-preload-{os.getpid()}"
 failures, passed = 0, 0
@@ -294,6 +304,104 @@ def test_fallback():
     check(rc == 0 and rc2 == 0 and res2["newest"] == 5, f"evict: after the flush all on disk: {res2}")
 
 
+# ---- torch ---------------------------------------------------------------------
+
+def sha(path):
+    import hashlib
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for b in iter(lambda: f.read(1 << 20), b""):
+            h.update(b)
+    return h.hexdigest()
+
+
+def losses_of(lines):
+    return {int(l.split()[1]): l.split()[2] for _, l in lines if l.startswith("loss ")}
+
+
+def test_torch(rng):
+    steps, every = args.steps, args.every
+    ref_dir = f"{DISK}/torch-ref"
+    os.makedirs(ref_dir)
+    r = subprocess.run([sys.executable, TRAIN, ref_dir, str(steps), str(every)], env=env("", "", preload=False),
+                       capture_output=True, text=True, timeout=600)
+    check(r.returncode == 0 and r.stdout.strip().endswith("done"), f"uninterrupted run: {r.returncode} {r.stderr[-2000:]}")
+    ref = {int(l.split()[1]): l.split()[2] for l in r.stdout.splitlines() if l.startswith("loss ")}
+    check(len(ref) == steps, f"uninterrupted run logged {len(ref)} of {steps} losses")
+
+    store, disk = fresh("torch")
+    smp = start_smp(store, "--quiet")
+    seen, newest_saved, save_s, step_s, mid_save = {}, 0, None, None, 0
+    t = 0
+    while True:
+        last = t >= args.trials
+        p = subprocess.Popen([sys.executable, TRAIN, disk, str(steps), str(every)], env=env(store, disk, python=True),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        lines = Lines(p)
+        got = lines.wait_for(lambda l: l.startswith("resumed "), limit=600)
+        if not check(got is not None, f"torch trial {t}: the script resumed: {p.stderr.read().decode()[-3000:] if p.poll() is not None else ''}"):
+            p.kill()
+            p.wait()
+            lines.close()
+            break
+        resumed = int(got[1].split()[1])
+        check(resumed >= newest_saved, f"torch trial {t}: resumed from {resumed}, but {newest_saved} had been saved")
+        if last:
+            end = lines.wait_for(lambda l: l == "done", limit=600)
+            check(end is not None, f"torch: the last run completes: {p.stderr.read().decode()[-3000:]}")
+            p.wait()
+        else:
+            # Measure a save and a step in this run, then strike inside the next save or step.
+            s0 = lines.wait_for(lambda l: l.startswith("saving "), limit=600)
+            s1 = lines.wait_for(lambda l: l.startswith("saved "), limit=600)
+            if s0 and s1:
+                save_s = s1[0] - s0[0]
+                n = len(lines.lines)
+                l0 = lines.wait_for(lambda l: l.startswith("loss "), start=n)
+                l1 = lines.wait_for(lambda l: l.startswith("loss "), start=len(lines.lines))
+                step_s = l1[0] - l0[0] if l0 and l1 else 0.05
+                if rng.random() < 0.5:
+                    hit = lines.wait_for(lambda l: l.startswith("saving "), start=len(lines.lines))
+                    mid_save += hit is not None
+                    strike_within(rng, save_s)
+                else:
+                    strike_within(rng, step_s)
+            p.kill()
+            p.wait()
+        lines.pump(0)
+        for k, v in losses_of(lines.lines).items():
+            if k in seen:
+                check(seen[k] == v, f"torch trial {t}: step {k} recomputed after a resume gives {v}, first {seen[k]}")
+            seen[k] = v
+        newest_saved = max([newest_saved] + [int(l.split()[1]) for _, l in lines.lines if l.startswith("saved ")])
+        lines.close()
+        if last:
+            break
+        t += 1
+    check(seen == ref, f"torch: the interrupted runs' losses equal the uninterrupted run's bit for bit "
+                       f"(differ at {sorted(k for k in ref if seen.get(k) != ref[k])[:10]})")
+    # The store's checkpoints, then the disk's after snapsmp flushed them, read without the preload.
+    probe = ("import hashlib,os,sys\n"
+             "d=sys.argv[1]\n"
+             "for n in sorted(os.listdir(d)):\n"
+             "    print(n, hashlib.sha256(open(os.path.join(d,n),'rb').read()).hexdigest())\n")
+    r = subprocess.run([sys.executable, "-c", probe, disk], env=env(store, disk, python=True), capture_output=True,
+                       text=True, timeout=300)
+    in_store = dict(l.split() for l in r.stdout.splitlines())
+    rc, err = stop_smp(smp)
+    check(rc == 0, f"torch: snapsmp exits 0 after SIGTERM (flushing): {rc} {err}")
+    on_disk = {n: sha(os.path.join(disk, n)) for n in sorted(os.listdir(disk)) if not n.startswith(".")}
+    check(in_store == on_disk and f"ckpt-{steps}.pt" in on_disk,
+          f"torch: the disk holds the store's checkpoints byte for byte: store {in_store} disk {on_disk}")
+    load = ("import torch,sys\n"
+            "s=torch.load(sys.argv[1])\n"
+            "print(s['step'])\n")
+    r = subprocess.run([sys.executable, "-c", load, os.path.join(disk, f"ckpt-{steps}.pt")],
+                       env=env("", "", preload=False), capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0 and r.stdout.strip() == str(steps), f"torch: torch.load without the preload: {r.stdout} {r.stderr[-1000:]}")
+    print(f"torch: {args.trials} kills ({mid_save} aimed inside torch.save/os.replace), {len(seen)} losses equal", flush=True)
+
+
 def main():
     rng = random.Random(args.seed)
     try:
@@ -301,6 +409,8 @@ def main():
             test_calls()
         elif args.mode == "kill":
             test_kill(rng)
+        elif args.mode == "torch":
+            test_torch(rng)
         else:
             test_fallback()
     finally:
