@@ -43,7 +43,8 @@ from events import Waiter, strike_within  # noqa: E402
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
 ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback", "torch"])
-ap.add_argument("--steps", type=int, default=60, help="torch: training steps")
+ap.add_argument("--steps", type=int, default=0, help="torch: training steps (default: enough that no trial "
+                "reaches the end, (trials + 2) x 2 x every)")
 ap.add_argument("--every", type=int, default=4, help="torch: steps between checkpoints")
 ap.add_argument("--trials", type=int, default=40)
 ap.add_argument("--seed", type=int, default=13)
@@ -320,7 +321,8 @@ def losses_of(lines):
 
 
 def test_torch(rng):
-    steps, every = args.steps, args.every
+    every = args.every
+    steps = args.steps or (args.trials + 2) * 2 * every   # each trial advances about two checkpoints
     ref_dir = f"{DISK}/torch-ref"
     os.makedirs(ref_dir)
     r = subprocess.run([sys.executable, TRAIN, ref_dir, str(steps), str(every)], env=env("", "", preload=False),
@@ -366,6 +368,8 @@ def test_torch(rng):
                     strike_within(rng, save_s)
                 else:
                     strike_within(rng, step_s)
+            check(p.poll() is None, f"torch trial {t}: the script was still training when killed "
+                                    f"(raise --steps): {p.stderr.read().decode()[-2000:] if p.poll() is not None else ''}")
             p.kill()
             p.wait()
         lines.pump(0)
