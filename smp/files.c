@@ -672,13 +672,14 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 			close(dfd);
 		return -1;
 	}
-	const uint8_t *p = m->size ? mmap(NULL, m->size, PROT_READ, MAP_SHARED, dfd, 0) : NULL;
-	close(dfd);
-	if (p == MAP_FAILED) {
-		snap_fmt(why, whylen, "cannot map its data: %s", strerror(errno));
-		return -1;
-	}
+	/* pread into one chunk buffer: it stays in cache for the CRC and the
+	 * write, where a mapping of the tmpfs file reads at a third the speed. */
+	uint8_t *buf = m->size ? malloc(m->chunk) : NULL;
 	int rc = -1, fd = -1;
+	if (m->size && !buf) {
+		snap_fmt(why, whylen, "out of memory");
+		goto out;
+	}
 	if (flush_tmp_name(path, m->id, tmp, tmpcap)) {
 		snap_fmt(why, whylen, "path too long");
 		goto out;
@@ -689,12 +690,20 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 		goto out;
 	}
 	for (uint64_t off = 0, i = 0; off < m->size; off += m->chunk, i++) {
-		size_t len = m->size - off < m->chunk ? (size_t)(m->size - off) : m->chunk;
-		if (snap_crc32c(p + off, len) != m->crc[i]) {
+		size_t len = m->size - off < m->chunk ? (size_t)(m->size - off) : m->chunk, got = 0;
+		while (got < len) {
+			ssize_t r = pread(dfd, buf + got, len - got, (off_t)(off + got));
+			if (r <= 0) {
+				snap_fmt(why, whylen, "cannot read its data: %s", r < 0 ? strerror(errno) : "short");
+				goto out;
+			}
+			got += (size_t)r;
+		}
+		if (snap_crc32c(buf, len) != m->crc[i]) {
 			snap_fmt(why, whylen, "chunk %" PRIu64 " in node memory no longer matches its CRC32C (not flushed)", i);
 			goto out;
 		}
-		if (write_all(fd, p + off, len)) {
+		if (write_all(fd, buf, len)) {
 			snap_fmt(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
 			goto out;
 		}
@@ -712,8 +721,8 @@ out:
 	}
 	if (rc && fd >= 0)
 		unlink(tmp);
-	if (p && p != MAP_FAILED)
-		munmap((void *)p, m->size);
+	free(buf);
+	close(dfd);
 	return rc;
 }
 

@@ -108,6 +108,8 @@ struct pl_cfg {
 };
 PL_HIDDEN extern struct pl_cfg pl_cfg;
 PL_HIDDEN void pl_config_load(void);
+/* SIGTERM -> flush the captured files now (signals.c). */
+PL_HIDDEN void pl_signals_init(void);
 /* Lexical normalization of an absolute path ("." and ".." folded, no "//"). 0 or -1. */
 PL_HIDDEN int pl_normalize(const char *in, char *out, size_t cap);
 /*

@@ -86,6 +86,7 @@ static void init_once(void)
 	SYM(fchdir, "fchdir");
 	SYM(umask, "umask");
 	pl_config_load();
+	pl_signals_init();
 	pthread_atfork(atfork_prepare, atfork_parent, atfork_child);
 	atomic_store_explicit(&pl_ready, 1, memory_order_release);
 }

@@ -9,6 +9,7 @@
  *                                    write()s, header by pwrite() at 0, fsync),
  *                                    close, rename to DIR/ckpt-<step>, unlink
  *                                    ckpt-<step-2>, print "committed <step>"
+ *   pl_writer hold DIR BYTES STEPS   run, print "holding", wait for a signal
  *   pl_writer check DIR              verify every file in DIR byte for byte
  *                                    (read, pread and mmap), print one JSON line
  *
@@ -241,10 +242,24 @@ static int run(const char *dir, uint64_t bytes, uint64_t steps)
 	return 0;
 }
 
+/* run, then wait for a signal (the SIGTERM test): print "holding" once done. */
+static int hold(const char *dir, uint64_t bytes, uint64_t steps)
+{
+	int rc = run(dir, bytes, steps);
+	if (rc)
+		return rc;
+	printf("holding\n");
+	fflush(stdout);
+	for (;;)
+		pause();
+}
+
 int main(int argc, char **argv)
 {
 	if (argc >= 4 && !strcmp(argv[1], "run"))
 		return run(argv[2], strtoull(argv[3], NULL, 0), argc > 4 ? strtoull(argv[4], NULL, 0) : UINT64_MAX / 4);
+	if (argc >= 5 && !strcmp(argv[1], "hold"))
+		return hold(argv[2], strtoull(argv[3], NULL, 0), strtoull(argv[4], NULL, 0));
 	if (argc >= 4 && !strcmp(argv[1], "check")) {
 		int64_t newest;
 		return check(argv[2], strtoull(argv[3], NULL, 0), &newest, 1);

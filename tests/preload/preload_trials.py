@@ -21,6 +21,9 @@ snapsmp, the preload in unmodified programs, SIGKILL at random moments.
                    and the losses equal an uninterrupted run's bit for bit;
                    after the flush the checkpoints on disk are the store's
                    bytes and torch.load reads them without the preload.
+  --mode ends      SIGTERM to a preloaded writer: snapsmp (flushing only on
+                   request) flushes its files; an MPI job's MPI_Finalize returns
+                   only once its files are on disk.
   --mode fallback  no snapsmp: one warning, the files go to the file system;
                    a full store (SNAP_MEM_LIMIT): one warning, files that do not
                    fit go to the file system; with flushing on, flushed files
@@ -42,7 +45,8 @@ from events import Waiter, strike_within  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
-ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback", "torch"])
+ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback", "torch", "ends"])
+ap.add_argument("--mpiexec", default="mpiexec")
 ap.add_argument("--steps", type=int, default=0, help="torch: training steps (default: enough that no trial "
                 "reaches the end, (trials + 2) x 2 x every)")
 ap.add_argument("--every", type=int, default=4, help="torch: steps between checkpoints")
@@ -406,6 +410,51 @@ def test_torch(rng):
     print(f"torch: {args.trials} kills ({mid_save} aimed inside torch.save/os.replace), {len(seen)} losses equal", flush=True)
 
 
+# ---- the job's ends ------------------------------------------------------------------
+
+def test_ends():
+    # SIGTERM: the preload's handler asks snapsmp to flush, then the writer dies of it.
+    store, disk = fresh("term")
+    smp = start_smp(store, "--quiet", "--flush-files", "0")
+    w = subprocess.Popen([WRITER, "hold", disk, str(args.bytes), "3"], env=env(store, disk), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    lines = Lines(w)
+    check(lines.wait_for(lambda l: l == "holding") is not None, f"term: the writer committed 3 steps: {w.stderr.read() if w.poll() is not None else ''}")
+    lines.close()
+    real = lambda: sorted(n for n in os.listdir(disk) if n.startswith("ckpt-"))  # noqa: E731
+    check(real() == [], f"term: with --flush-files 0 nothing is on disk before the signal: {real()}")
+    w.send_signal(signal.SIGTERM)
+    w.wait()
+    check(w.returncode == -signal.SIGTERM, f"term: the writer died of SIGTERM as without the preload: {w.returncode}")
+    wt = Waiter()
+    got = wt.until(lambda: real() == ["ckpt-1", "ckpt-2"], limit=120, dirs=lambda: [disk])
+    wt.close()
+    check(got, f"term: snapsmp flushed the files after the writer's SIGTERM: {real()}")
+    rc, res, _ = writer_check(store, disk, preload=False)
+    check(rc == 0 and res["newest"] == 2, f"term: the flushed files are complete without the preload: {res}")
+    rc, err = stop_smp(smp)
+    check(rc == 0, f"term: snapsmp exits 0: {err}")
+
+    # MPI_Finalize: returns once the job's files are on disk.
+    store, disk = fresh("mpi")
+    smp = start_smp(store, "--quiet", "--flush-files", "0")
+    e = env(store, disk, preload=False, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    xs = []
+    for k, v in env(store, disk).items():
+        if k in ("LD_PRELOAD", "SNAP_STORE", "SNAP_CAPTURE", "SNAP_JOB", "SNAP_TIMEOUT_MS", "ASAN_OPTIONS"):
+            xs += ["-x", f"{k}={v}"]
+    r = subprocess.run([args.mpiexec, "-np", "2", "--oversubscribe", *xs, os.path.join(BUILD, "tests", "preload", "pl_mpi"),
+                        disk], env=e, capture_output=True, text=True, timeout=240)
+    check(r.returncode == 0, f"mpi: the job succeeds: {r.returncode} {r.stdout} {r.stderr}")
+    for rank in range(2):
+        path = os.path.join(disk, f"rank-{rank}.bin")
+        want = bytes((i * 13 + rank * 101) & 0xFF for i in range(1 << 20))
+        ok = os.path.exists(path) and open(path, "rb").read() == want
+        check(ok, f"mpi: rank {rank}'s file is on disk, byte for byte, when mpirun returns")
+    rc, err = stop_smp(smp)
+    check(rc == 0, f"mpi: snapsmp exits 0: {err}")
+
+
 def main():
     rng = random.Random(args.seed)
     try:
@@ -415,6 +464,8 @@ def main():
             test_kill(rng)
         elif args.mode == "torch":
             test_torch(rng)
+        elif args.mode == "ends":
+            test_ends()
         else:
             test_fallback()
     finally:
