@@ -10,7 +10,7 @@
  *                        open, directories), unlink (also while open), rmdir,
  *                        opendir/readdir, getdents64, openat/fstatat/unlinkat
  *                        with a directory descriptor, chdir + relative paths,
- *                        __open_2, creat, sendfile/copy_file_range
+ *                        __open_2, creat, sendfile/copy_file_range, exec
  *   pl_calls disk DIR    without the preload, after snapsmp flushed: the real
  *                        directory holds exactly the final files, byte for byte
  *
@@ -324,6 +324,18 @@ static int use(void)
 	CHECK(access(ns, F_OK) != 0);
 	CHECK(unlink(outside) == 0);
 
+	/* 17. exec: a program the shell runs (it inherits LD_PRELOAD) writes its own
+	 * captured file; our open file, inherited without O_CLOEXEC, is neither
+	 * committed nor discarded when the child exits */
+	fd = open(P("x.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0 && write(fd, "parent", 6) == 6);
+	char cmd[4200];
+	snprintf(cmd, sizeof(cmd), "printf child > '%s'", P("sh.txt"));
+	CHECK(system(cmd) == 0);
+	CHECK(write(fd, "-after", 6) == 6 && close(fd) == 0);
+	CHECK(same_as(P("x.bin"), (const uint8_t *)"parent-after", 12));
+	CHECK(same_as(P("sh.txt"), (const uint8_t *)"child", 5));
+
 	printf("%d checks, %d failed\n", checks, failures);
 	return failures ? 1 : 0;
 }
@@ -334,8 +346,8 @@ static int disk(void)
 	static uint8_t want[4 * MB];
 	char l[2048];
 	listing(dir, l, sizeof(l));
-	CHECK(strcmp(l, "a.bin,b.txt,c.bin,e.bin,h.bin,pre.txt,t.bin") == 0);
-	if (strcmp(l, "a.bin,b.txt,c.bin,e.bin,h.bin,pre.txt,t.bin"))
+	CHECK(strcmp(l, "a.bin,b.txt,c.bin,e.bin,h.bin,pre.txt,sh.txt,t.bin,x.bin") == 0);
+	if (strcmp(l, "a.bin,b.txt,c.bin,e.bin,h.bin,pre.txt,sh.txt,t.bin,x.bin"))
 		printf("  on disk: %s\n", l);
 	expected_a(want);
 	CHECK(same_as(P("a.bin"), want, 1000));
@@ -348,6 +360,8 @@ static int disk(void)
 	fill(want, 2 * MB, 3, 0);
 	CHECK(same_as(P("t.bin"), want, 2 * MB));
 	CHECK(same_as(P("pre.txt"), (const uint8_t *)"pre", 3));
+	CHECK(same_as(P("x.bin"), (const uint8_t *)"parent-after", 12));
+	CHECK(same_as(P("sh.txt"), (const uint8_t *)"child", 5));
 	struct stat st;
 	CHECK(stat(P("a.bin"), &st) == 0 && (st.st_mode & 0777) == 0640);
 	printf("%d checks, %d failed\n", checks, failures);
