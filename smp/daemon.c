@@ -27,6 +27,7 @@
 
 #include "buf.h"
 #include "daemon.h"
+#include "files.h"
 #include "rehydrate.h"
 #include "snap/io.h"
 #include "smp_internal.h"
@@ -74,6 +75,7 @@ void reply_err(struct conn *c, uint16_t type, int rc, const char *msg)
 
 static void close_conn(struct smp *m, struct conn *c)
 {
+	snap_files_conn_closed(m->files, c);
 	if (c->rank && c->rank->conn == c) {
 		snap_store_release_owner(m->store, c->rank, c);
 		c->rank->conn = NULL;
@@ -302,6 +304,8 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 	snap_rbuf_init(&r, payload, h->len);
 	if (h->type == SNAP_MSG_FLUSH) {
 		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
+	} else if (h->type >= SNAP_MSG_FATTACH && h->type <= SNAP_MSG_FFLUSH) {
+		rc = snap_files_dispatch(m, c, h->type, &r, &out, err, ERRLEN, &deferred);
 	} else if (h->type == SNAP_MSG_STATUS) {
 		/* The daemon's own budget, for snaptool status (its defaults are not ours). */
 		rc = 0;
@@ -353,7 +357,8 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 			close_conn(m, c);
 	} else {
 		if (rc != SNAP_EBUSY)
-			say(m, "%s%s: %s", c->job ? "job " : "peer", c->job ? c->job->name : "", err);
+			say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
+			    err);
 		reply_err(c, h->type, rc, err);
 		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
 			close_conn(m, c);
@@ -501,6 +506,7 @@ static int on_signal(struct smp *m)
 		return 0;
 	if (si.ssi_signo == SIGUSR1) {
 		persist_all(m, "SIGUSR1 (preemption notice)");
+		snap_files_flush_all(m->files, "SIGUSR1 (preemption notice)");
 		return 0;
 	}
 	if (m->draining)
@@ -508,7 +514,8 @@ static int on_signal(struct smp *m)
 	say(m, "signal %u: shutting down%s", si.ssi_signo, m->flusher ? " after flushing the newest steps" : "");
 	m->draining = 1;
 	persist_all(m, "shutdown");
-	return !persist_busy(m);
+	snap_files_flush_all(m->files, "shutdown");
+	return !persist_busy(m) && !snap_files_busy(m->files);
 }
 
 int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen)
@@ -545,6 +552,11 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 	}
 	/* The mesh thread runs already: the store is shared from here on. */
 	snap_mesh_lock(m.mesh);
+	rc = snap_files_open(&m.files, m.store, cfg, err, errlen);
+	if (rc) {
+		snap_mesh_unlock(m.mesh);
+		goto out;
+	}
 	load_persisted(&m);
 	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
 	    cfg->store, cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
@@ -553,7 +565,7 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 
 	struct pollfd *pfd = NULL;
 	struct conn **pc = NULL;
-	enum { FIXED = 3 };   /* signalfd, listening socket, flusher */
+	enum { FIXED = 4 };   /* signalfd, listening socket, flusher, captured-file flusher */
 	for (int stop = 0; !stop;) {
 		unsigned n = FIXED + m.nconns;
 		struct pollfd *np = realloc(pfd, n * sizeof(*pfd));
@@ -570,6 +582,7 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 		pfd[0] = (struct pollfd){ .fd = m.sigfd, .events = POLLIN };
 		pfd[1] = (struct pollfd){ .fd = m.draining ? -1 : m.lfd, .events = POLLIN };
 		pfd[2] = (struct pollfd){ .fd = m.flusher ? snap_flusher_fd(m.flusher) : -1, .events = POLLIN };
+		pfd[3] = (struct pollfd){ .fd = snap_files_fd(m.files), .events = POLLIN };
 		unsigned k = FIXED;
 		for (struct conn *c = m.conns; c; c = c->next, k++) {
 			pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
@@ -590,8 +603,10 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 			on_accept(&m);
 		if (pfd[2].revents)
 			persist_collect(&m);
+		if (pfd[3].revents)
+			snap_files_collect(&m);
 		persist_tick(&m);
-		if (m.draining && !persist_busy(&m))
+		if (m.draining && !persist_busy(&m) && !snap_files_busy(m.files))
 			stop = 1;
 		for (struct conn **pp = &m.conns; *pp;) {
 			if ((*pp)->dead) {
@@ -623,6 +638,7 @@ out:
 	if (m.sigfd >= 0)
 		close(m.sigfd);
 	snap_flusher_stop(m.flusher);
+	snap_files_close(m.files);
 	snap_store_close(m.store);
 	return rc;
 }

@@ -28,6 +28,8 @@ static void usage(FILE *f)
 		"  --flush-codec C    none or lz4 (SNAP_FLUSH_CODEC, default none)\n"
 		"  --flush-mode MODE  octal permission bits of flushed files (SNAP_FLUSH_MODE, default 0600;\n"
 		"                     directories get x where r is set), whatever the umask\n"
+		"  --flush-files 0|1  copy captured files (LD_PRELOAD) to their real paths right after each\n"
+		"                     commit (1, the default) or only on SIGUSR1/SIGTERM/request (SNAP_FLUSH_FILES)\n"
 		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
 		"                     (SNAP_ALLOW_OLDER=1)\n"
 		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
@@ -37,7 +39,8 @@ static void usage(FILE *f)
 		"  -q, --quiet        log nothing but fatal errors\n"
 		"  -h, --help         this text\n\n"
 		"SIGUSR1 is a preemption notice: flush the newest restorable step of every job\n"
-		"now. SIGTERM or SIGINT flush the same (with a flush directory), then shut down\n"
+		"and every captured file not yet on disk now. SIGTERM or SIGINT flush the same\n"
+		"(steps with a flush directory; captured files always), then shut down\n"
 		"cleanly; a second one stops at once. SIGKILL is safe too: the store is rescanned\n"
 		"on the next start. Exit codes: 0 clean shutdown, 1 error, 2 usage.\n");
 }
@@ -59,7 +62,7 @@ int main(int argc, char **argv)
 		{ "flush-interval", required_argument, NULL, 'I' }, { "flush-keep", required_argument, NULL, 'K' },
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
-		{ "flush-mode", required_argument, NULL, 'M' },
+		{ "flush-mode", required_argument, NULL, 'M' }, { "flush-files", required_argument, NULL, 'L' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int quiet = 0, socket_set = 0, slots_set = getenv("SNAP_SLOTS") != NULL, o, ec_k = 0, ec_m = 0;
@@ -102,6 +105,13 @@ int main(int argc, char **argv)
 					optarg);
 				return 2;
 			}
+			break;
+		case 'L':
+			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
+				fprintf(stderr, "snapsmp: --flush-files %s: expected 0 or 1\n", optarg);
+				return 2;
+			}
+			cfg.flush_files = optarg[0] == '1';
 			break;
 		case 'O': cfg.allow_older = 1; break;
 		case 'e': ec = optarg; break;

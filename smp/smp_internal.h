@@ -12,6 +12,9 @@
 
 #define SMP_ERRLEN 768
 
+struct fjob;
+struct snap_files;
+
 struct conn {
 	int fd;
 	uint8_t *buf;
@@ -25,6 +28,7 @@ struct conn {
 	int waiting;
 	char wait_job[SNAP_JOB_MAX + 1];
 	uint64_t wait_step;
+	struct fjob *fjob;             /* captured files (files.c): the job FATTACH named */
 	struct conn *next;
 };
 
@@ -38,6 +42,7 @@ struct smp {
 	int quiet;
 	int draining;                  /* SIGTERM seen: finish flushes, then exit */
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
+	struct snap_files *files;      /* captured files (files.c) */
 };
 
 void say(struct smp *m, const char *fmt, ...) SNAP_PRINTF(2, 3);

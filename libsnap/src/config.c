@@ -131,6 +131,7 @@ int snap_config_init(struct snap_config *cfg)
 	cfg->populate = 1;
 	cfg->flush_keep = 2;
 	cfg->flush_mode = 0600;
+	cfg->flush_files = 1;
 	return 0;
 }
 
@@ -215,6 +216,7 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	static const char *const interval_var[] = { "SNAP_FLUSH_INTERVAL", NULL };
 	static const char *const keep_var[] = { "SNAP_FLUSH_KEEP", NULL };
 	static const char *const older_var[] = { "SNAP_ALLOW_OLDER", NULL };
+	static const char *const files_var[] = { "SNAP_FLUSH_FILES", NULL };
 	if (!cfg) {
 		snap_fmt(err, errlen, "snap_config_from_env: NULL config");
 		return SNAP_EINVAL;
@@ -239,7 +241,9 @@ int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen)
 	    (rc = env_int(every_var, &every, 0, 1 << 30, err, errlen)) ||
 	    (rc = env_int(interval_var, &interval, 0, 1 << 30, err, errlen)) ||
 	    (rc = env_int(keep_var, &keep, 1, 1 << 20, err, errlen)) ||
-	    (rc = env_int(older_var, &cfg->allow_older, 0, 1, err, errlen)))
+	    (rc = env_int(older_var, &cfg->allow_older, 0, 1, err, errlen)) ||
+	    (rc = env_str("SNAP_CAPTURE", cfg->capture, sizeof(cfg->capture), err, errlen)) ||
+	    (rc = env_int(files_var, &cfg->flush_files, 0, 1, err, errlen)))
 		return rc;
 	cfg->flush_every = (unsigned)every;
 	cfg->flush_interval = (unsigned)interval;

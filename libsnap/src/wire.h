@@ -29,6 +29,15 @@ enum snap_msg_type {
 	SNAP_MSG_FLUSH = 7,     /* str job, u64 step, u8 wait -> [u64 step, u64 bytes, u64 ns]; no HELLO needed */
 	SNAP_MSG_RECOMMIT = 8,  /* as COMMIT, for a slot acquired from a daemon that died -> (empty) */
 	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid; no HELLO needed */
+	/* Captured files (integration/preload, smp/files.c); no HELLO needed, FATTACH first. */
+	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */
+	SNAP_MSG_FCREATE = 17,  /* str path, u32 mode, u8 excl -> u32 errno, u64 id (files/data/<id> created empty) */
+	SNAP_MSG_FGROW = 18,    /* u64 id, u64 bytes -> (empty); SNAP_ENOSPC: the store is full */
+	SNAP_MSG_FCOMMIT = 19,  /* u64 id, u64 size, u32 chunk, u32 n, u32 crc[n] -> (empty) */
+	SNAP_MSG_FABORT = 20,   /* u64 id -> (empty) */
+	SNAP_MSG_FRENAME = 21,  /* str from, str to -> u32 errno */
+	SNAP_MSG_FUNLINK = 22,  /* str path, u8 store_only -> u32 errno */
+	SNAP_MSG_FFLUSH = 23,   /* u8 wait -> u64 files, u64 bytes (flushed now / still to flush) */
 	SNAP_MSG_REPLY = 0x8000,
 };
 

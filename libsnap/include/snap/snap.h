@@ -98,6 +98,15 @@ struct snap_config {
 	 * (0600 -> 0700). Applied whatever the umask: checkpoints hold a
 	 * model's weights. */
 	unsigned flush_mode;
+	/* Captured files (LD_PRELOAD=libsnap_preload.so, docs/design.md "Captured
+	 * files"). SNAP_CAPTURE is read by the preload: ':'-separated absolute
+	 * directories whose files a preloaded process keeps in the node store
+	 * (empty: none). SNAP_FLUSH_FILES (snapsmp --flush-files 0|1): snapsmp
+	 * copies each committed captured file to its real path in the background
+	 * right after the commit (1, the default), or only on SIGUSR1, SIGTERM or
+	 * a request (0). */
+	char capture[1024];
+	int flush_files;
 };
 
 /* Fill every field with its default. 0, or SNAP_EINVAL when cfg is NULL. */

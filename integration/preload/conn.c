@@ -1,0 +1,148 @@
+/*
+ * The preload's connection to snapsmp: one Unix socket per process, opened
+ * at the first captured write, one request at a time. No snapsmp is not an
+ * error here: the caller falls back to the file system. A failed connect is
+ * retried at most once a second, so a job without snapsmp pays for one
+ * connect(2) per second of captured opens, not one per open.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "preload.h"
+#include "wire.h"
+
+static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+static int sock = -1;
+static uint64_t next_try_ns;
+
+static void drop(void)
+{
+	if (sock >= 0)
+		pl_real.close(sock);
+	sock = -1;
+}
+
+static int attach(int s)
+{
+	struct snap_wbuf w = { 0 };
+	snap_put_str(&w, pl_cfg.job);
+	snap_put_u32(&w, (uint32_t)getpid());
+	int rc = w.oom ? SNAP_ENOMEM : snap_wire_send(s, SNAP_MSG_FATTACH, 0, w.p, (uint32_t)w.len, -1);
+	snap_wbuf_free(&w);
+	struct snap_msg_hdr h;
+	void *pl = NULL;
+	if (!rc)
+		rc = snap_wire_recv(s, &h, &pl, NULL, (int)pl_cfg.timeout_ms);
+	if (!rc && (h.type != (SNAP_MSG_FATTACH | SNAP_MSG_REPLY) || h.status != 0)) {
+		pl_say("snapsmp at %s refused captured files of job %s: %.*s", pl_cfg.socket, pl_cfg.job,
+		       h.status ? (int)h.len : 0, pl ? (const char *)pl : "");
+		rc = SNAP_ESMP;
+	}
+	free(pl);
+	return rc;
+}
+
+/* Under mu. force: try now even within a second of a failed attempt. */
+static int ensure(int force)
+{
+	if (sock >= 0)
+		return 0;
+	uint64_t now = snap_now_ns();
+	if (now < next_try_ns && !force)
+		return SNAP_ESMP;
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	int s = -1;
+	if (strlen(pl_cfg.socket) < sizeof(a.sun_path)) {
+		strcpy(a.sun_path, pl_cfg.socket);
+		s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	}
+	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0 && attach(s) == 0) {
+		sock = s;
+		return 0;
+	}
+	int e = errno;
+	if (s >= 0)
+		pl_real.close(s);
+	next_try_ns = now + 1000000000ull;
+	pl_warn_once(PL_WARN_ABSENT,
+		     "snapsmp is not running at %s (%s): files under SNAP_CAPTURE are written to the file system "
+		     "directly, without the node store", pl_cfg.socket, strerror(e));
+	return SNAP_ESMP;
+}
+
+int pl_connected(void)
+{
+	pthread_mutex_lock(&mu);
+	int ok = ensure(0) == 0;
+	pthread_mutex_unlock(&mu);
+	return ok;
+}
+
+int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg, size_t msglen)
+{
+	int sent;
+	return pl_rpc_ex(type, req, payload, len, msg, msglen, 0, &sent);
+}
+
+int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg, size_t msglen,
+	      int force, int *sent)
+{
+	*payload = NULL;
+	*len = 0;
+	*sent = 0;
+	if (req->oom)
+		return SNAP_ENOMEM;
+	pthread_mutex_lock(&mu);
+	int rc = ensure(force);
+	struct snap_msg_hdr h;
+	void *pl = NULL;
+	if (!rc)
+		rc = snap_wire_send(sock, type, 0, req->p, (uint32_t)req->len, -1);
+	if (!rc) {
+		*sent = 1;   /* from here on the daemon may have acted on it even if no reply comes */
+		rc = snap_wire_recv(sock, &h, &pl, NULL, (int)pl_cfg.timeout_ms);
+	}
+	if (!rc && h.type != (type | SNAP_MSG_REPLY))
+		rc = SNAP_EPROTO;
+	if (rc) {
+		/* Lost or confused: the daemon discards what this connection was
+		 * writing, so the caller falls back; the next request reconnects. */
+		free(pl);
+		drop();
+		snap_fmt(msg, msglen, "lost the connection to snapsmp at %s", pl_cfg.socket);
+		pthread_mutex_unlock(&mu);
+		return rc == SNAP_EPROTO ? SNAP_EPROTO : SNAP_ESMP;
+	}
+	pthread_mutex_unlock(&mu);
+	if (h.status) {
+		snap_fmt(msg, msglen, "%.*s", (int)h.len, pl ? (const char *)pl : "");
+		free(pl);
+		return h.status < 0 ? h.status : SNAP_EPROTO;
+	}
+	*payload = pl;
+	*len = h.len;
+	return 0;
+}
+
+void pl_conn_atfork_prepare(void)
+{
+	pthread_mutex_lock(&mu);
+}
+
+void pl_conn_atfork_parent(void)
+{
+	pthread_mutex_unlock(&mu);
+}
+
+void pl_conn_atfork_child(void)
+{
+	/* The socket is the parent's conversation: a child opens its own. */
+	drop();
+	next_try_ns = 0;
+	pthread_mutex_unlock(&mu);
+}

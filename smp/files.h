@@ -1,0 +1,59 @@
+/*
+ * files.h - captured files in the node store, the daemon's side (the
+ * preload's side is integration/preload). docs/design.md, "Captured files
+ * (LD_PRELOAD)", explains the model; in short:
+ *
+ *   <root>/<job>/files/data/<id>     the bytes of one file (tmpfs), written
+ *                                    by the preloaded process itself
+ *   <root>/<job>/files/ns/<path>     its manifest (fileman.h), at the file's
+ *                                    own absolute path: present = committed
+ *   <root>/<job>/files/tmp/<id>.man  a manifest being published
+ *
+ * A file is committed by renaming its manifest into the namespace tree, so
+ * a rename of a captured file is one rename(2) of its manifest: atomic,
+ * replacing the target, exactly what os.replace(tmp, final) relies on. A
+ * data file no manifest names is garbage (a torn write) and is removed at
+ * start. A flush thread copies committed files to their real paths
+ * (temporary name, fsync, rename), checking every chunk's CRC on the way.
+ *
+ * Threads: the poll thread calls everything here; the flush thread shares
+ * the state under one mutex, taken for each request and around each flush's
+ * start and end (never during its copy).
+ */
+#ifndef SNAP_SMP_FILES_H
+#define SNAP_SMP_FILES_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "buf.h"
+#include "store.h"
+
+struct snap_files;
+struct smp;
+struct conn;
+
+/*
+ * Scan every job's files/ under the store (discard torn manifests, remove
+ * data no manifest names, charge the rest to the memory budget) and start
+ * the flush thread. Files found are re-checked against their real paths
+ * and flushed where they differ.
+ */
+int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_config *cfg,
+		    char *err, size_t errlen);
+/* Stop the flush thread (a flush under way ends first) and free everything. */
+void snap_files_close(struct snap_files *f);
+/* Readable when a flush ended: then call snap_files_collect. */
+int snap_files_fd(const struct snap_files *f);
+void snap_files_collect(struct smp *m);
+/* Handle a captured-file message (types SNAP_MSG_FATTACH..SNAP_MSG_FFLUSH). */
+int snap_files_dispatch(struct smp *m, struct conn *c, uint16_t type, struct snap_rbuf *r, struct snap_wbuf *out,
+			char *err, size_t errlen, int *deferred);
+/* A connection closed: files it was writing are discarded (torn). */
+void snap_files_conn_closed(struct snap_files *f, struct conn *c);
+/* SIGUSR1, SIGTERM: flush every committed file now (failed ones are retried). */
+void snap_files_flush_all(struct snap_files *f, const char *why);
+/* Files still to flush in the current urgent round (SIGTERM waits for 0). */
+int snap_files_busy(struct snap_files *f);
+
+#endif
