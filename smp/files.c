@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Captured files in the node store, daemon side: the namespace, the memory
  * budget of files being written, commit, rename, unlink, eviction of flushed

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * files.h - captured files in the node store, the daemon's side (the
  * preload's side is integration/preload). docs/design.md, "Captured files

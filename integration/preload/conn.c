@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The preload's connection to snapsmp: one Unix socket per process, opened
  * at the first captured write, one request at a time. No snapsmp is not an

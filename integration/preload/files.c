@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Captured files on the preload's side: which descriptors are store files,
  * opening (create in the store, or read from it), budget growth, commit at

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The exported interposers. Each one is a thin shell: initialize once, ask
  * files.c whether the call concerns a captured file, else call the real

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Configuration (the same SNAP_* variables as everything else, through
  * snap_config_from_env) and the one question asked of every path: does it

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * preload.h - libsnap_preload.so internals (not installed).
  *

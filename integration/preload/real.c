@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The functions the preload stands in front of, found with dlsym(RTLD_NEXT),
  * and the one-time initialization. A hook may run before our constructor

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /* Captured-file manifests; see fileman.h for the format. */
 #include <inttypes.h>
 #include <stdio.h>

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * fileman.h - the manifest of a captured file (integration/preload): a file
  * that a preloaded process wrote under a captured directory and that the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pl_calls - the calls a captured directory must answer like a directory,
  * one by one, run under LD_PRELOAD=libsnap_preload.so with a real snapsmp

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pl_mpi DIR - an ordinary MPI program: each rank writes DIR/rank-<r>.bin
  * (1 MiB, bytes a function of the rank), then MPI_Finalize. Under the

@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * pl_writer - an ordinary C program that checkpoints with write() and
  * pwrite(), knowing nothing of libsnap. The preload tests run it under

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Captured files (LD_PRELOAD=libsnap_preload.so) with real processes: a real
 snapsmp, the preload in unmodified programs, SIGKILL at random moments.
 

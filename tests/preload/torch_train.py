@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """An ordinary PyTorch training script that knows nothing of libsnap: it
 checkpoints with torch.save to a temporary name and os.replace, keeps the
 newest two checkpoints (os.remove), and on start resumes from the newest one

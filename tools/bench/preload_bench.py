@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """Checkpoint time of an unmodified PyTorch program under libsnap_preload.so,
 side by side with what users do without it and with the physical limits.
 
