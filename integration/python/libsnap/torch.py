@@ -691,8 +691,18 @@ class Checkpointer:
         self._restore_step()
         if self._hook is not None:
             self._hook.remove()
-        self._entries = self._by_name = None
-        ctx.close()
+        try:
+            ctx.close()        # waits for the copy of the last save, which reads the buffers below
+        finally:
+            self._entries = self._by_name = None
+
+    def __del__(self):
+        # A Checkpointer dropped without close(): its context must go before
+        # the buffers its copy threads may still be reading.
+        try:
+            self.close()
+        except Exception:
+            pass
 
     def __enter__(self):
         return self
