@@ -15,7 +15,7 @@ restorable step.
 
 Log lines (one per event, flushed at once; tests/python/train_trials.py
 reads them): restore-begin, restored <step|none>, step <s> <loss float.hex>,
-save-begin <s>, committed <s>, relayouts <n>, done. A restore that does not
+save-begin <s>, saved <s> (save returned), committed <s>, relayouts <n>, done. A restore that does not
 fit prints "MISMATCH <message>" and exits 3.
 """
 import argparse
@@ -124,12 +124,13 @@ for step in range(start, args.steps + 1):
     opt.step()
     sched.step()
     say("step", step, loss.item().hex())
-    history.append(f"step {step} loss {loss.item().hex()} lr {sched.get_last_lr()[0]!r}")
+    history.append((step, loss.item(), sched.get_last_lr()[0], [p.grad.norm().item() for p in model.parameters()]))
     if ckpt is not None:
         ckpt.extra["history"] = history
         ckpt.extra["tokens"] = step * args.batch * args.seq
         say("save-begin", step)
         ckpt.save(step)
+        say("saved", step)
         if step % 2:
             ckpt.wait()
             say("committed", step)

@@ -117,6 +117,7 @@ class SnapError(RuntimeError):
     def __init__(self, code, message):
         self.code = code
         self.name = ERRORS.get(code, "SNAP_E?")
+        self.message = message
         super().__init__(f"{message} [{self.name}]")
 
 
@@ -317,7 +318,8 @@ class Context:
 
     def check(self, rc, what):
         if rc < 0:
-            raise SnapError(rc, f"{what}: {self.errmsg() or strerror(rc)}")
+            msg = self.errmsg() or strerror(rc)
+            raise SnapError(rc, f"{what}: {msg}" if what else msg)
         return rc
 
     def register(self, name, ptr, nbytes, dtype, kind, shape, global_shape=None, offset=None,
@@ -368,7 +370,7 @@ class Context:
                 return None
             if rc == EOVERFLOW:
                 continue
-            self.check(rc, "describe" if step == STEP_LATEST else f"describe of step {step}")
+            self.check(rc, "")   # snapsmp's message names the step
             return got.value, [info_dict(arr[i]) for i in range(n.value)]
         self.check(rc, "describe")
 

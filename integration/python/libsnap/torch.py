@@ -89,8 +89,9 @@ def _pack(obj):
 
 
 def _room(n):
-    """Bytes of a pickled region for a payload of n bytes: twice that, 4 KiB at least."""
-    return (_HDR + max(2 * n, 4096) + 4095) // 4096 * 4096
+    """Bytes of a pickled region for a payload of n bytes: room for twice
+    that, in whole pages (4 KiB at least)."""
+    return (_HDR + max(2 * n, 4096 - _HDR) + 4095) // 4096 * 4096
 
 
 def _read_payload(buf, name):
@@ -481,7 +482,7 @@ class Checkpointer:
             plan = None if found is None else self._match(*found)
             out = ("none",) if found is None else ("ok", found[0])
         except SnapError as e:
-            out, plan = ("error", e.code, str(e)), None
+            out, plan = ("error", e.code, e.message), None
         outs = self._agree(out)
         self._raise_any(outs, "restore")
         steps = sorted({o[1] for o in outs if o[0] == "ok"})
@@ -496,7 +497,7 @@ class Checkpointer:
             got = self._ctx.restore(C.STEP_LATEST if from_disk else p)
             out = ("ok", got) if got == p else ("error", C.ENOENT, f"snapsmp restored step {got}, not {p}")
         except SnapError as e:
-            out = ("error", e.code, str(e))
+            out = ("error", e.code, e.message)
         self._frozen = True
         self._raise_any(self._agree(out), "restore")
         self._apply(entries)
@@ -552,7 +553,7 @@ class Checkpointer:
         _, cls, sizes = metas[0]["name"].split("/", 2)
         mine_cls = type(self.optimizer).__name__
         if cls != mine_cls:
-            raise MismatchError(f"{what} holds the state of a {cls} optimizer, this optimizer is a {mine_cls} "
+            raise MismatchError(f"{what} holds {cls} optimizer state, this optimizer is {mine_cls} "
                                 "(optimizer type differs)")
         mine_name = self._meta_name()
         if metas[0]["name"] != mine_name:
