@@ -62,6 +62,9 @@ logroot = os.path.join(args.build, "tests", "python", f"trials-{os.getpid()}")
 data = [os.path.join(args.src, "docs", "design.md"), os.path.join(args.src, "README.md")]
 JOB = "pytrain"
 failures = []
+# Under ASan the trainers (Python) need the sanitizer runtime preloaded (see
+# CMakeLists.txt); snapsmp and snaptool carry their own.
+native_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 
 
 def fail(msg):
@@ -102,6 +105,8 @@ class Launch:
         env0 = dict(os.environ, MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), WORLD_SIZE=str(self.world),
                     SNAP_STORE=store, SNAP_JOB=JOB, SNAP_TIMEOUT_MS="60000", SNAP_COPY_THREADS="1",
                     PYTHONPATH=os.path.join(args.src, "integration", "python"), OMP_NUM_THREADS="1")
+        if not libsnap:
+            env0 = {k: v for k, v in env0.items() if k != "LD_PRELOAD"}   # no libsnap: no sanitizer runtime
         for r in range(self.world):
             log, err = os.path.join(self.dir, f"r{r}.log"), os.path.join(self.dir, f"r{r}.err")
             cmd = [sys.executable, os.path.join(here, "train.py"), "--steps", str(args.steps), "--log", log,
@@ -172,7 +177,7 @@ def restored(launch):
 
 def snaptool_latest():
     out = subprocess.run([snaptool, "status", "--store", store, "--job", JOB, "--json"], capture_output=True,
-                         text=True, timeout=120)
+                         text=True, timeout=120, env=native_env)
     if out.returncode != 0:
         raise RuntimeError(f"snaptool status failed: {out.stderr}")
     jobs = json.loads(out.stdout)["jobs"]
@@ -185,7 +190,7 @@ def main():
     shutil.rmtree(logroot, ignore_errors=True)
     os.makedirs(logroot)
     waiter = Waiter()
-    smp = subprocess.Popen([snapsmp, "--store", store, "--quiet"])
+    smp = subprocess.Popen([snapsmp, "--store", store, "--quiet"], env=native_env)
     waiter.until(lambda: os.path.exists(os.path.join(store, "smp.sock")) or smp.poll() is not None, 60,
                  dirs=lambda: [store] if os.path.isdir(store) else ["/dev/shm"], procs=[smp])
     if smp.poll() is not None:
@@ -356,7 +361,7 @@ def mismatches():
                 fail(f"mismatch {name}: the error does not name what differs ({words}): {m}")
         after = snaptool_latest()
         v = subprocess.run([snaptool, "verify", str(args.steps), "--store", store, "--job", JOB],
-                           capture_output=True, text=True, timeout=120)
+                           capture_output=True, text=True, timeout=120, env=native_env)
         if after != before or v.returncode != 0:
             fail(f"mismatch {name}: the store changed: newest restorable step {before} -> {after}, "
                  f"verify exit {v.returncode}: {v.stdout[-500:]}{v.stderr[-500:]}")
