@@ -293,7 +293,10 @@ class Checkpointer:
                     g = o = None
                     if pn is not None and spec_of[pn][0] is not None and tuple(v.shape) == spec_of[pn][2]:
                         g, o = spec_of[pn][0], spec_of[pn][1]
-                    entries.append(self._tensor_entry(rn, C.KIND["optim"], v, g, o))
+                    # a 0-dim state (Adam's step count) is a counter: kind
+                    # "other", so SNAP_CODEC_OPTIM never rounds it
+                    kind = C.KIND["other"] if v.dim() == 0 else C.KIND["optim"]
+                    entries.append(self._tensor_entry(rn, kind, v, g, o))
                     if v.dim() == 0:
                         meta_shapes[rn] = ()
                 else:
