@@ -198,11 +198,11 @@ class Checkpointer:
         self._cuda = False
         self._wrap_step()
         self._hook = None
+        me = weakref.ref(self)   # the model and optimizer must not keep the Checkpointer alive
         if fence_forward is None:
             fence_forward = any(True for _ in model.buffers())
         if fence_forward:
-            self._hook = model.register_forward_pre_hook(lambda m, inp: self.fence())
-        me = weakref.ref(self)
+            self._hook = model.register_forward_pre_hook(lambda m, inp: me() is not None and me().fence())
         self._atexit = lambda: me() is not None and me().close()
         atexit.register(self._atexit)
 
@@ -244,12 +244,7 @@ class Checkpointer:
 
     def _index(self):
         """Optimizer parameters numbered as optimizer.state_dict() numbers them."""
-        out, i = [], 0
-        for g in self.optimizer.param_groups:
-            for p in g["params"]:
-                out.append(p)
-                i += 1
-        return out
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
 
     def _meta_name(self):
         sizes = ",".join(str(len(g["params"])) for g in self.optimizer.param_groups)
@@ -278,6 +273,8 @@ class Checkpointer:
                 raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
             g, o = self._shard(name, t)
             entries.append(self._tensor_entry("model/" + name, C.KIND["param"], t, g, o))
+            if t.dim() == 0:
+                meta_shapes["model/" + name] = ()
             pname.setdefault(t.data_ptr(), name)
             spec_of[name] = (g, o, tuple(t.shape))
         other, keys = {}, {}
@@ -314,9 +311,6 @@ class Checkpointer:
                 "state_keys": keys, "state_other": other, "shapes": meta_shapes, "shards": shards,
                 "rank": self.rank, "world_size": self.world_size, "torch": torch.__version__,
                 "regions": [e.name for e in entries] + [self._meta_name()]}
-        for name, e in ((e.name, e) for e in entries if e.name.startswith("model/")):
-            if e.tensor.dim() == 0:
-                meta_shapes[name] = ()
         entries.append(self._bytes_entry(self._meta_name(), C.KIND["other"], _pack(meta)))
         # RNGs: torch's states are copied into buffers of their own (staged).
         entries.append(self._staged("rng/torch", torch.get_rng_state))
