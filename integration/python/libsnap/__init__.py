@@ -12,6 +12,8 @@ C library libsnap.so with ctypes; `libsnap.torch` is the PyTorch integration.
 The library is found through $SNAP_LIBRARY, beside this package, in the
 build tree it sits in, or on the loader's path (libsnap._capi).
 """
-from ._capi import SnapError, MismatchError, library_path, crc32c  # noqa: F401
+from ._capi import SnapError, MismatchError, library_path, crc32c
+
+__all__ = ["SnapError", "MismatchError", "library_path", "crc32c"]
 
 __version__ = "0.3.0"

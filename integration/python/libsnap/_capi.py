@@ -41,7 +41,9 @@ ERRORS = {
     -14: "SNAP_ETIMEDOUT", -15: "SNAP_EFORMAT", -16: "SNAP_EUNSUPPORTED", -17: "SNAP_ETRUNC",
     -18: "SNAP_EOVERFLOW", -19: "SNAP_ERANGE", -20: "SNAP_ELOST",
 }
-globals().update({name[5:]: code for code, name in ERRORS.items()})   # EINVAL = -1, ...
+(OK, EINVAL, ENOMEM, EIO, ENOENT, ECORRUPT, EPROTO, ESMP, EBUSY, EUNFENCED, ENOSPC, EMISMATCH, EPERM, ESTATE,
+ ETIMEDOUT, EFORMAT, EUNSUPPORTED, ETRUNC, EOVERFLOW, ERANGE, ELOST) = range(0, -21, -1)
+assert all(globals()[name[5:]] == code for code, name in ERRORS.items())
 
 
 class SnapConfig(ctypes.Structure):
