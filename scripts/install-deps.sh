@@ -10,6 +10,7 @@ pkgs=(
   liblz4-dev lz4 libzfp-dev
   libopenmpi-dev openmpi-bin
   python3-numpy python3-h5py python3-torch
+  python3-venv python3-pip python3-setuptools   # python.install: pip install ./integration/python into a venv
   fio
 )
 

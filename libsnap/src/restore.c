@@ -206,6 +206,72 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	return rc;
 }
 
+int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
+		  uint32_t cap, uint32_t *nregions)
+{
+	if (!ctx)
+		return SNAP_EINVAL;
+	if (!nregions || (cap && !regions))
+		return snap_fail(ctx, SNAP_EINVAL, "describe: NULL nregions, or NULL regions with cap %u", cap);
+	*nregions = 0;
+	int rc = snap_ensure_connected(ctx);
+	if (rc)
+		return rc;
+	/* The same request as a restore: snapsmp picks the step by the same
+	 * rules, so what is described is what snap_restore() will get. */
+	struct snap_wbuf w = { 0 };
+	snap_put_u64(&w, step);
+	void *rep;
+	uint32_t rlen;
+	int fd = -1;
+	pthread_mutex_lock(&ctx->sock_mu);
+	rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, &rep, &rlen, &fd, "describe");
+	pthread_mutex_unlock(&ctx->sock_mu);
+	snap_wbuf_free(&w);
+	if (fd >= 0)
+		close(fd);   /* only the manifest is wanted */
+	if (rc)
+		return rc;
+	struct snap_manifest man;
+	char merr[256];
+	rc = snap_manifest_decode(rep, rlen, &man, merr, sizeof(merr));
+	free(rep);
+	if (rc)
+		return snap_fail(ctx, rc, "describe: manifest from snapsmp is invalid: %s", merr);
+	if (strcmp(man.job, ctx->cfg.job) != 0 || man.rank != (uint32_t)ctx->cfg.rank) {
+		rc = snap_fail(ctx, SNAP_EPROTO, "describe of step %" PRIu64 ": snapsmp sent the snapshot of another job "
+			  "or rank (%s rank %u)", man.step, man.job, man.rank);
+	} else {
+		const struct snap_layout *lay = &man.layout;
+		for (uint32_t i = 0; i < lay->nregions && i < cap; i++) {
+			const struct snap_man_region *g = &lay->regions[i];
+			struct snap_region_info *o = &regions[i];
+			memset(o, 0, sizeof(*o));
+			memcpy(o->name, g->name, sizeof(o->name));
+			o->bytes = g->bytes;
+			o->dtype = g->dtype;
+			o->kind = g->kind;
+			o->device = g->device;
+			o->codec = g->codec;
+			o->codec_bound = g->bound;
+			o->ndim = g->ndim;
+			for (int d = 0; d < g->ndim; d++) {
+				o->shape[d] = g->shape[d];
+				o->global_shape[d] = g->global_shape[d];
+				o->shard_offset[d] = g->shard_offset[d];
+			}
+		}
+		*nregions = lay->nregions;
+		if (step_out)
+			*step_out = man.step;
+		if (cap < lay->nregions)
+			rc = snap_fail(ctx, SNAP_EOVERFLOW, "describe of step %" PRIu64 ": it has %u regions, room for %u",
+				  man.step, lay->nregions, cap);
+	}
+	snap_manifest_free(&man);
+	return rc;
+}
+
 int snap_flush(snap_ctx *ctx, uint64_t step, int wait)
 {
 	if (!ctx)

@@ -290,6 +290,54 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
  */
 int snap_flush(snap_ctx *ctx, uint64_t step, int wait);
 
+/*
+ * A region of a committed step, as snap_describe() reports it: the fields of
+ * struct snap_region that the manifest records (the name is copied).
+ */
+struct snap_region_info {
+	char name[SNAP_NAME_MAX + 1];
+	uint64_t bytes;
+	int dtype;                     /* enum snap_dtype */
+	int kind;                      /* enum snap_kind */
+	int device;                    /* where it was saved from (restore may differ) */
+	int codec;                     /* enum snap_codec_id it is held with */
+	double codec_bound;
+	int ndim;                      /* as registered: 0 for a flat region */
+	uint64_t shape[SNAP_MAX_NDIM];
+	uint64_t global_shape[SNAP_MAX_NDIM];
+	uint64_t shard_offset[SNAP_MAX_NDIM];
+};
+
+/*
+ * Describe `step` (or SNAP_STEP_LATEST) of this rank as snap_restore() would
+ * find it, so that a process which does not know the saved layout yet (a
+ * framework creates optimizer state lazily) can register a matching one and
+ * then restore. Allowed before any registration; does not freeze the layout
+ * and writes no registered memory. It asks snapsmp for the step exactly as
+ * snap_restore() does, with the same effect on the store: committed steps
+ * newer than it that an older incarnation of the job wrote are withdrawn (on
+ * SNAP_ENOENT, all of them: the job starts afresh). SNAP_ENOENT when nothing
+ * is restorable; SNAP_EMISMATCH when the step was saved by a job of another
+ * world size. A step snapsmp would have to load from its flush directory
+ * needs a registered layout to load into: read that layout from the HDF5
+ * files (docs/io-format.md) instead.
+ *
+ * *step_out (may be NULL) receives the step, *nregions the number of its
+ * regions, and regions[0..cap-1] their descriptions in slot order. With
+ * cap < *nregions the call fills cap of them and returns SNAP_EOVERFLOW:
+ * call again with room for *nregions (cap 0 and regions NULL to ask).
+ * Checksums are not verified here; snap_restore() does that.
+ */
+int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
+		  uint32_t cap, uint32_t *nregions);
+
+/*
+ * CRC32C (Castagnoli; crc32c("123456789") == 0xE3069283) as every libsnap
+ * format uses it (manifests, chunks, HDF5 attributes), for tools that verify
+ * a store or a file without linking the rest. Thread-safe.
+ */
+uint32_t snap_crc32c(const void *buf, size_t len);
+
 /* The message for the last error on ctx ("" if none). Valid until the next call. */
 const char *snap_errmsg(const snap_ctx *ctx);
 

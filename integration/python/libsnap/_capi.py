@@ -1,0 +1,405 @@
+"""ctypes bindings of libsnap.so (libsnap/include/snap/snap.h, types.h, error.h).
+
+The structures mirror the C header field for field; tests/python/test_abi.py
+compiles a probe with the project's C compiler and compares every size and
+offset, so a header change that is not made here fails CI.
+
+Where libsnap.so is found, in order: $SNAP_LIBRARY (a path; if it does not
+load, that is the error), beside this package (libsnap/lib/), the build tree
+this package sits in (build/*/libsnap/, gcc first), then the loader's path
+(libsnap.so.0).
+"""
+import ctypes
+import glob
+import os
+import threading
+
+# ---- snap/types.h --------------------------------------------------------
+DTYPE = {"u8": 0, "i8": 1, "i16": 2, "i32": 3, "i64": 4, "f16": 5, "bf16": 6, "f32": 7, "f64": 8,
+         "u16": 9, "u32": 10, "u64": 11, "bool": 12}
+DTYPE_NAME = {v: k for k, v in DTYPE.items()}
+DTYPE_SIZE = {"u8": 1, "i8": 1, "bool": 1, "i16": 2, "u16": 2, "f16": 2, "bf16": 2,
+              "i32": 4, "u32": 4, "f32": 4, "i64": 8, "u64": 8, "f64": 8}
+KIND = {"param": 0, "optim": 1, "rng": 2, "other": 3}
+KIND_NAME = {v: k for k, v in KIND.items()}
+DEVICE_HOST, DEVICE_CUDA = 0, 1
+CODEC = {"none": 0, "lossless": 1, "abs": 2, "rel": 3}
+CODEC_NAME = {v: k for k, v in CODEC.items()}
+MAX_NDIM = 8
+
+# ---- snap/snap.h ---------------------------------------------------------
+NAME_MAX = 255
+JOB_MAX = 64
+PATH_MAX = 256
+STEP_LATEST = (1 << 64) - 1
+
+# ---- snap/error.h --------------------------------------------------------
+ERRORS = {
+    0: "SNAP_OK", -1: "SNAP_EINVAL", -2: "SNAP_ENOMEM", -3: "SNAP_EIO", -4: "SNAP_ENOENT",
+    -5: "SNAP_ECORRUPT", -6: "SNAP_EPROTO", -7: "SNAP_ESMP", -8: "SNAP_EBUSY", -9: "SNAP_EUNFENCED",
+    -10: "SNAP_ENOSPC", -11: "SNAP_EMISMATCH", -12: "SNAP_EPERM", -13: "SNAP_ESTATE",
+    -14: "SNAP_ETIMEDOUT", -15: "SNAP_EFORMAT", -16: "SNAP_EUNSUPPORTED", -17: "SNAP_ETRUNC",
+    -18: "SNAP_EOVERFLOW", -19: "SNAP_ERANGE", -20: "SNAP_ELOST",
+}
+(OK, EINVAL, ENOMEM, EIO, ENOENT, ECORRUPT, EPROTO, ESMP, EBUSY, EUNFENCED, ENOSPC, EMISMATCH, EPERM, ESTATE,
+ ETIMEDOUT, EFORMAT, EUNSUPPORTED, ETRUNC, EOVERFLOW, ERANGE, ELOST) = range(0, -21, -1)
+assert all(globals()[name[5:]] == code for code, name in ERRORS.items())
+
+
+class SnapConfig(ctypes.Structure):
+    """struct snap_config. Field names are the C names, which are also the
+    SNAP_* variables upper-cased (mem_limit <-> SNAP_MEM_LIMIT)."""
+    _fields_ = [
+        ("job", ctypes.c_char * (JOB_MAX + 1)),
+        ("store", ctypes.c_char * PATH_MAX),
+        ("socket", ctypes.c_char * PATH_MAX),
+        ("rank", ctypes.c_int),
+        ("world_size", ctypes.c_int),
+        ("local_rank", ctypes.c_int),
+        ("mem_limit", ctypes.c_uint64),
+        ("slots", ctypes.c_uint),
+        ("copy_threads", ctypes.c_uint),
+        ("chunk_size", ctypes.c_uint64),
+        ("timeout_ms", ctypes.c_uint),
+        ("verify_commit", ctypes.c_int),
+        ("populate", ctypes.c_int),
+        ("flush_dir", ctypes.c_char * PATH_MAX),
+        ("flush_every", ctypes.c_uint),
+        ("flush_interval", ctypes.c_uint),
+        ("flush_keep", ctypes.c_uint),
+        ("flush_codec", ctypes.c_int),
+        ("allow_older", ctypes.c_int),
+        ("codec_param", ctypes.c_int),
+        ("codec_param_bound", ctypes.c_double),
+        ("codec_optim", ctypes.c_int),
+        ("codec_optim_bound", ctypes.c_double),
+        ("flush_mode", ctypes.c_uint),
+    ]
+
+
+class SnapRegion(ctypes.Structure):
+    """struct snap_region."""
+    _fields_ = [
+        ("name", ctypes.c_char_p),
+        ("ptr", ctypes.c_void_p),
+        ("bytes", ctypes.c_uint64),
+        ("dtype", ctypes.c_int),
+        ("kind", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("codec", ctypes.c_int),
+        ("codec_bound", ctypes.c_double),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_uint64 * MAX_NDIM),
+        ("global_shape", ctypes.c_uint64 * MAX_NDIM),
+        ("shard_offset", ctypes.c_uint64 * MAX_NDIM),
+    ]
+
+
+class SnapRegionInfo(ctypes.Structure):
+    """struct snap_region_info (snap_describe)."""
+    _fields_ = [
+        ("name", ctypes.c_char * (NAME_MAX + 1)),
+        ("bytes", ctypes.c_uint64),
+        ("dtype", ctypes.c_int),
+        ("kind", ctypes.c_int),
+        ("device", ctypes.c_int),
+        ("codec", ctypes.c_int),
+        ("codec_bound", ctypes.c_double),
+        ("ndim", ctypes.c_int),
+        ("shape", ctypes.c_uint64 * MAX_NDIM),
+        ("global_shape", ctypes.c_uint64 * MAX_NDIM),
+        ("shard_offset", ctypes.c_uint64 * MAX_NDIM),
+    ]
+
+
+class SnapError(RuntimeError):
+    """A libsnap call failed, or a restore cannot be complete. `code` is the
+    negative SNAP_E* value, `name` its name ("SNAP_EMISMATCH")."""
+
+    def __init__(self, code, message):
+        self.code = code
+        self.name = ERRORS.get(code, "SNAP_E?")
+        self.message = message
+        super().__init__(f"{message} [{self.name}]")
+
+
+class MismatchError(SnapError):
+    """The snapshot does not fit what is being restored into (model, optimizer,
+    world size); nothing was written and the store is left as it was."""
+
+    def __init__(self, message):
+        super().__init__(EMISMATCH, message)
+
+
+_lib = None
+_lib_lock = threading.Lock()
+
+
+def _candidates():
+    env = os.environ.get("SNAP_LIBRARY")
+    if env:
+        return [env], True
+    here = os.path.dirname(os.path.abspath(__file__))
+    out = sorted(glob.glob(os.path.join(here, "lib", "libsnap.so*")))
+    root = os.path.abspath(os.path.join(here, "..", "..", ".."))
+    if os.path.isfile(os.path.join(root, "libsnap", "include", "snap", "snap.h")):
+        out += [os.path.join(root, "build", "gcc", "libsnap", "libsnap.so")]
+        out += sorted(glob.glob(os.path.join(root, "build", "*", "libsnap", "libsnap.so")))
+    out.append("libsnap.so.0")
+    return out, False
+
+
+def library_path():
+    """The path (or loader name) of the libsnap.so this package uses."""
+    lib()
+    return _lib._snap_path
+
+
+def lib():
+    """Load and bind libsnap.so once."""
+    global _lib
+    with _lib_lock:
+        if _lib is not None:
+            return _lib
+        cands, explicit = _candidates()
+        errors = []
+        for c in cands:
+            if os.sep in c and not os.path.exists(c):
+                continue
+            try:
+                h = ctypes.CDLL(c)
+            except OSError as e:
+                if explicit:
+                    raise OSError(f"SNAP_LIBRARY={c} does not load: {e}") from None
+                errors.append(f"{c}: {e}")
+                continue
+            if not hasattr(h, "snap_describe"):
+                errors.append(f"{c}: too old (no snap_describe, LIBSNAP_0.3)")
+                continue
+            h._snap_path = c
+            _bind(h)
+            _lib = h
+            return h
+        raise OSError("libsnap.so not found; build it (cmake --build build/gcc) or set SNAP_LIBRARY to its path"
+                      + ("; tried " + "; ".join(errors) if errors else ""))
+
+
+def _bind(h):
+    P = ctypes.POINTER
+    ctx_p = ctypes.c_void_p
+    sig = {
+        "snap_config_init": (ctypes.c_int, [P(SnapConfig)]),
+        "snap_config_from_env": (ctypes.c_int, [P(SnapConfig), ctypes.c_char_p, ctypes.c_size_t]),
+        "snap_parse_size": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_uint64)]),
+        "snap_open": (ctypes.c_int, [P(SnapConfig), P(ctx_p)]),
+        "snap_register": (ctypes.c_int, [ctx_p, P(SnapRegion)]),
+        "snap_save": (ctypes.c_int, [ctx_p, ctypes.c_uint64]),
+        "snap_save_on_stream": (ctypes.c_int, [ctx_p, ctypes.c_uint64, ctypes.c_void_p]),
+        "snap_fence": (ctypes.c_int, [ctx_p]),
+        "snap_fence_on_stream": (ctypes.c_int, [ctx_p, ctypes.c_void_p]),
+        "snap_wait": (ctypes.c_int, [ctx_p]),
+        "snap_latest": (ctypes.c_int, [ctx_p, P(ctypes.c_uint64)]),
+        "snap_restore": (ctypes.c_int, [ctx_p, ctypes.c_uint64, P(ctypes.c_uint64)]),
+        "snap_describe": (ctypes.c_int, [ctx_p, ctypes.c_uint64, P(ctypes.c_uint64), P(SnapRegionInfo),
+                                         ctypes.c_uint32, P(ctypes.c_uint32)]),
+        "snap_flush": (ctypes.c_int, [ctx_p, ctypes.c_uint64, ctypes.c_int]),
+        "snap_errmsg": (ctypes.c_char_p, [ctx_p]),
+        "snap_close": (ctypes.c_int, [ctx_p]),
+        "snap_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+        "snap_crc32c": (ctypes.c_uint32, [ctypes.c_void_p, ctypes.c_size_t]),
+    }
+    for name, (res, args) in sig.items():
+        f = getattr(h, name)
+        f.restype, f.argtypes = res, args
+
+
+def strerror(code):
+    return lib().snap_strerror(code).decode()
+
+
+def crc32c(buf):
+    """CRC32C of a bytes-like or contiguous buffer (libsnap's, ISA-L)."""
+    mv = memoryview(buf).cast("B")
+    if mv.nbytes == 0:
+        return 0
+    if mv.readonly:
+        c = (ctypes.c_char * mv.nbytes).from_buffer_copy(mv)
+    else:
+        c = (ctypes.c_char * mv.nbytes).from_buffer(mv)
+    return lib().snap_crc32c(ctypes.addressof(c), mv.nbytes)
+
+
+def crc32c_ptr(ptr, nbytes):
+    return lib().snap_crc32c(ptr, nbytes) if nbytes else 0
+
+
+def parse_size(s):
+    v = ctypes.c_uint64()
+    if lib().snap_parse_size(str(s).encode(), ctypes.byref(v)):
+        raise ValueError(f"{s!r} is not a size (e.g. 4096, 64M, 2G)")
+    return v.value
+
+
+def parse_codec(spec):
+    """'none', 'lossless', 'abs:B', 'rel:F' (SNAP_CODEC_PARAM spelling) -> (id, bound)."""
+    spec = str(spec)
+    if spec in ("none", "lossless"):
+        return CODEC[spec], 0.0
+    kind, _, num = spec.partition(":")
+    try:
+        bound = float(num)
+    except ValueError:
+        bound = -1.0
+    if kind not in ("abs", "rel") or not bound > 0:
+        raise ValueError(f"codec {spec!r}: expected none, lossless, abs:<bound> or rel:<factor> with a positive number")
+    return CODEC[kind], bound
+
+
+_STR_FIELDS = ("job", "store", "socket", "flush_dir")
+
+
+def config(overrides=None):
+    """A struct snap_config: defaults, then SNAP_* variables, then overrides
+    (a dict of C field names; sizes may be strings like "8G")."""
+    cfg = SnapConfig()
+    L = lib()
+    L.snap_config_init(ctypes.byref(cfg))
+    err = ctypes.create_string_buffer(512)
+    if L.snap_config_from_env(ctypes.byref(cfg), err, len(err)):
+        raise SnapError(EINVAL, err.value.decode())
+    names = {f for f, _ in SnapConfig._fields_}
+    for k, v in (overrides or {}).items():
+        if v is None:
+            continue
+        if k not in names:
+            raise TypeError(f"unknown libsnap setting {k!r}; the settings are the fields of struct snap_config: "
+                            + ", ".join(sorted(names)))
+        if k in _STR_FIELDS:
+            b = os.fsencode(v)
+            limit = JOB_MAX + 1 if k == "job" else PATH_MAX
+            if len(b) >= limit:
+                raise ValueError(f"{k} {v!r} is longer than {limit - 1} bytes")
+            setattr(cfg, k, b)
+        elif k in ("mem_limit", "chunk_size") and isinstance(v, str):
+            setattr(cfg, k, parse_size(v))
+        elif k in ("codec_param", "codec_optim") and isinstance(v, str):
+            cid, bound = parse_codec(v)
+            setattr(cfg, k, cid)
+            setattr(cfg, k + "_bound", bound)
+        else:
+            setattr(cfg, k, v)
+    return cfg
+
+
+def config_dict(cfg):
+    out = {}
+    for f, _ in SnapConfig._fields_:
+        v = getattr(cfg, f)
+        out[f] = os.fsdecode(v) if f in _STR_FIELDS else v
+    return out
+
+
+class Context:
+    """A snap_ctx: one rank's connection to snapsmp and its registered regions."""
+
+    def __init__(self, cfg):
+        self.cfg = cfg
+        self.L = lib()
+        self.h = ctypes.c_void_p()
+        rc = self.L.snap_open(ctypes.byref(cfg), ctypes.byref(self.h))
+        if rc:
+            msg = self.errmsg() if self.h else strerror(rc)
+            self.L.snap_close(self.h)
+            self.h = None
+            raise SnapError(rc, f"cannot open libsnap context (job {os.fsdecode(cfg.job)}, rank {cfg.rank}/"
+                                f"{cfg.world_size}, store {os.fsdecode(cfg.store)}): {msg}")
+
+    def errmsg(self):
+        m = self.L.snap_errmsg(self.h)
+        return m.decode(errors="replace") if m else ""
+
+    def check(self, rc, what):
+        if rc < 0:
+            msg = self.errmsg() or strerror(rc)
+            raise SnapError(rc, f"{what}: {msg}" if what else msg)
+        return rc
+
+    def register(self, name, ptr, nbytes, dtype, kind, shape, global_shape=None, offset=None,
+                 device=DEVICE_HOST, codec=0, codec_bound=0.0):
+        r = SnapRegion()
+        bname = name.encode()
+        r.name = bname
+        r.ptr = ptr
+        r.bytes = nbytes
+        r.dtype, r.kind, r.device, r.codec, r.codec_bound = dtype, kind, device, codec, codec_bound
+        r.ndim = len(shape)
+        gs = shape if global_shape is None else global_shape
+        off = [0] * len(shape) if offset is None else offset
+        for d in range(len(shape)):
+            r.shape[d], r.global_shape[d], r.shard_offset[d] = shape[d], gs[d], off[d]
+        self.check(self.L.snap_register(self.h, ctypes.byref(r)), f"register {name!r}")
+
+    def save(self, step, stream=None):
+        if stream is None:
+            return self.check(self.L.snap_save(self.h, step), f"save of step {step}")
+        return self.check(self.L.snap_save_on_stream(self.h, step, stream), f"save of step {step}")
+
+    def fence(self, stream=None):
+        if stream is None:
+            return self.check(self.L.snap_fence(self.h), "fence")
+        return self.check(self.L.snap_fence_on_stream(self.h, stream), "fence")
+
+    def wait(self):
+        return self.check(self.L.snap_wait(self.h), "wait")
+
+    def latest(self):
+        s = ctypes.c_uint64()
+        rc = self.L.snap_latest(self.h, ctypes.byref(s))
+        if rc == ENOENT:
+            return None
+        self.check(rc, "latest")
+        return s.value
+
+    def describe(self, step=STEP_LATEST):
+        """(step, [region dicts]) or None when nothing is restorable."""
+        n = ctypes.c_uint32()
+        got = ctypes.c_uint64()
+        for _ in range(4):   # the step may change between the two calls
+            cap = n.value
+            arr = (SnapRegionInfo * max(cap, 1))()
+            rc = self.L.snap_describe(self.h, step, ctypes.byref(got), arr, cap, ctypes.byref(n))
+            if rc == ENOENT:
+                return None
+            if rc == EOVERFLOW:
+                continue
+            self.check(rc, "")   # snapsmp's message names the step
+            return got.value, [info_dict(arr[i]) for i in range(n.value)]
+        self.check(rc, "describe")
+
+    def restore(self, step=STEP_LATEST):
+        s = ctypes.c_uint64()
+        rc = self.L.snap_restore(self.h, step, ctypes.byref(s))
+        if rc == ENOENT:
+            return None
+        self.check(rc, "restore" if step == STEP_LATEST else f"restore of step {step}")
+        return s.value
+
+    def flush(self, step=STEP_LATEST, wait=True):
+        return self.check(self.L.snap_flush(self.h, step, 1 if wait else 0), "flush")
+
+    def close(self):
+        if self.h:
+            h, self.h = self.h, None
+            rc = self.L.snap_close(h)
+            if rc < 0:
+                raise SnapError(rc, f"close: the last snapshot failed: {strerror(rc)}")
+
+
+def info_dict(i):
+    nd = i.ndim
+    return {
+        "name": i.name.decode(errors="replace"), "bytes": i.bytes, "dtype": DTYPE_NAME.get(i.dtype, "?"),
+        "kind": KIND_NAME.get(i.kind, "?"), "device": i.device, "codec": i.codec, "codec_bound": i.codec_bound,
+        "shape": tuple(i.shape[:nd]), "global_shape": tuple(i.global_shape[:nd]),
+        "shard_offset": tuple(i.shard_offset[:nd]),
+    }

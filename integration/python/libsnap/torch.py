@@ -1,0 +1,889 @@
+"""libsnap.torch: snapshots of a PyTorch model, its optimizer and every RNG,
+taken every step without stopping training, restored bit-exact after a crash.
+
+    ckpt = libsnap.torch.Checkpointer(model, optimizer, extra={"sched": sched})
+    start = (ckpt.restore() or 0) + 1        # collective under torch.distributed
+    for step in range(start, steps + 1):
+        loss = model(batch()).backward()
+        optimizer.step()                      # waits for the last snapshot's copy first
+        sched.step()
+        ckpt.save(step)                       # returns at once; copy threads work behind
+    ckpt.close()
+
+What a snapshot holds, one region each (`snaptool inspect` shows them):
+
+  model/<name>          every parameter and buffer, by state_dict name, read
+                        in place (registered by pointer: no copy on this side)
+  optim/<i>/<key>       every optimizer state tensor (Adam's exp_avg,
+                        exp_avg_sq and step tensors ...), i numbering the
+                        optimizer's parameters as optimizer.state_dict() does
+  meta/<Class>/<sizes>  a pickle: param_groups (lr ...), non-tensor optimizer
+                        state, true shapes; the optimizer class and the group
+                        sizes are in the name, so a restore checks them first
+  rng/torch, rng/cuda/<d>, rng/numpy, rng/random
+                        torch's CPU and CUDA generators, numpy's and Python's
+  extra/<key>           each `extra` object: state_dict() if it has one, else
+                        the value itself, pickled
+
+Pickled regions hold an 8-byte little-endian length and the pickle, in a
+region with room to spare; one that outgrows its room is given a larger one.
+
+The layout of a snapshot is fixed when it is registered (snap.h). A tensor
+replaced, resized or new since (Adam creates its state at its first step) is
+found at the next save(), and the context is re-opened with the new layout
+before that save: nothing is ever snapshotted from memory that is no longer
+the model's. Re-opening withdraws no committed step (tests/smp/test_describe.c).
+
+Restore in a fresh process first asks snapsmp which regions the step holds
+(snap_describe), checks them against the model and optimizer, creates the
+optimizer state the snapshot has, registers, and restores, so a mismatch
+(another model shape, optimizer type or world size, a missing rank) raises
+MismatchError naming what differs before any byte is written, and leaves
+the store as it was.
+"""
+import atexit
+import collections
+import glob
+import hashlib
+import os
+import pickle
+import random
+import struct
+import types
+import warnings
+import weakref
+
+import numpy as np
+import torch
+
+from . import _capi as C
+from ._capi import MismatchError, SnapError
+
+FORMAT = 1
+_HDR = 8   # bytes of the length header of a pickled region
+
+_DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
+       torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+       torch.bool: "bool"}
+_TORCH = {v: k for k, v in _DT.items()}
+
+
+def _snap_dtype(t, name):
+    try:
+        return _DT[t.dtype]
+    except KeyError:
+        raise TypeError(f"{name}: dtype {t.dtype} has no libsnap equivalent "
+                        f"(supported: {', '.join(str(d) for d in _DT)})") from None
+
+
+def _nbytes(t):
+    return t.numel() * t.element_size()   # torch 1.13 has no Tensor.nbytes
+
+
+def _reg_shape(shape):
+    """The shape registered for a tensor: a 0-dim tensor is one element, [1]
+    (its true shape travels in the meta region)."""
+    return tuple(shape) if len(shape) else (1,)
+
+
+def _pack(obj):
+    return pickle.dumps(obj, protocol=4)
+
+
+def _room(n):
+    """Bytes of a pickled region for a payload of n bytes: room for twice
+    that, in whole pages (4 KiB at least)."""
+    return (_HDR + max(2 * n, 4096 - _HDR) + 4095) // 4096 * 4096
+
+
+def _read_payload(buf, name):
+    n = struct.unpack_from("<Q", buf, 0)[0]
+    if n > len(buf) - _HDR:
+        raise SnapError(C.ECORRUPT, f"region {name!r}: length header {n} exceeds its {len(buf) - _HDR} bytes")
+    return bytes(buf[_HDR:_HDR + n])
+
+
+def _dist():
+    d = torch.distributed
+    return d if d.is_available() and d.is_initialized() else None
+
+
+class _Entry:
+    """One region: what it is registered as, and where its bytes come from."""
+    __slots__ = ("name", "kind", "dtype", "shape", "gshape", "offset", "tensor", "buf", "room", "payload",
+                 "fill", "device")
+
+    def __init__(self, name, kind, dtype, shape, gshape=None, offset=None, tensor=None, buf=None, room=0,
+                 payload=None, fill=None):
+        self.name, self.kind, self.dtype, self.shape = name, kind, dtype, tuple(shape)
+        self.gshape = tuple(gshape) if gshape is not None else self.shape
+        self.offset = tuple(offset) if offset is not None else (0,) * len(self.shape)
+        self.tensor, self.buf, self.room, self.payload, self.fill = tensor, buf, room, payload, fill
+        self.device = C.DEVICE_CUDA if tensor is not None and tensor.is_cuda else C.DEVICE_HOST
+
+    def key(self):
+        """What must not change between registration and a save."""
+        if self.payload is not None:
+            return (self.name, "bytes", self.room)
+        t = self.tensor
+        return (self.name, t.data_ptr(), _nbytes(t), self.dtype, self.shape, self.gshape, self.offset, self.device)
+
+    def ptr_bytes(self):
+        if self.payload is not None:
+            return self.buf.ctypes.data, self.room
+        return self.tensor.data_ptr(), _nbytes(self.tensor)
+
+
+class Checkpointer:
+    """Snapshots of `model`, `optimizer`, the RNGs and `extra` into the node's
+    snapsmp. See the module docstring.
+
+    extra     dict of name -> object with state_dict()/load_state_dict() (LR
+              scheduler, GradScaler, data loader position) or a picklable
+              value (restored into `ckpt.extra[name]`).
+    job, store, codec, and every other field of struct snap_config by its C
+              name (mem_limit, copy_threads, timeout_ms, flush_dir, ...):
+              override the SNAP_* variables. codec: "lossless", "abs:1e-3",
+              "rel:1e-3" (for params and optimizer state) or a dict
+              {"param": ..., "optim": ...}.
+    shards    how tensors are sharded across ranks, for export and
+              resharding: dict state_dict name -> (global_shape, offset),
+              or a callable (name, tensor) -> that or None. Unsharded
+              (every rank holds the whole tensor) by default. An optimizer
+              state tensor of its parameter's shape follows the parameter.
+    fence_forward  fence before every forward (a pre-hook on the model), for
+              models whose forward writes registered memory (BatchNorm's
+              running statistics). Default: when the model has buffers.
+
+    Ranks come from torch.distributed when it is initialized, else from
+    SNAP_RANK / SNAP_WORLD_SIZE (or RANK / WORLD_SIZE, OMPI_*, PMI_*,
+    SLURM_*). With torch.distributed, restore() is collective.
+    """
+
+    def __init__(self, model, optimizer, *, extra=None, job=None, store=None, codec=None, shards=None,
+                 fence_forward=None, **settings):
+        self.model, self.optimizer = model, optimizer
+        self.extra = dict(extra or {})
+        for k in self.extra:
+            if not isinstance(k, str) or not k:
+                raise TypeError(f"extra keys must be non-empty strings, got {k!r}")
+        self.shards = shards
+        over = dict(settings)
+        over.update(job=job, store=store)
+        if codec is not None:
+            spec = codec if isinstance(codec, dict) else {"param": codec, "optim": codec}
+            for k, v in spec.items():
+                if k not in ("param", "optim"):
+                    raise TypeError(f"codec keys are 'param' and 'optim', got {k!r}")
+                over["codec_" + k] = v
+        d = _dist()
+        if d is not None:
+            over.setdefault("rank", d.get_rank())
+            over.setdefault("world_size", d.get_world_size())
+            if "LOCAL_RANK" in os.environ:
+                over.setdefault("local_rank", int(os.environ["LOCAL_RANK"]))
+        elif not os.environ.get("SNAP_RANK") and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+            # torchrun's variables, before init_process_group
+            over.setdefault("rank", int(os.environ["RANK"]))
+            over.setdefault("world_size", int(os.environ["WORLD_SIZE"]))
+        self.cfg = C.config(over)
+        self.settings = C.config_dict(self.cfg)
+        self.rank, self.world_size = self.cfg.rank, self.cfg.world_size
+        self._ctx = C.Context(self.cfg)
+        self._keys = None          # region keys registered on the context, in order
+        self._entries = None
+        self._frozen = False       # the context has saved or restored: layout fixed
+        self._last = None
+        self._relayouts = 0
+        self._cuda = False
+        self._wrap_step()
+        self._hook = None
+        me = weakref.ref(self)   # the model and optimizer must not keep the Checkpointer alive
+        if fence_forward is None:
+            fence_forward = any(True for _ in model.buffers())
+        if fence_forward:
+            self._hook = model.register_forward_pre_hook(lambda m, inp: me() is not None and me().fence())
+        self._atexit = lambda: me() is not None and me().close()
+        atexit.register(self._atexit)
+
+    # ---- the fence in the optimizer's step --------------------------------
+
+    def _wrap_step(self):
+        opt = self.optimizer
+        had = "step" in vars(opt)
+        orig = opt.step
+        me = weakref.ref(self)
+
+        def step(_opt, *args, **kwargs):
+            c = me()
+            if c is not None and c._ctx is not None:
+                c.fence()
+            return orig(*args, **kwargs)
+
+        if getattr(orig, "_with_counter", False):   # an LR scheduler's wrapper: keep its marker
+            step._with_counter = True
+        opt.step = types.MethodType(step, opt)
+        self._unwrap = (had, orig)
+
+    def _restore_step(self):
+        had, orig = self._unwrap
+        if had:
+            self.optimizer.step = orig
+        else:
+            self.optimizer.__dict__.pop("step", None)
+
+    # ---- what a snapshot holds --------------------------------------------
+
+    def _shard(self, name, t):
+        s = self.shards
+        spec = s(name, t) if callable(s) else (s or {}).get(name)
+        if spec is None:
+            return None, None
+        g, o = spec
+        return tuple(int(x) for x in g), tuple(int(x) for x in o)
+
+    def _index(self):
+        """Optimizer parameters numbered as optimizer.state_dict() numbers them."""
+        return [p for g in self.optimizer.param_groups for p in g["params"]]
+
+    def _meta_name(self):
+        sizes = ",".join(str(len(g["params"])) for g in self.optimizer.param_groups)
+        name = f"meta/{type(self.optimizer).__name__}/{sizes}"
+        if len(name) > 200:
+            name = f"meta/{type(self.optimizer).__name__}/sha1:" + hashlib.sha1(sizes.encode()).hexdigest()[:16]
+        return name
+
+    def _tensor_entry(self, name, kind, t, gshape=None, offset=None):
+        dt = _snap_dtype(t, name)
+        if not t.is_contiguous():
+            raise ValueError(f"{name}: a non-contiguous tensor cannot be registered by pointer; make it "
+                             "contiguous (e.g. p.data = p.data.contiguous()) before training")
+        shape = _reg_shape(t.shape)
+        if gshape is not None and len(gshape) != len(shape):
+            raise ValueError(f"{name}: shard spec has {len(gshape)} dims, the tensor {len(shape)}")
+        return _Entry(name, kind, dt, shape, gshape, offset, tensor=t.detach())
+
+    def _plan(self):
+        """Every region of a snapshot as of now, payloads pickled."""
+        entries, meta_shapes = [], {}
+        pname = {}
+        spec_of = {}
+        for name, t in self.model.state_dict(keep_vars=True).items():
+            if not torch.is_tensor(t):
+                raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+            g, o = self._shard(name, t)
+            entries.append(self._tensor_entry("model/" + name, C.KIND["param"], t, g, o))
+            if t.dim() == 0:
+                meta_shapes["model/" + name] = ()
+            pname.setdefault(t.data_ptr(), name)
+            spec_of[name] = (g, o, tuple(t.shape))
+        other, keys = {}, {}
+        for i, p in enumerate(self._index()):
+            st = self.optimizer.state.get(p)
+            if not st:
+                continue
+            keys[i] = list(st.keys())
+            pn = pname.get(p.data_ptr())
+            for k, v in st.items():
+                if torch.is_tensor(v):
+                    rn = f"optim/{i}/{k}"
+                    g = o = None
+                    if pn is not None and spec_of[pn][0] is not None and tuple(v.shape) == spec_of[pn][2]:
+                        g, o = spec_of[pn][0], spec_of[pn][1]
+                    # a 0-dim state (Adam's step count) is a counter: kind
+                    # "other", so SNAP_CODEC_OPTIM never rounds it
+                    kind = C.KIND["other"] if v.dim() == 0 else C.KIND["optim"]
+                    entries.append(self._tensor_entry(rn, kind, v, g, o))
+                    if v.dim() == 0:
+                        meta_shapes[rn] = ()
+                else:
+                    other.setdefault(i, {})[k] = v
+        groups, i = [], 0
+        for g in self.optimizer.param_groups:
+            d = {k: v for k, v in g.items() if k != "params"}
+            d["params"] = list(range(i, i + len(g["params"])))
+            i += len(g["params"])
+            groups.append(d)
+        # how this rank's shards sit in their tensors: lets an export file
+        # (which keeps only global shapes) be resharded along the right dim
+        shards = {e.name: (e.shape, e.gshape, e.offset) for e in entries if e.gshape != e.shape}
+        meta = {"format": FORMAT, "optimizer": type(self.optimizer).__name__, "param_groups": groups,
+                "state_keys": keys, "state_other": other, "shapes": meta_shapes, "shards": shards,
+                "rank": self.rank, "world_size": self.world_size, "torch": torch.__version__,
+                "regions": [e.name for e in entries] + [self._meta_name()]}
+        entries.append(self._bytes_entry(self._meta_name(), C.KIND["other"], _pack(meta)))
+        # RNGs: torch's states are copied into buffers of their own (staged).
+        entries.append(self._staged("rng/torch", torch.get_rng_state))
+        if torch.cuda.is_available():
+            for d in range(torch.cuda.device_count()):
+                entries.append(self._staged(f"rng/cuda/{d}", lambda d=d: torch.cuda.get_rng_state(d)))
+        entries.append(self._bytes_entry("rng/numpy", C.KIND["rng"], _pack(np.random.get_state())))
+        entries.append(self._bytes_entry("rng/random", C.KIND["rng"], _pack(random.getstate())))
+        for k, obj in self.extra.items():
+            val = obj.state_dict() if hasattr(obj, "state_dict") and callable(obj.state_dict) else obj
+            try:
+                data = _pack(val)
+            except Exception as e:
+                raise TypeError(f"extra {k!r}: cannot pickle it ({e})") from None
+            entries.append(self._bytes_entry("extra/" + k, C.KIND["other"], data))
+        return entries
+
+    def _old(self, name):
+        if self._entries is None:
+            return None
+        return self._by_name.get(name)
+
+    def _bytes_entry(self, name, kind, data):
+        old = self._old(name)
+        if old is not None and old.payload is not None and _HDR + len(data) <= old.room:
+            e = _Entry(name, kind, "u8", (old.room,), buf=old.buf, room=old.room, payload=data)
+        else:
+            room = _room(len(data))
+            e = _Entry(name, kind, "u8", (room,), buf=np.zeros(room, np.uint8), room=room, payload=data)
+        return e
+
+    def _staged(self, name, get):
+        old = self._old(name)
+        src = get()
+        if old is not None and old.tensor is not None and _nbytes(old.tensor) == _nbytes(src):
+            buf = old.tensor
+        else:
+            buf = torch.empty_like(src)
+        e = _Entry(name, C.KIND["rng"], _snap_dtype(src, name), _reg_shape(src.shape), tensor=buf)
+        e.fill = src
+        return e
+
+    # ---- registration ---------------------------------------------------
+
+    def _register(self, entries):
+        """Register `entries` on a context that has none (re-opening it if it has)."""
+        if self._keys is not None or self._frozen:
+            self._reopen()
+            self._relayouts += 1
+        self._keys = []
+        for e in entries:
+            ptr, n = e.ptr_bytes()
+            codec, bound = 0, 0.0
+            self._ctx.register(e.name, ptr, n, C.DTYPE[e.dtype], e.kind, e.shape, e.gshape, e.offset,
+                               device=e.device, codec=codec, codec_bound=bound)
+            self._keys.append(e.key())
+        self._entries = entries
+        self._by_name = {e.name: e for e in entries}
+        self._cuda = any(e.device == C.DEVICE_CUDA for e in entries)
+
+    def _reopen(self):
+        """A new context for a new layout. The old one is closed first (it
+        waits for its in-flight commit): snapsmp allows one connection per
+        rank. Committed steps stay (docs/design.md, generations)."""
+        ctx, self._ctx = self._ctx, None
+        ctx.close()
+        self._ctx = C.Context(self.cfg)
+        self._frozen = False
+        self._keys = None
+
+    def _stream(self):
+        return torch.cuda.current_stream().cuda_stream if self._cuda else None
+
+    # ---- the cycle ------------------------------------------------------
+
+    def _check_open(self):
+        if self._ctx is None:
+            raise SnapError(C.ESTATE, "this Checkpointer is closed")
+
+    def fence(self):
+        """Wait until the last snapshot's copy has read the registered memory
+        (on the GPU, for CUDA tensors: the current stream waits). The
+        optimizer's step() calls it; call it before writing parameters or
+        buffers any other way."""
+        if self._ctx is not None and self._frozen:
+            self._ctx.fence(self._stream())
+
+    def save(self, step):
+        """Snapshot everything as `step` (> the last saved or restored step).
+        Returns once the copy is queued (fence first if the optimizer has not
+        stepped since the last save)."""
+        self._check_open()
+        step = int(step)
+        if self._frozen:
+            self._ctx.fence(self._stream())
+        entries = self._plan()
+        if self._keys != [e.key() for e in entries]:
+            self._register(entries)
+        else:
+            # same regions: keep the registered buffers (the plan reused them)
+            self._entries = entries
+            self._by_name = {e.name: e for e in entries}
+        for e in entries:
+            if e.payload is not None:
+                struct.pack_into("<Q", e.buf, 0, len(e.payload))
+                e.buf[_HDR:_HDR + len(e.payload)] = np.frombuffer(e.payload, np.uint8)
+            elif e.fill is not None:
+                e.tensor.copy_(e.fill)
+        self._frozen = True
+        self._ctx.save(step, self._stream())
+        self._last = step
+
+    def wait(self):
+        """Wait until the last save is committed by snapsmp; raises if it failed."""
+        self._check_open()
+        if self._frozen:
+            self._ctx.wait()
+
+    def latest(self):
+        """The newest step restorable for this job (every rank committed it), or None."""
+        self._check_open()
+        return self._ctx.latest()
+
+    def flush(self, step=None, wait=True):
+        """Ask snapsmp to persist `step` (default: the newest restorable) to its flush directory."""
+        self._check_open()
+        self._ctx.flush(C.STEP_LATEST if step is None else int(step), wait)
+
+    @property
+    def relayouts(self):
+        """How many times the context was re-opened with a new layout."""
+        return self._relayouts
+
+    # ---- restore --------------------------------------------------------
+
+    def _agree(self, outcome):
+        """Every rank's outcome (collective under torch.distributed)."""
+        d = _dist()
+        if d is None:
+            return [outcome]
+        out = [None] * d.get_world_size()
+        d.all_gather_object(out, outcome)
+        return out
+
+    def _raise_any(self, outs, what):
+        bad = [(r, o) for r, o in enumerate(outs) if o[0] == "error"]
+        if not bad:
+            return
+        mine = outs[self.rank if len(outs) > 1 else 0]
+        if mine[0] == "error":
+            r, o = self.rank, mine
+        else:
+            r, o = bad[0]
+        msg = o[2] if len(outs) == 1 else f"rank {r}: {o[2]}"
+        if len(bad) > 1 and len(outs) > 1:
+            msg += f" (and {len(bad) - 1} more rank(s) failed)"
+        if o[1] == C.EMISMATCH:
+            raise MismatchError(f"{what}: {msg}")
+        raise SnapError(o[1], f"{what}: {msg}")
+
+    def restore(self, step=None):
+        """Restore `step` (default: the newest restorable) into the model,
+        optimizer, RNGs and extra. Returns the step, or None when there is
+        nothing to restore (start from scratch). Raises MismatchError naming
+        what differs when the snapshot does not fit; nothing is then written
+        and the store is left as it was."""
+        self._check_open()
+        if self._keys is not None or self._frozen:
+            self._reopen()       # a fresh context: the layout will be the snapshot's
+        try:
+            found = self._describe(step)
+            plan = None if found is None else self._match(*found)
+            out = ("none",) if found is None else ("ok", found[0])
+        except SnapError as e:
+            out, plan = ("error", e.code, e.message), None
+        outs = self._agree(out)
+        self._raise_any(outs, "restore")
+        steps = sorted({o[1] for o in outs if o[0] == "ok"})
+        if not steps:
+            return None
+        if len(steps) > 1 or any(o[0] == "none" for o in outs):
+            raise SnapError(C.EMISMATCH, "restore: the ranks found different steps to restore: "
+                            + ", ".join(f"rank {r}: {o[1] if o[0] == 'ok' else 'none'}" for r, o in enumerate(outs)))
+        p, entries, from_disk = plan
+        try:
+            self._register(entries)
+            got = self._ctx.restore(C.STEP_LATEST if from_disk else p)
+            if got == p:
+                out = ("ok", got)
+            elif got is None and from_disk:
+                out = ("error", C.ENOENT, f"step {p} is persisted in {self.settings['flush_dir']}, but snapsmp found "
+                       "nothing to restore: is it running with that --flush-dir?")
+            else:
+                out = ("error", C.ENOENT, f"snapsmp restored step {got}, not {p}")
+        except SnapError as e:
+            out = ("error", e.code, e.message)
+        self._frozen = True
+        self._raise_any(self._agree(out), "restore")
+        self._apply(entries)
+        self._last = p
+        return p
+
+    def _describe(self, step):
+        if step is None:
+            mem = self._ctx.latest()
+            if mem is not None:
+                found = self._ctx.describe(mem)
+                return None if found is None else (found[0], found[1], False)
+            disk = self._disk_layout(None)
+            if disk is not None:
+                return disk
+            try:
+                found = self._ctx.describe()   # nothing: snapsmp starts the job afresh (rewind)
+            except SnapError as e:
+                if e.code == C.EPROTO and "REGISTER" in str(e):
+                    raise SnapError(C.EPROTO, "snapsmp holds persisted steps of this job in its flush "
+                                    "directory; set flush_dir (SNAP_FLUSH_DIR) for the trainer too, so the "
+                                    "saved layout can be read from the HDF5 files") from None
+                raise
+            return None if found is None else (found[0], found[1], False)
+        found = self._ctx.describe(int(step))
+        if found is not None:
+            return (found[0], found[1], False)
+        disk = self._disk_layout(int(step))
+        if disk is not None:
+            newest = self._disk_layout(None)
+            if newest is None or newest[0] != int(step):
+                raise SnapError(C.ENOENT, f"step {step} is only on disk and is not the newest persisted "
+                                "step; snapsmp restores only the newest persisted step from disk")
+            return disk
+        raise SnapError(C.ENOENT, f"step {step} of job {self.settings['job']} is neither in the node store "
+                        "nor persisted")
+
+    def _disk_layout(self, step):
+        fd = self.settings["flush_dir"]
+        if not fd:
+            return None
+        from . import _files
+        return _files.persisted_layout(fd, self.settings["job"], self.rank, step)
+
+    def _match(self, p, regions, from_disk):
+        """Check the snapshot's regions against the model and optimizer and
+        plan the registration that restores them. Raises MismatchError."""
+        what = f"step {p} of job {self.settings['job']}"
+        problems = []
+        metas = [r for r in regions if r["name"].startswith("meta/")]
+        if len(metas) != 1:
+            raise MismatchError(f"{what} was not saved by libsnap.torch (it has {len(metas)} meta regions)")
+        _, cls, sizes = metas[0]["name"].split("/", 2)
+        mine_cls = type(self.optimizer).__name__
+        if cls != mine_cls:
+            raise MismatchError(f"{what} holds {cls} optimizer state, this optimizer is {mine_cls} "
+                                "(optimizer type differs)")
+        mine_name = self._meta_name()
+        if metas[0]["name"] != mine_name:
+            raise MismatchError(f"{what}: the optimizer's parameter groups differ: the snapshot has group sizes "
+                                f"[{sizes}], this optimizer [{mine_name.split('/', 2)[2]}]")
+        model = {}
+        for name, t in self.model.state_dict(keep_vars=True).items():
+            model["model/" + name] = (name, t)
+        params = self._index()
+        pname = {t.data_ptr(): n for n, t in self.model.state_dict(keep_vars=True).items()}
+        cuda_n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        entries, seen = [], set()
+        for r in regions:
+            n, shape = r["name"], tuple(r["shape"]) or (r["bytes"] // C.DTYPE_SIZE.get(r["dtype"], 1),)
+            seen.add(n)
+            if r["dtype"] not in C.DTYPE or r["kind"] not in C.KIND:
+                problems.append(f"region {n!r} has an unknown dtype or kind")
+                continue
+            kind = C.KIND[r["kind"]]
+            if n.startswith("model/"):
+                if n not in model:
+                    problems.append(f"the snapshot holds model tensor {n[6:]!r} ({r['dtype']} {list(shape)}), "
+                                    "which this model does not have")
+                    continue
+                sdn, t = model[n]
+                g, o = self._shard(sdn, t)
+                e = self._tensor_entry(n, kind, t, g, o)
+                if e.dtype != r["dtype"] or e.shape != shape:
+                    problems.append(f"model tensor {sdn!r}: the snapshot holds {r['dtype']} {list(shape)}, "
+                                    f"this model has {e.dtype} {list(t.shape)}")
+                elif e.gshape != tuple(r["global_shape"]) or e.offset != tuple(r["shard_offset"]):
+                    problems.append(f"model tensor {sdn!r}: saved as the shard at {list(r['shard_offset'])} of "
+                                    f"{list(r['global_shape'])}, this rank holds the shard at {list(e.offset)} "
+                                    f"of {list(e.gshape)}")
+                entries.append(e)
+            elif n.startswith("optim/"):
+                try:
+                    _, i, key = n.split("/", 2)
+                    p_ = params[int(i)]
+                except (ValueError, IndexError):
+                    problems.append(f"the snapshot holds optimizer state {n!r} for a parameter this optimizer "
+                                    f"does not have ({len(params)} parameters)")
+                    continue
+                old = self.optimizer.state.get(p_, {}).get(key)
+                dt = _TORCH[r["dtype"]]
+                dev = p_.device if r["device"] == C.DEVICE_CUDA and p_.is_cuda else torch.device("cpu")
+                if (torch.is_tensor(old) and old.dtype == dt and _reg_shape(old.shape) == shape and
+                        old.is_contiguous() and old.device == dev):
+                    t = old.detach()
+                else:
+                    t = torch.empty(shape, dtype=dt, device=dev)
+                g = o = None
+                pn = pname.get(p_.data_ptr())
+                if pn is not None and tuple(r["global_shape"]) != shape:
+                    g, o = tuple(r["global_shape"]), tuple(r["shard_offset"])
+                entries.append(_Entry(n, kind, r["dtype"], shape, g, o, tensor=t))
+            elif n.startswith("rng/torch") or n.startswith("rng/cuda/"):
+                if n.startswith("rng/cuda/") and int(n.rsplit("/", 1)[1]) >= cuda_n:
+                    warnings.warn(f"{what}: {n} (a CUDA generator) has no device here; it is not restored")
+                e = _Entry(n, kind, r["dtype"], shape, tensor=torch.empty(shape, dtype=_TORCH[r["dtype"]]))
+                entries.append(e)
+            elif n.startswith("meta/") or n.startswith("rng/") or n.startswith("extra/"):
+                if n.startswith("extra/") and n[6:] not in self.extra:
+                    problems.append(f"the snapshot holds extra {n[6:]!r}, which this Checkpointer was not given")
+                    continue
+                room = int(r["bytes"])
+                entries.append(_Entry(n, kind, "u8", (room,), buf=np.zeros(room, np.uint8), room=room,
+                                      payload=b""))
+            else:
+                problems.append(f"the snapshot holds region {n!r}, which libsnap.torch does not know")
+        for n, (sdn, t) in model.items():
+            if n not in seen:
+                problems.append(f"model tensor {sdn!r} ({list(t.shape)}) is not in the snapshot")
+        for k in self.extra:
+            if "extra/" + k not in seen:
+                problems.append(f"extra {k!r} is not in the snapshot")
+        if problems:
+            more = f" (and {len(problems) - 6} more)" if len(problems) > 6 else ""
+            raise MismatchError(f"{what} does not fit: " + "; ".join(problems[:6]) + more)
+        return p, entries, from_disk
+
+    def _apply(self, entries):
+        """After a restore: put what the snapshot holds where it belongs."""
+        by = {e.name: e for e in entries}
+        meta = pickle.loads(_read_payload(by[self._meta_name()].buf, "meta"))
+        if meta.get("format") != FORMAT:
+            raise SnapError(C.EFORMAT, f"meta format {meta.get('format')} is not {FORMAT}")
+        shapes = meta["shapes"]
+        params = self._index()
+        # optimizer state, as the snapshot has it (keys in the saved order)
+        self.optimizer.state.clear()
+        for i, keys in meta["state_keys"].items():
+            st = {}
+            for k in keys:
+                rn = f"optim/{i}/{k}"
+                if rn in by:
+                    t = by[rn].tensor
+                    st[k] = t.view(shapes[rn]) if rn in shapes else t
+                else:
+                    st[k] = meta["state_other"][i][k]
+            self.optimizer.state[params[i]] = st
+        for g, saved in zip(self.optimizer.param_groups, meta["param_groups"]):
+            for k, v in saved.items():
+                if k != "params":
+                    g[k] = v
+        torch.set_rng_state(by["rng/torch"].tensor)
+        if torch.cuda.is_available():
+            for d in range(torch.cuda.device_count()):
+                if f"rng/cuda/{d}" in by:
+                    torch.cuda.set_rng_state(by[f"rng/cuda/{d}"].tensor, d)
+        np.random.set_state(pickle.loads(_read_payload(by["rng/numpy"].buf, "rng/numpy")))
+        random.setstate(pickle.loads(_read_payload(by["rng/random"].buf, "rng/random")))
+        for k, obj in self.extra.items():
+            val = pickle.loads(_read_payload(by["extra/" + k].buf, "extra/" + k))
+            if hasattr(obj, "load_state_dict") and callable(obj.load_state_dict):
+                obj.load_state_dict(val)
+            else:
+                self.extra[k] = val
+        # The registered layout is the restored one; the next save compares
+        # against it (0-dim state was registered as [1]: same memory).
+        for e in entries:
+            if e.payload is not None:
+                e.payload = b""
+        self._entries = entries
+        self._by_name = by
+        self._keys = [e.key() for e in entries]
+
+    # ---- the end ----------------------------------------------------------
+
+    def close(self):
+        """Wait for the last snapshot to commit, disconnect, unwrap the optimizer."""
+        if self._ctx is None:
+            return
+        ctx, self._ctx = self._ctx, None
+        atexit.unregister(self._atexit)
+        self._restore_step()
+        if self._hook is not None:
+            self._hook.remove()
+        try:
+            ctx.close()        # waits for the copy of the last save, which reads the buffers below
+        finally:
+            self._entries = self._by_name = None
+
+    def __del__(self):
+        # A Checkpointer dropped without close(): its context must go before
+        # the buffers its copy threads may still be reading.
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+
+# ---- reading saved steps into a state_dict --------------------------------
+
+def _to_torch(a, dtype):
+    a = np.array(a)   # a private, writable copy
+    if dtype == "bf16":
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
+    if dtype == "bool":
+        return torch.from_numpy(a.view(np.bool_))
+    if dtype in ("u16", "u32", "u64"):
+        raise TypeError(f"dtype {dtype} has no torch equivalent in torch {torch.__version__}")
+    return torch.from_numpy(a)
+
+
+def _find_job(root, marker):
+    jobs = sorted(d for d in os.listdir(root) if glob.glob(os.path.join(root, d, marker)))
+    if len(jobs) != 1:
+        raise SnapError(C.EINVAL, f"{root} holds {'no job' if not jobs else 'jobs ' + ', '.join(jobs)}; "
+                        "name one with job= (or SNAP_JOB)")
+    return jobs[0]
+
+
+def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
+    """Read a step saved by Checkpointer into a plain state_dict, without
+    snapsmp or a model:
+
+        {"model": {name: tensor}, "optimizer": {"state": ..., "param_groups": ...},
+         "extra": {name: value}, "rng": {"torch", "cuda", "numpy", "random"},
+         "step": s, "world_size": saved world size, "rank": the rank RNG/extra come from}
+
+    `model` and `optimizer` load with model.load_state_dict() and
+    optimizer.load_state_dict(), and torch.save() of the whole writes a plain
+    checkpoint file.
+
+    source    a node store (SNAP_STORE, read offline: manifests and slot
+              files, every chunk's CRC32C checked), a flush directory (the
+              HDF5 rank files, needs h5py) or a `snaptool export` file.
+    step      default: the newest step every rank committed (store) or the
+              newest persisted step (flush directory); an export holds one.
+    world_size, rank
+              default: whole tensors, the shards reassembled by their global
+              shapes and offsets. Given: rank `rank`'s shard of a job of
+              `world_size` ranks: at the saved world size exactly the shard
+              that rank saved; at another, each sharded tensor split evenly
+              (torch.tensor_split) along its sharded dimension, replicated
+              tensors whole. RNG states and extra come from the saved rank of
+              the same number when it exists, else rank 0.
+    job       default: $SNAP_JOB, or the only job in the source.
+    """
+    from . import _files as F
+    src = os.fspath(source)
+    if (world_size is None) != (rank is None):
+        raise TypeError("give both world_size and rank, or neither")
+    if world_size is not None and not 0 <= rank < world_size:
+        raise ValueError(f"rank {rank} is outside world size {world_size}")
+    per_rank, glob_regions = None, None
+    if os.path.isfile(src):
+        step_, saved_world, glob_regions = F.export_regions(src)
+        if step is not None and int(step) != step_:
+            raise SnapError(C.ENOENT, f"{src} holds step {step_}, not {step}")
+        step = step_
+    elif os.path.isdir(src):
+        if job is None:
+            job = os.environ.get("SNAP_JOB")
+        if job is None:
+            job = _find_job(src, "rank-*") if glob.glob(os.path.join(src, "*", "rank-*")) else \
+                _find_job(src, "step-*")
+        elif not os.path.isdir(os.path.join(src, job)):
+            raise SnapError(C.ENOENT, f"{src} holds no job {job!r}")
+        if glob.glob(os.path.join(src, job, "rank-*")):
+            step, saved_world, mans = F.store_step(src, job, None if step is None else int(step))
+            per_rank = {r: F.store_regions(m) for r, m in mans.items()}
+        else:
+            step, saved_world = F.flush_step(src, job, None if step is None else int(step))
+            per_rank = {r: F.rank_file_regions(src, job, step, r) for r in range(saved_world)}
+    else:
+        raise FileNotFoundError(f"{src}: no such node store, flush directory or export file")
+
+    own = rank if rank is not None and rank < saved_world and glob_regions is None else 0
+    names = [g["name"] for g in (glob_regions if glob_regions is not None else per_rank[own])]
+    by_rank = None if per_rank is None else {r: {g["name"]: g for g in gs} for r, gs in per_rank.items()}
+    if by_rank is not None:
+        for r in range(saved_world):
+            if set(by_rank[r]) != set(names):
+                diff = sorted(set(by_rank[r]) ^ set(names))[:5]
+                raise SnapError(C.EMISMATCH, f"step {step}: rank {r} holds other regions than rank {own}: {diff}")
+    metas = [n for n in names if n.startswith("meta/")]
+    if len(metas) != 1:
+        raise SnapError(C.EFORMAT, f"step {step} of {src} was not saved by libsnap.torch ({len(metas)} meta regions)")
+
+    def region(n):
+        return glob_regions_by[n] if by_rank is None else by_rank[own][n]
+    glob_regions_by = {g["name"]: g for g in glob_regions} if glob_regions is not None else None
+
+    def payload(n):
+        return pickle.loads(_read_payload(region(n)["load"](), n))
+
+    meta = payload(metas[0])
+    if meta.get("format") != FORMAT:
+        raise SnapError(C.EFORMAT, f"meta format {meta.get('format')} is not {FORMAT}")
+    if "regions" in meta:   # HDF5 lists datasets by name: back to the saved (state_dict) order
+        pos = {n: i for i, n in enumerate(meta["regions"])}
+        names.sort(key=lambda n: pos.get(n, len(pos)))
+
+    def whole(n):
+        """The tensor at its global shape."""
+        if by_rank is None:
+            return glob_regions_by[n]["load"]()
+        shards = [by_rank[r][n] for r in range(saved_world)]
+        g0 = shards[0]
+        if all(tuple(s["shape"]) == tuple(s["global_shape"]) for s in shards):
+            return g0["load"]()
+        out = np.empty(g0["global_shape"], dtype=F._NP[g0["dtype"]])
+        covered, seen = 0, set()
+        for s in shards:
+            off = tuple(s["shard_offset"])
+            if off in seen:
+                continue   # a replica of a lower rank's shard
+            seen.add(off)
+            out[tuple(slice(o, o + d) for o, d in zip(off, s["shape"]))] = s["load"]()
+            covered += int(np.prod(s["shape"], dtype=np.int64))
+        if covered != out.size:
+            raise SnapError(C.EMISMATCH, f"tensor {n!r}: the shards cover {covered} of {out.size} elements")
+        return out
+
+    def sharded_dims(n):
+        if by_rank is not None:
+            ss = [by_rank[r][n] for r in range(saved_world)]
+            return [d for d in range(len(ss[0]["global_shape"]))
+                    if any(s["shape"][d] != s["global_shape"][d] for s in ss)]
+        local, gs, _ = meta.get("shards", {}).get(n, (None, None, None))
+        return [] if local is None else [d for d in range(len(gs)) if local[d] != gs[d]]
+
+    def tensor(n):
+        g = region(n)
+        if world_size is not None and world_size == saved_world and by_rank is not None:
+            a = by_rank[rank][n]["load"]()      # exactly what that rank saved
+        else:
+            a = whole(n)
+            if world_size is not None:
+                dims = sharded_dims(n)
+                if len(dims) > 1:
+                    raise SnapError(C.EUNSUPPORTED, f"tensor {n!r} is sharded along dims {dims}; resharding "
+                                    "splits one dimension only")
+                if dims:
+                    a = np.array_split(a, world_size, axis=dims[0])[rank]
+        t = _to_torch(a, g["dtype"])
+        return t.reshape(meta["shapes"][n]) if n in meta["shapes"] else t
+
+    model = collections.OrderedDict((n[6:], tensor(n)) for n in names if n.startswith("model/"))
+    state = {}
+    for i, keys in meta["state_keys"].items():
+        st = {}
+        for k in keys:
+            rn = f"optim/{i}/{k}"
+            st[k] = tensor(rn) if rn in names else meta["state_other"][i][k]
+        state[i] = st
+    rng = {"torch": tensor("rng/torch") if "rng/torch" in names else None,
+           "cuda": [tensor(n) for n in sorted((n for n in names if n.startswith("rng/cuda/")),
+                                              key=lambda n: int(n.rsplit("/", 1)[1]))],
+           "numpy": payload("rng/numpy") if "rng/numpy" in names else None,
+           "random": payload("rng/random") if "rng/random" in names else None}
+    extra = {n[6:]: payload(n) for n in names if n.startswith("extra/")}
+    return {"model": model, "optimizer": {"state": state, "param_groups": meta["param_groups"]},
+            "extra": extra, "rng": rng, "step": step, "world_size": saved_world, "rank": own,
+            "optimizer_class": meta["optimizer"]}

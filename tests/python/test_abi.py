@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""The ctypes mirror of snap.h (integration/python/libsnap/_capi.py) against
+the header itself: compile a probe with the C compiler CMake uses, print the
+size and offset of every field of struct snap_config, snap_region and
+snap_region_info and the value of every enum and limit, and compare with
+ctypes. A header change not made in Python fails here. Also: every C field
+of snap_config is a Python setting and a SNAP_* variable named in
+docs/design.md's configuration table.
+
+usage: test_abi.py --cc CC --src SOURCE_DIR --out DIR
+"""
+import argparse
+import ctypes
+import os
+import re
+import subprocess
+import sys
+
+ap = argparse.ArgumentParser()
+ap.add_argument("--cc", required=True)
+ap.add_argument("--src", required=True)
+ap.add_argument("--out", required=True)
+args = ap.parse_args()
+sys.path.insert(0, os.path.join(args.src, "integration", "python"))
+from libsnap import _capi as C  # noqa: E402
+
+structs = {"snap_config": C.SnapConfig, "snap_region": C.SnapRegion, "snap_region_info": C.SnapRegionInfo}
+consts = {}
+consts.update({f"SNAP_DTYPE_{k.upper()}": v for k, v in C.DTYPE.items()})
+consts.update({f"SNAP_KIND_{k.upper()}": v for k, v in C.KIND.items()})
+consts.update({"SNAP_CODEC_NONE": 0, "SNAP_CODEC_LOSSLESS": 1, "SNAP_CODEC_LOSSY_ABS": 2, "SNAP_CODEC_LOSSY_REL": 3})
+consts.update({"SNAP_DEVICE_HOST": C.DEVICE_HOST, "SNAP_DEVICE_CUDA": C.DEVICE_CUDA,
+               "SNAP_MAX_NDIM": C.MAX_NDIM, "SNAP_NAME_MAX": C.NAME_MAX, "SNAP_JOB_MAX": C.JOB_MAX,
+               "SNAP_PATH_MAX": C.PATH_MAX, "SNAP_DTYPE_COUNT_": len(C.DTYPE), "SNAP_KIND_COUNT_": len(C.KIND),
+               "SNAP_CODEC_COUNT_": len(C.CODEC), "SNAP_DEVICE_COUNT_": 2})
+consts.update({name: code for code, name in C.ERRORS.items()})
+
+lines = ["#include <stddef.h>", "#include <stdio.h>", "#include <snap/snap.h>", "int main(void) {"]
+for s, py in structs.items():
+    lines.append(f'printf("size {s} %zu\\n", sizeof(struct {s}));')
+    for f, _ in py._fields_:
+        lines.append(f'printf("field {s}.{f} %zu %zu\\n", offsetof(struct {s}, {f}), '
+                     f'sizeof(((struct {s} *)0)->{f}));')
+for k in consts:
+    lines.append(f'printf("const {k} %lld\\n", (long long)({k}));')
+lines.append('printf("const SNAP_STEP_LATEST %llu\\n", (unsigned long long)SNAP_STEP_LATEST);')
+lines += ["return 0;", "}"]
+os.makedirs(args.out, exist_ok=True)
+src, exe = os.path.join(args.out, "abi_probe.c"), os.path.join(args.out, "abi_probe")
+with open(src, "w") as f:
+    f.write("\n".join(lines) + "\n")
+# The probe only reads the header: no sanitizer or library needed.
+subprocess.run([args.cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(args.src, "libsnap", "include"),
+                "-o", exe, src], check=True)
+out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split("\n")
+
+bad = []
+checked = 0
+for line in out:
+    p = line.split()
+    if not p:
+        continue
+    if p[0] == "size":
+        py = ctypes.sizeof(structs[p[1]])
+        if py != int(p[2]):
+            bad.append(f"sizeof(struct {p[1]}): C {p[2]}, ctypes {py}")
+    elif p[0] == "field":
+        s, f = p[1].split(".")
+        d = getattr(structs[s], f)
+        if (d.offset, d.size) != (int(p[2]), int(p[3])):
+            bad.append(f"struct {s}.{f}: C offset {p[2]} size {p[3]}, ctypes offset {d.offset} size {d.size}")
+    elif p[0] == "const":
+        want = C.STEP_LATEST if p[1] == "SNAP_STEP_LATEST" else consts[p[1]]
+        if int(p[2]) != want:
+            bad.append(f"{p[1]}: C {p[2]}, Python {want}")
+    checked += 1
+
+# Every C field is in the mirror (a field added to the header but not here
+# shifts nothing when appended, so compare the names too).
+hdr = open(os.path.join(args.src, "libsnap", "include", "snap", "snap.h")).read()
+for s, py in structs.items():
+    body = re.search(r"struct %s \{(.*?)\n\};" % s, hdr, re.S).group(1)
+    body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
+    cnames = re.findall(r"\b(\w+)\s*(?:\[[^\]]*\])?\s*;", body)
+    pnames = [f for f, _ in py._fields_]
+    if cnames != pnames:
+        bad.append(f"struct {s}: C fields {cnames}, ctypes {pnames}")
+
+# One config: the C fields are the Python settings and (upper-cased) SNAP_*
+# variables documented in docs/design.md (rank/world_size/local_rank and the
+# codec bounds ride on their variables).
+design = open(os.path.join(args.src, "docs", "design.md")).read()
+for f, _ in C.SnapConfig._fields_:
+    if f.endswith("_bound"):
+        continue
+    var = "SNAP_" + f.upper()
+    if var not in design:
+        bad.append(f"snap_config.{f}: {var} is not in docs/design.md")
+cfg = C.config({"mem_limit": "1G", "copy_threads": 3, "codec_optim": "rel:1e-3", "job": "abi"})
+d = C.config_dict(cfg)
+if (d["mem_limit"], d["copy_threads"], d["codec_optim"], d["codec_optim_bound"], d["job"]) != (1 << 30, 3, 3, 1e-3, "abi"):
+    bad.append(f"settings by C name did not reach the struct: {d}")
+try:
+    C.config({"no_such_field": 1})
+    bad.append("an unknown setting was accepted")
+except TypeError:
+    pass
+
+if bad:
+    print("ABI MISMATCH between snap.h and integration/python/libsnap/_capi.py:")
+    for b in bad:
+        print("  " + b)
+    sys.exit(1)
+print(f"abi: {checked} sizes, offsets and constants match snap.h ({args.cc})")
