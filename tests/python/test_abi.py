@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """The ctypes mirror of snap.h (integration/python/libsnap/_capi.py) against
 the header itself: compile a probe with the C compiler CMake uses, print the
 size and offset of every field of struct snap_config, snap_region and

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """`pip install ./integration/python` into a virtual environment that sees
 the system's torch (--system-site-packages; Debian's interpreter is
 "externally managed"), then, from outside the source tree and without

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """libsnap.torch.load_state_dict against a real snapsmp with a flush
 directory: a job of 2 ranks whose parameters are shards of global tensors
 (rows of one, columns of another, one replicated), with AdamW state in two

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """A small real training job for the libsnap.torch tests: a byte-level
 transformer language model (embeddings, 2 encoder layers with dropout, causal
 mask) trained with AdamW and a StepLR schedule on real text, data parallel

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """libsnap.torch under SIGKILL: a real training run (tests/python/train.py: a
 small transformer with dropout, AdamW, StepLR, real text, torch + numpy +
 random noise, RANKS processes over gloo) against one real snapsmp.

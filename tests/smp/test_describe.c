@@ -1,3 +1,4 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap_describe() against a real snapsmp: a process that does not know a
  * step's layout learns it, registers it and restores; nothing is frozen by

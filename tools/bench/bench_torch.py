@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
 """libsnap.torch against what a PyTorch user would otherwise do, on a model
 whose parameters plus AdamW state are 1-2 GB, through a private snapsmp.
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """libsnap: crash-safe, asynchronous snapshots of a training job's state into
 node memory held by snapsmp (see the project README). This package binds the
 C library libsnap.so with ctypes; `libsnap.torch` is the PyTorch integration.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """ctypes bindings of libsnap.so (libsnap/include/snap/snap.h, types.h, error.h).
 
 The structures mirror the C header field for field; tests/python/test_abi.py
@@ -74,6 +75,8 @@ class SnapConfig(ctypes.Structure):
         ("codec_optim", ctypes.c_int),
         ("codec_optim_bound", ctypes.c_double),
         ("flush_mode", ctypes.c_uint),
+        ("capture", ctypes.c_char * 1024),
+        ("flush_files", ctypes.c_int),
     ]
 
 

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """Readers of saved steps, without snapsmp: the node store (manifest version
 2 and slot files, docs/design.md), a flush directory (HDF5 rank files and
 MANIFEST, docs/io-format.md) and a `snaptool export` file. Every byte read

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-3-Clause
 """libsnap.torch: snapshots of a PyTorch model, its optimizer and every RNG,
 taken every step without stopping training, restored bit-exact after a crash.
 
