@@ -109,6 +109,33 @@ static void run_restore_phase(snap_ctx *ctx, int phase)
 	pthread_mutex_unlock(&ctx->mu);
 }
 
+/*
+ * RESTORE `step`: the manifest (and the slot's descriptor) snapsmp picked.
+ * EBUSY means a slot is being read, or (mesh) the daemons are agreeing on
+ * the newest step; both pass within an encode or an agreement round, so it
+ * is retried until timeout_ms.
+ */
+static int ask_restore(snap_ctx *ctx, uint64_t step, void **rep, uint32_t *rlen, int *fd, const char *what)
+{
+	struct snap_wbuf w = { 0 };
+	snap_put_u64(&w, step);
+	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
+	long delay_us = 1000;
+	int rc;
+	for (;;) {
+		pthread_mutex_lock(&ctx->sock_mu);
+		rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, rep, rlen, fd, what);
+		pthread_mutex_unlock(&ctx->sock_mu);
+		if (rc != SNAP_EBUSY || snap_now_ns() >= deadline)
+			break;
+		struct timespec ts = { 0, delay_us * 1000L };
+		nanosleep(&ts, NULL);
+		delay_us = delay_us < 50000 ? delay_us * 2 : delay_us;
+	}
+	snap_wbuf_free(&w);
+	return rc;
+}
+
 int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 {
 	if (!ctx)
@@ -119,26 +146,10 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	if ((rc = snap_freeze(ctx)) || (rc = snap_ensure_connected(ctx)))
 		return rc;
 
-	struct snap_wbuf w = { 0 };
-	snap_put_u64(&w, step);
 	void *rep;
 	uint32_t rlen;
 	int fd = -1;
-	/* EBUSY: a slot is being read, or (mesh) the daemons are agreeing on
-	 * the newest step; both pass within a round or an encode. */
-	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
-	long delay_us = 1000;
-	for (;;) {
-		pthread_mutex_lock(&ctx->sock_mu);
-		rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, &rep, &rlen, &fd, "restore");
-		pthread_mutex_unlock(&ctx->sock_mu);
-		if (rc != SNAP_EBUSY || snap_now_ns() >= deadline)
-			break;
-		struct timespec ts = { 0, delay_us * 1000L };
-		nanosleep(&ts, NULL);
-		delay_us = delay_us < 50000 ? delay_us * 2 : delay_us;
-	}
-	snap_wbuf_free(&w);
+	rc = ask_restore(ctx, step, &rep, &rlen, &fd, "restore");
 	if (rc)
 		return rc;
 	struct snap_manifest man;
@@ -219,15 +230,10 @@ int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_
 		return rc;
 	/* The same request as a restore: snapsmp picks the step by the same
 	 * rules, so what is described is what snap_restore() will get. */
-	struct snap_wbuf w = { 0 };
-	snap_put_u64(&w, step);
 	void *rep;
 	uint32_t rlen;
 	int fd = -1;
-	pthread_mutex_lock(&ctx->sock_mu);
-	rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_RESTORE, &w, &rep, &rlen, &fd, "describe");
-	pthread_mutex_unlock(&ctx->sock_mu);
-	snap_wbuf_free(&w);
+	rc = ask_restore(ctx, step, &rep, &rlen, &fd, "describe");
 	if (fd >= 0)
 		close(fd);   /* only the manifest is wanted */
 	if (rc)
