@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #define HDR 64
@@ -145,8 +146,32 @@ static int parse_step(const char *name, uint64_t *step)
 	return *end == '\0';
 }
 
+static int check_once(const char *dir, uint64_t bytes, int64_t *newest, int print, int retry);
+
 /* Every file in dir: print {"newest": N|-1, "files": k, "bad": [...], "names": [...]}. 0 if all valid. */
 static int check(const char *dir, uint64_t bytes, int64_t *newest, int print)
+{
+	/*
+	 * A listing is not atomic against renames: a writer SIGKILLed just
+	 * after os.replace-style renaming leaves the RENAME in snapsmp's socket,
+	 * applied after we listed "ckpt.tmp" and before we open it. A name
+	 * that vanishes is not a torn file: list again until the listing holds
+	 * still (bounded; a namespace that keeps moving with the writer dead is
+	 * reported).
+	 */
+	int rc = 0;
+	for (int attempt = 0; attempt < 10000; attempt++) {
+		rc = check_once(dir, bytes, newest, print, attempt < 9999);
+		if (rc != -1)
+			return rc;
+		struct timespec ts = { 0, 1000000 };
+		nanosleep(&ts, NULL);
+	}
+	return rc;
+}
+
+/* One pass of check(); -1 if retry is set and a listed name vanished. */
+static int check_once(const char *dir, uint64_t bytes, int64_t *newest, int print, int retry)
 {
 	DIR *d = opendir(dir);
 	if (!d) {
@@ -167,8 +192,12 @@ static int check(const char *dir, uint64_t bytes, int64_t *newest, int print)
 		size_t nl = strlen(names);
 		snprintf(names + nl, sizeof(names) - nl, "%s\"%s\"", nl ? ", " : "", e->d_name);
 		int named = parse_step(e->d_name, &step);
-		if (verify(p, bytes, &fstep, why, sizeof(why)) != 0 || (named && fstep != step) ||
-		    (!named && strcmp(e->d_name, "ckpt.tmp"))) {
+		int vrc = verify(p, bytes, &fstep, why, sizeof(why));
+		if (vrc != 0 && retry && strcmp(why, "open: No such file or directory") == 0) {
+			closedir(d);
+			return -1;
+		}
+		if (vrc != 0 || (named && fstep != step) || (!named && strcmp(e->d_name, "ckpt.tmp"))) {
 			size_t bl = strlen(bad);
 			snprintf(bad + bl, sizeof(bad) - bl, "%s\"%s: %s\"", nbad ? ", " : "", e->d_name,
 				 named && fstep != step ? "step differs" : why);
