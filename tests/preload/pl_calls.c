@@ -332,7 +332,19 @@ static int use(void)
 	CHECK(fd >= 0 && write(fd, "parent", 6) == 6);
 	char cmd[4200];
 	snprintf(cmd, sizeof(cmd), "printf child > '%s'", P("sh.txt"));
+	/* A sanitizer build of the preload needs the sanitizer runtime loaded
+	 * first into the uninstrumented shell (this program carries its own). */
+	const char *rt = getenv("PL_ASAN_RUNTIME"), *pre = getenv("LD_PRELOAD");
+	char *saved = pre ? strdup(pre) : NULL, both[8192];
+	if (rt && *rt && saved) {
+		snprintf(both, sizeof(both), "%s:%s", rt, saved);
+		setenv("LD_PRELOAD", both, 1);
+	}
 	CHECK(system(cmd) == 0);
+	if (saved) {
+		setenv("LD_PRELOAD", saved, 1);
+		free(saved);
+	}
 	CHECK(write(fd, "-after", 6) == 6 && close(fd) == 0);
 	CHECK(same_as(P("x.bin"), (const uint8_t *)"parent-after", 12));
 	CHECK(same_as(P("sh.txt"), (const uint8_t *)"child", 5));

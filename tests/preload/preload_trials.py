@@ -85,6 +85,8 @@ def env(store, capture, preload=True, python=False, **extra):
     e = dict(os.environ, SNAP_STORE=store, SNAP_CAPTURE=capture, SNAP_JOB="pj", SNAP_TIMEOUT_MS="5000",
              ASAN_OPTIONS="detect_leaks=0")
     e.pop("LD_PRELOAD", None)
+    # For the uninstrumented programs a test program execs (pl_calls' shell).
+    e["PL_ASAN_RUNTIME"] = args.asan_runtime
     if preload:
         e["LD_PRELOAD"] = ":".join(p for p in (args.asan_runtime if python else "", os.path.abspath(PRELOAD)) if p)
     e.update(extra)
