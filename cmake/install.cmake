@@ -18,8 +18,8 @@ include(CMakePackageConfigHelpers)
 # io.h and codec.h belong to static libraries that are not installed.
 set(SNAP_PUBLIC_HEADERS
   ${PROJECT_SOURCE_DIR}/libsnap/include/snap/snap.h
-  ${PROJECT_SOURCE_DIR}/libsnap/include/snap/error.h
-  ${PROJECT_SOURCE_DIR}/libsnap/include/snap/types.h)
+  ${PROJECT_SOURCE_DIR}/common/include/snap/error.h
+  ${PROJECT_SOURCE_DIR}/common/include/snap/types.h)
 
 # Debian's libhdf5 (1.10, serial flavour) looks for plugins in
 # /usr/lib/<multiarch>/hdf5/serial/plugins when HDF5_PLUGIN_PATH is unset,
@@ -37,19 +37,25 @@ set(SNAP_HDF5_PLUGIN_DIR ${_plugin_dir} CACHE STRING
 # Programs find libsnap.so in the prefix they were installed to, whatever it
 # is (a temporary prefix, /opt/libsnap, /usr).
 file(RELATIVE_PATH _bin_to_lib /${CMAKE_INSTALL_BINDIR} /${CMAKE_INSTALL_LIBDIR})
-set_target_properties(snaptool snapsmp PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
+if(NOT SNAP_CLIENT_ONLY)
+  set_target_properties(snaptool snapsmp PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
+endif()
 
 install(TARGETS snap EXPORT libsnapTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime NAMELINK_COMPONENT dev
   INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
 install(FILES ${SNAP_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/snap COMPONENT dev)
-install(TARGETS snapsmp snaptool EXPORT libsnapTargets
-  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+if(NOT SNAP_CLIENT_ONLY)
+  install(TARGETS snapsmp snaptool EXPORT libsnapTargets
+    RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+endif()
 # libsnap.so dlopens the CUDA backend from its own directory (libsnap/src/gpu.c).
 if(TARGET snap_cuda)
   install(TARGETS snap_cuda LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT runtime)
 endif()
-install(TARGETS h5z_snapcodec LIBRARY DESTINATION ${SNAP_HDF5_PLUGIN_DIR} COMPONENT runtime)
+if(NOT SNAP_CLIENT_ONLY)
+  install(TARGETS h5z_snapcodec LIBRARY DESTINATION ${SNAP_HDF5_PLUGIN_DIR} COMPONENT runtime)
+endif()
 
 # ---- pkg-config ----------------------------------------------------------
 # Written when installing, so the prefix is the one given to
@@ -87,5 +93,7 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/libsnapConfig.cmake
 
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/README.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
-include(${CMAKE_CURRENT_LIST_DIR}/man.cmake)
-include(${CMAKE_CURRENT_LIST_DIR}/package.cmake)
+if(NOT SNAP_CLIENT_ONLY)
+  include(${CMAKE_CURRENT_LIST_DIR}/man.cmake)
+  include(${CMAKE_CURRENT_LIST_DIR}/package.cmake)
+endif()

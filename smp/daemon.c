@@ -25,15 +25,15 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "buf.h"
+#include "snap/buf.h"
 #include "daemon.h"
 #include "files.h"
 #include "rehydrate.h"
 #include "snap/io.h"
 #include "smp_internal.h"
-#include "internal.h"
+#include "snap/base.h"
 #include "mesh.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 #define MAX_CONNS 4096
 #define ERRLEN SMP_ERRLEN

@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "snap/snap.h"
 #include "store.h"
 

@@ -25,11 +25,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "fileman.h"
+#include "snap/fileman.h"
 #include "files.h"
-#include "internal.h"
+#include "snap/base.h"
 #include "smp_internal.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 #define HBUCKETS 4096
 #define FPATH_MAX 4096

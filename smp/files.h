@@ -27,7 +27,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "snap/buf.h"
 #include "store.h"
 
 struct snap_files;

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "flush.h"
-#include "internal.h"
+#include "snap/base.h"
 #include "snap/io.h"
 
 struct snap_flusher {

@@ -17,7 +17,7 @@
 
 #include <stdint.h>
 
-#include "manifest.h"
+#include "snap/manifest.h"
 #include "store.h"
 
 struct flush_rank {

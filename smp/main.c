@@ -7,7 +7,7 @@
 #include <string.h>
 
 #include "daemon.h"
-#include "internal.h"
+#include "snap/proto.h"
 #include "mesh.h"
 
 static void usage(FILE *f)

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdatomic.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "mesh.h"
 #include "meshfiles.h"
 #include "snap/ec.h"

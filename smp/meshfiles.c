@@ -10,7 +10,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "meshfiles.h"
 
 int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap)

@@ -13,9 +13,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "buf.h"
+#include "snap/buf.h"
 #include "smp_internal.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 static void pin(struct smp *m, struct flush_req *q, int delta)
 {

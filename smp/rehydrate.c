@@ -19,7 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "rehydrate.h"
 #include "snap/codec.h"
 #include "snap/io.h"

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "store.h"
 
 /* Unlink slot i's manifest (first: from then on a crash finds a free slot), then free it. */

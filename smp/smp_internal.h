@@ -5,9 +5,9 @@
 
 #include <stdint.h>
 
-#include "buf.h"
+#include "snap/buf.h"
 #include "flush.h"
-#include "internal.h"
+#include "snap/base.h"
 #include "store.h"
 
 #define SMP_ERRLEN 768

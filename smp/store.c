@@ -17,7 +17,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "store.h"
 
 void snap_store_logf(const struct snap_store *s, const char *fmt, ...)

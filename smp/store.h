@@ -21,8 +21,8 @@
 #include <stdint.h>
 #include <sys/stat.h>
 
-#include "internal.h"
-#include "manifest.h"
+#include "snap/base.h"
+#include "snap/manifest.h"
 
 enum slot_state { SLOT_FREE = 0, SLOT_WRITING = 1, SLOT_COMMITTED = 2 };
 

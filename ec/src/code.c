@@ -7,7 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include <isa-l/crc.h>
 #include <isa-l/erasure_code.h>
 
 #include "ec_internal.h"
@@ -73,26 +72,13 @@ int ec_code_row(const struct ec_code *c, const int *surv, int out, uint8_t *coef
 	return 0;
 }
 
-uint32_t snap_ec_crc32c(uint32_t crc, const void *buf, size_t len)
-{
-	uint32_t c = ~crc;
-	const unsigned char *p = buf;
-	while (len) {
-		int n = len > (1u << 30) ? (1 << 30) : (int)len;
-		c = crc32_iscsi((unsigned char *)p, n, c);
-		p += n;
-		len -= (size_t)n;
-	}
-	return ~c;
-}
-
 uint32_t ec_crc_padded(uint32_t crc, const void *p, uint64_t v, uint64_t zeros)
 {
 	static const unsigned char zero[4096];
-	crc = snap_ec_crc32c(crc, p, v);
+	crc = snap_crc32c_update(crc, p, v);
 	while (zeros) {
 		size_t n = zeros > sizeof(zero) ? sizeof(zero) : (size_t)zeros;
-		crc = snap_ec_crc32c(crc, zero, n);
+		crc = snap_crc32c_update(crc, zero, n);
 		zeros -= n;
 	}
 	return crc;
@@ -187,7 +173,7 @@ void ec_iov_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_
 
 uint32_t ec_iov_crc(const struct ec_iov *v, uint64_t off, uint64_t len, uint32_t crc)
 {
-	IOV_WALK(v, off, len, p, n, { crc = snap_ec_crc32c(crc, p, n); });
+	IOV_WALK(v, off, len, p, n, { crc = snap_crc32c_update(crc, p, n); });
 	return crc;
 }
 

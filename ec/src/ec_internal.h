@@ -10,6 +10,7 @@
 #include <sys/uio.h>
 #include <mpi.h>
 
+#include "snap/base.h"   /* snap_crc32c_update: the one CRC32C */
 #include "snap/ec.h"
 
 /* The Reed-Solomon code of one group shape. */

@@ -380,7 +380,7 @@ int ec_xchg_run(struct ec_xchg *x)
 	if (!ok)
 		fail(&e, SNAP_ENOMEM, "out of memory for the exchange buffers");
 	else
-		e.zero_crc = snap_ec_crc32c(0, e.zero, chunk);
+		e.zero_crc = snap_crc32c_update(0, e.zero, chunk);
 	int grc = ec_group_status(x->comm, e.rc, x->err, x->errlen, "exchange setup");
 	if (grc) {
 		e.rc = grc;

@@ -170,7 +170,7 @@ int snap_ec_meta_pack(const struct snap_ec_meta *mt, void *buf, size_t cap, size
 	size_t ncrc = (size_t)mt->n * (size_t)km * mt->nchunks;
 	for (size_t i = 0; i < ncrc; i++)
 		p = put32(p, mt->crc[i]);
-	put32(p, snap_ec_crc32c(0, buf, (size_t)(p - (uint8_t *)buf)));
+	put32(p, snap_crc32c_update(0, buf, (size_t)(p - (uint8_t *)buf)));
 	return 0;
 }
 
@@ -212,7 +212,7 @@ int snap_ec_meta_unpack(const void *buf, size_t len, struct snap_ec_meta **out, 
 		return ec_errf(err, errlen, SNAP_ETRUNC, "ec meta: %zu bytes, header says %llu", len,
 			       (unsigned long long)sz);
 	const uint8_t *tail = (const uint8_t *)buf + sz - 4;
-	if (snap_ec_crc32c(0, buf, (size_t)(sz - 4)) != get32(&tail))
+	if (snap_crc32c_update(0, buf, (size_t)(sz - 4)) != get32(&tail))
 		return ec_errf(err, errlen, SNAP_ECORRUPT, "ec meta: CRC32C mismatch (record corrupt)");
 	struct snap_ec_meta *mt = malloc(sizeof(*mt));
 	if (!mt)
@@ -254,7 +254,7 @@ uint32_t ec_piece_crc(const struct snap_ec_meta *mt, int me, const struct ec_iov
 		uint64_t off = (uint64_t)slot * mt->seg_len + (uint64_t)q * mt->chunk_size;
 		return ec_crc_padded(ec_iov_crc(v, off, vb, 0), NULL, 0, clen - vb);
 	}
-	return snap_ec_crc32c(0, parity + (uint64_t)(slot - mt->k) * mt->seg_len + (uint64_t)q * mt->chunk_size, clen);
+	return snap_crc32c_update(0, parity + (uint64_t)(slot - mt->k) * mt->seg_len + (uint64_t)q * mt->chunk_size, clen);
 }
 
 int snap_ec_verify(const struct snap_ec_meta *mt, const struct iovec *iov, int iovcnt,

@@ -74,7 +74,7 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 				uint8_t saved[4];
 				memcpy(saved, packed + META_INDEX_OFF, 4);
 				memset(packed + META_INDEX_OFF, 0, 4);
-				me.digest = snap_ec_crc32c(0, packed, psize - 4);
+				me.digest = snap_crc32c_update(0, packed, psize - 4);
 				memcpy(packed + META_INDEX_OFF, saved, 4);
 				me.have = 1;
 				me.size = (uint32_t)psize;

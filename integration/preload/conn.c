@@ -13,9 +13,9 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "preload.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int sock = -1;

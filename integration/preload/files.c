@@ -24,9 +24,9 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "preload.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 _Atomic(struct pl_file *) pl_tab[PL_MAXFD];
 static pthread_mutex_t tab_mu = PTHREAD_MUTEX_INITIALIZER;

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/proto.h"
 #include "preload.h"
 
 struct pl_cfg pl_cfg;

@@ -34,8 +34,8 @@
 #include <sys/types.h>
 #include <sys/uio.h>
 
-#include "buf.h"
-#include "fileman.h"
+#include "snap/buf.h"
+#include "snap/fileman.h"
 
 #define PL_HIDDEN __attribute__((visibility("hidden")))
 #define PL_MAXFD 65536

@@ -27,7 +27,7 @@
 #include <unistd.h>
 
 #include "preload.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 static uint8_t term_msg[512];   /* FATTACH + FFLUSH(no wait), ready to write */
 static size_t term_len;

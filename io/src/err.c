@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include <isa-l/crc.h>
 
+#include "snap/base.h"
 #include "internal.h"
 
 void io_err_clear(struct snap_io_err *err)
@@ -93,17 +93,11 @@ void io_h5_leave(void)
 	pthread_mutex_unlock(&h5_lock);
 }
 
+/* io carries the CRC register un-inverted between calls (its running
+ * state in the writers); the bytes go through common's one CRC32C. */
 uint32_t io_crc_update(uint32_t state, const void *buf, size_t len)
 {
-	const unsigned char *p = buf;
-	/* crc32_iscsi takes an int length: feed it in 1 GiB steps. */
-	while (len > 0) {
-		size_t k = len > (1u << 30) ? (1u << 30) : len;
-		state = crc32_iscsi((unsigned char *)p, (int)k, state);
-		p += k;
-		len -= k;
-	}
-	return state;
+	return ~snap_crc32c_update(~state, buf, len);
 }
 
 uint32_t io_crc_u32le(uint32_t state, uint32_t v)
@@ -115,5 +109,5 @@ uint32_t io_crc_u32le(uint32_t state, uint32_t v)
 
 uint32_t snap_io_crc32c(const void *buf, size_t len)
 {
-	return io_crc_update(0xFFFFFFFFu, buf, len) ^ 0xFFFFFFFFu;
+	return snap_crc32c(buf, len);
 }

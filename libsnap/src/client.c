@@ -24,11 +24,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "internal.h"
-#include "manifest.h"
+#include "snap/buf.h"
+#include "snap/proto.h"
+#include "snap/manifest.h"
 #include "pool.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 #include "client.h"
 
@@ -65,7 +65,7 @@ int snap_roundtrip(snap_ctx *ctx, char *errbuf, uint16_t type, const struct snap
 	struct snap_msg_hdr h;
 	*reply = NULL;
 	if (ctx->sock < 0) {
-		snap_fmt(errbuf, ERRLEN, "%s: not connected to snapsmp at %s", what, ctx->cfg.socket);
+		snap_fmt(errbuf, SNAP_CLIENT_ERRLEN, "%s: not connected to snapsmp at %s", what, ctx->cfg.socket);
 		return SNAP_ESMP;
 	}
 	int rc = snap_wire_send(ctx->sock, type, 0, req ? req->p : NULL, req ? (uint32_t)req->len : 0, -1);
@@ -73,7 +73,7 @@ int snap_roundtrip(snap_ctx *ctx, char *errbuf, uint16_t type, const struct snap
 		rc = snap_wire_recv(ctx->sock, &h, reply, fd_out, -1);
 	if (rc) {
 		disconnect(ctx);
-		snap_fmt(errbuf, ERRLEN, "%s: lost connection to snapsmp at %s (%s)", what, ctx->cfg.socket,
+		snap_fmt(errbuf, SNAP_CLIENT_ERRLEN, "%s: lost connection to snapsmp at %s (%s)", what, ctx->cfg.socket,
 			 snap_strerror(rc));
 		return SNAP_ESMP;
 	}
@@ -81,12 +81,12 @@ int snap_roundtrip(snap_ctx *ctx, char *errbuf, uint16_t type, const struct snap
 		disconnect(ctx);
 		free(*reply);
 		*reply = NULL;
-		snap_fmt(errbuf, ERRLEN, "%s: snapsmp sent an unexpected reply type %u", what, h.type);
+		snap_fmt(errbuf, SNAP_CLIENT_ERRLEN, "%s: snapsmp sent an unexpected reply type %u", what, h.type);
 		return SNAP_EPROTO;
 	}
 	if (h.status < 0) {
 		int n = (int)(h.len < 400 ? h.len : 400);
-		snap_fmt(errbuf, ERRLEN, "%s: %.*s", what, n, *reply ? (const char *)*reply : "");
+		snap_fmt(errbuf, SNAP_CLIENT_ERRLEN, "%s: %.*s", what, n, *reply ? (const char *)*reply : "");
 		free(*reply);
 		*reply = NULL;
 		if (fd_out && *fd_out >= 0) {
@@ -220,16 +220,19 @@ int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 	pthread_mutex_init(&ctx->sock_mu, NULL);
 	pthread_mutex_init(&ctx->gmu, NULL);
 	pthread_cond_init(&ctx->cv, NULL);
+	int rc = 0;
 	if (cfg)
-		ctx->cfg = *cfg;
+		rc = snap_config_get(&ctx->cfg, cfg, ctx->err, sizeof(ctx->err));
 	else
 		snap_config_init(&ctx->cfg);
-	int rc = snap_config_check(&ctx->cfg, ctx->err, sizeof(ctx->err));
+	if (!rc)
+		rc = snap_config_check(&ctx->cfg, ctx->err, sizeof(ctx->err));
 	if (!rc)
 		rc = snap_config_socket(&ctx->cfg, ctx->err, sizeof(ctx->err));
 	if (rc)
 		return rc;
-	ctx->nmaps = ctx->cfg.slots;
+	/* The fewest slots a daemon grants; fit_slots() grows the cache to its count. */
+	ctx->nmaps = 2;
 	ctx->maps = calloc(ctx->nmaps, sizeof(*ctx->maps));
 	if (!ctx->maps)
 		return snap_fail(ctx, SNAP_ENOMEM, "out of memory");
@@ -253,12 +256,25 @@ static void default_codec(const struct snap_config *cfg, struct snap_region *r)
 	}
 }
 
-int snap_register(snap_ctx *ctx, const struct snap_region *r)
+/* sizeof(struct snap_region) in 0.4, the first sized layout. */
+#define SNAP_REGION_SIZE_0_4 (offsetof(struct snap_region, shard_offset) + SNAP_MAX_NDIM * sizeof(uint64_t))
+
+int snap_register_size(snap_ctx *ctx, const struct snap_region *user, size_t size)
 {
 	if (!ctx)
 		return SNAP_EINVAL;
-	if (!r)
+	if (!user)
 		return snap_fail(ctx, SNAP_EINVAL, "register: NULL region");
+	/* A region of an older header lacks the newest fields: they keep
+	 * these zero defaults (see "Growing the ABI" in snap.h). */
+	struct snap_region whole = { 0 }, *r = &whole;
+	int rc = snap_abi_copyin(&whole, sizeof(whole), user, size, SNAP_REGION_SIZE_0_4);
+	if (rc == SNAP_EINVAL)
+		return snap_fail(ctx, rc, "register: struct snap_region size %zu is smaller than any released layout", size);
+	if (rc)
+		return snap_fail(ctx, rc, "register \"%s\": the region sets fields this libsnap (%s) does not know: the "
+				 "program was built against a newer snap/snap.h", user->name ? user->name : "(null)",
+				 snap_version_string());
 	if (ctx->frozen)
 		return snap_fail(ctx, SNAP_ESTATE, "register \"%s\": the layout is frozen after the first save or restore",
 			    r->name ? r->name : "(null)");
@@ -279,7 +295,7 @@ int snap_register(snap_ctx *ctx, const struct snap_region *r)
 	default_codec(&ctx->cfg, &eff);
 	/* Validate now, with the region alone, so the error names it at once. */
 	struct snap_layout one;
-	int rc = snap_layout_build(&one, &eff, 1, ctx->cfg.chunk_size, ctx->err, sizeof(ctx->err));
+	rc = snap_layout_build(&one, &eff, 1, ctx->cfg.chunk_size, ctx->err, sizeof(ctx->err));
 	if (rc)
 		return rc;
 	snap_layout_free(&one);
@@ -377,7 +393,7 @@ void snap_copy_failed(snap_ctx *ctx, struct save_rec *rec, int rc, const char *f
 		rec->copy_rc = rc;
 		va_list ap;
 		va_start(ap, fmt);
-		vsnprintf(rec->err, ERRLEN, fmt, ap);
+		vsnprintf(rec->err, SNAP_CLIENT_ERRLEN, fmt, ap);
 		va_end(ap);
 	}
 	pthread_mutex_unlock(&ctx->mu);
@@ -449,7 +465,7 @@ static int recommit(snap_ctx *ctx, struct save_rec *rec, const struct snap_wbuf 
 	for (unsigned delay_ms = 1;; delay_ms = delay_ms < 100 ? delay_ms * 2 : 100) {
 		int rc = ctx->sock >= 0 ? 0 : connect_smp(ctx);
 		if (rc) {
-			memcpy(rec->err, ctx->err, ERRLEN);
+			memcpy(rec->err, ctx->err, SNAP_CLIENT_ERRLEN);
 			return rc;
 		}
 		void *rep;
@@ -479,7 +495,7 @@ static int send_commit(snap_ctx *ctx, struct save_rec *rec)
 	for (uint32_t i = 0; i < ctx->layout.ncrc; i++)
 		snap_put_u32(&w, rec->len[i]);
 	if (w.oom) {
-		snap_fmt(rec->err, ERRLEN, "commit of step %" PRIu64 ": out of memory", rec->step);
+		snap_fmt(rec->err, SNAP_CLIENT_ERRLEN, "commit of step %" PRIu64 ": out of memory", rec->step);
 		return SNAP_ENOMEM;
 	}
 	char what[64];
@@ -530,7 +546,7 @@ static void copy_done(void *arg)
 	pthread_mutex_lock(&ctx->mu);
 	if (rc) {
 		ctx->pending_err = rc;
-		memcpy(ctx->pending_msg, rec->err, ERRLEN);
+		memcpy(ctx->pending_msg, rec->err, SNAP_CLIENT_ERRLEN);
 	}
 	ctx->commits_done++;
 	ctx->commits_pending--;
@@ -543,7 +559,7 @@ static int take_pending(snap_ctx *ctx)
 {
 	int rc = ctx->pending_err;
 	if (rc) {
-		memcpy(ctx->err, ctx->pending_msg, ERRLEN);
+		memcpy(ctx->err, ctx->pending_msg, SNAP_CLIENT_ERRLEN);
 		ctx->pending_err = 0;
 	}
 	return rc;

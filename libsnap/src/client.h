@@ -11,16 +11,16 @@
 #include <stdint.h>
 #include <sys/types.h>
 
-#include "buf.h"
-#include "internal.h"
-#include "manifest.h"
+#include "snap/buf.h"
+#include "snap/proto.h"
+#include "snap/manifest.h"
 #include "pool.h"
 #include "snap/codec.h"
 
 struct snap_gpu;
 struct snap_gpu_ops;
 
-#define ERRLEN 512
+#define SNAP_CLIENT_ERRLEN 512
 #define SUBBLOCK (256u << 10)   /* copy, then CRC while the block is still in L2 */
 
 struct slot_map {
@@ -40,12 +40,12 @@ struct save_rec {
 	uint32_t *crc;
 	uint32_t *len;          /* bytes stored per chunk */
 	int copy_rc;            /* first failed chunk's error (codec), under mu */
-	char err[ERRLEN];
+	char err[SNAP_CLIENT_ERRLEN];
 };
 
 struct snap_ctx {
 	struct snap_config cfg;
-	char err[ERRLEN];
+	char err[SNAP_CLIENT_ERRLEN];
 
 	int sock;
 	pthread_mutex_t sock_mu;
@@ -68,7 +68,7 @@ struct snap_ctx {
 	unsigned commits_pending;
 	uint64_t commits_started, commits_done;  /* order commits by step */
 	int pending_err;        /* a commit failed and nobody has been told */
-	char pending_msg[ERRLEN];
+	char pending_msg[SNAP_CLIENT_ERRLEN];
 	struct save_rec rec[2];
 	unsigned cur;
 	uint64_t last_step;
@@ -82,7 +82,7 @@ struct snap_ctx {
 	uint32_t rdecode;       /* first chunk index + 1 whose frame failed to decode */
 	int rdone;
 	int rgpu;               /* a device copy or decode failed: */
-	char rgpu_msg[ERRLEN];  /* the first one's message */
+	char rgpu_msg[SNAP_CLIENT_ERRLEN];  /* the first one's message */
 
 	/* CUDA regions (gpu.h, gpu_copy.c). The copy threads enqueue device
 	 * chunks in order (genq), a window ahead of the chunk each CRCs. */

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "gpu.h"
-#include "internal.h"
+#include "snap/base.h"
 
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const struct snap_gpu_ops *loaded;

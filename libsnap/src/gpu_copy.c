@@ -157,7 +157,7 @@ int snap_gpu_restore_chunk(snap_ctx *ctx, void *dst, const uint8_t *src, uint64_
 		pthread_mutex_lock(&ctx->mu);
 		if (!ctx->rgpu) {
 			ctx->rgpu = rc;
-			snap_fmt(ctx->rgpu_msg, ERRLEN, "region \"%s\" chunk %u: %s", c->g->name, c->index, why);
+			snap_fmt(ctx->rgpu_msg, SNAP_CLIENT_ERRLEN, "region \"%s\" chunk %u: %s", c->g->name, c->index, why);
 		}
 		pthread_mutex_unlock(&ctx->mu);
 	}

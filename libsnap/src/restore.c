@@ -14,7 +14,7 @@
 #include <unistd.h>
 
 #include "client.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 int snap_latest(snap_ctx *ctx, uint64_t *step)
 {
@@ -217,13 +217,40 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	return rc;
 }
 
-int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
-		  uint32_t cap, uint32_t *nregions)
+/* sizeof(struct snap_region_info) in 0.4, the first sized layout. */
+#define SNAP_INFO_SIZE_0_4 (offsetof(struct snap_region_info, shard_offset) + SNAP_MAX_NDIM * sizeof(uint64_t))
+
+/* One region's description, in the caller's layout: `size` bytes at out. */
+static void describe_one(const struct snap_man_region *g, void *out, size_t size)
+{
+	struct snap_region_info o;
+	memset(&o, 0, sizeof(o));
+	memcpy(o.name, g->name, sizeof(o.name));
+	o.bytes = g->bytes;
+	o.dtype = g->dtype;
+	o.kind = g->kind;
+	o.device = g->device;
+	o.codec = g->codec;
+	o.codec_bound = g->bound;
+	o.ndim = g->ndim;
+	for (int d = 0; d < g->ndim; d++) {
+		o.shape[d] = g->shape[d];
+		o.global_shape[d] = g->global_shape[d];
+		o.shard_offset[d] = g->shard_offset[d];
+	}
+	snap_abi_copyout(out, size, &o, sizeof(o));
+}
+
+int snap_describe_size(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
+		       uint32_t cap, uint32_t *nregions, size_t size)
 {
 	if (!ctx)
 		return SNAP_EINVAL;
 	if (!nregions || (cap && !regions))
 		return snap_fail(ctx, SNAP_EINVAL, "describe: NULL nregions, or NULL regions with cap %u", cap);
+	if (cap && size < SNAP_INFO_SIZE_0_4)
+		return snap_fail(ctx, SNAP_EINVAL, "describe: struct snap_region_info size %zu is smaller than any "
+				 "released layout", size);
 	*nregions = 0;
 	int rc = snap_ensure_connected(ctx);
 	if (rc)
@@ -249,24 +276,8 @@ int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_
 			  "or rank (%s rank %u)", man.step, man.job, man.rank);
 	} else {
 		const struct snap_layout *lay = &man.layout;
-		for (uint32_t i = 0; i < lay->nregions && i < cap; i++) {
-			const struct snap_man_region *g = &lay->regions[i];
-			struct snap_region_info *o = &regions[i];
-			memset(o, 0, sizeof(*o));
-			memcpy(o->name, g->name, sizeof(o->name));
-			o->bytes = g->bytes;
-			o->dtype = g->dtype;
-			o->kind = g->kind;
-			o->device = g->device;
-			o->codec = g->codec;
-			o->codec_bound = g->bound;
-			o->ndim = g->ndim;
-			for (int d = 0; d < g->ndim; d++) {
-				o->shape[d] = g->shape[d];
-				o->global_shape[d] = g->global_shape[d];
-				o->shard_offset[d] = g->shard_offset[d];
-			}
-		}
+		for (uint32_t i = 0; i < lay->nregions && i < cap; i++)
+			describe_one(&lay->regions[i], (unsigned char *)regions + (size_t)i * size, size);
 		*nregions = lay->nregions;
 		if (step_out)
 			*step_out = man.step;

@@ -16,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snap/base.h"
 #include "snap/ec.h"
 
 static int failures, rank_world;
@@ -389,7 +390,7 @@ static void restamp(uint8_t *blob, size_t blen, size_t off)
 {
 	blob[off] ^= 1;
 	size_t l = blen - 4;
-	uint32_t c = snap_ec_crc32c(0, blob, l);
+	uint32_t c = snap_crc32c_update(0, blob, l);
 	for (int i = 0; i < 4; i++)
 		blob[l + (size_t)i] = (uint8_t)(c >> (8 * i));
 }

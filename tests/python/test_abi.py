@@ -52,6 +52,7 @@ with open(src, "w") as f:
     f.write("\n".join(lines) + "\n")
 # The probe only reads the header: no sanitizer or library needed.
 subprocess.run([args.cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(args.src, "libsnap", "include"),
+                "-I", os.path.join(args.src, "common", "include"),
                 "-o", exe, src], check=True)
 out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split("\n")
 
@@ -79,6 +80,7 @@ for line in out:
 # Every C field is in the mirror (a field added to the header but not here
 # shifts nothing when appended, so compare the names too).
 hdr = open(os.path.join(args.src, "libsnap", "include", "snap", "snap.h")).read()
+VERSION = tuple(int(re.search(r"#define SNAP_VERSION_%s (\d+)" % k, hdr).group(1)) for k in ("MAJOR", "MINOR", "PATCH"))
 for s, py in structs.items():
     body = re.search(r"struct %s \{(.*?)\n\};" % s, hdr, re.S).group(1)
     body = re.sub(r"/\*.*?\*/", "", body, flags=re.S)
@@ -92,20 +94,34 @@ for s, py in structs.items():
 # codec bounds ride on their variables).
 design = open(os.path.join(args.src, "docs", "design.md")).read()
 for f, _ in C.SnapConfig._fields_:
-    if f.endswith("_bound"):
+    if f.endswith("_bound") or f == "size":
         continue
     var = "SNAP_" + f.upper()
     if var not in design:
         bad.append(f"snap_config.{f}: {var} is not in docs/design.md")
-cfg = C.config({"mem_limit": "1G", "copy_threads": 3, "codec_optim": "rel:1e-3", "job": "abi"})
-d = C.config_dict(cfg)
-if (d["mem_limit"], d["copy_threads"], d["codec_optim"], d["codec_optim_bound"], d["job"]) != (1 << 30, 3, 3, 1e-3, "abi"):
+cfg, py = C.config({"chunk_size": "1M", "copy_threads": 3, "codec_optim": "rel:1e-3", "job": "abi",
+                     "flush_dir": "/x"})
+d = C.config_dict(cfg, py)
+if (d["chunk_size"], d["copy_threads"], d["codec_optim"], d["codec_optim_bound"], d["job"], d["flush_dir"]) != \
+        (1 << 20, 3, 3, 1e-3, "abi", "/x"):
     bad.append(f"settings by C name did not reach the struct: {d}")
-try:
-    C.config({"no_such_field": 1})
-    bad.append("an unknown setting was accepted")
-except TypeError:
-    pass
+if cfg.size != ctypes.sizeof(C.SnapConfig):
+    bad.append(f"snap_config_init_size left size {cfg.size}, not {ctypes.sizeof(C.SnapConfig)}")
+for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": "1G"}, "a daemon setting")):
+    try:
+        C.config(wrong)
+        bad.append(why + " was accepted")
+    except TypeError as e:
+        if "mem_limit" in wrong and "snapsmp" not in str(e):
+            bad.append(f"the error for a daemon setting does not send the user to snapsmp: {e}")
+# The daemon's settings are still one config: each is a SNAP_* variable in the docs.
+for f in C.DAEMON_SETTINGS:
+    if "SNAP_" + f.upper() not in design:
+        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/design.md")
+L = C.lib()
+if L.snap_version() != 10000 * VERSION[0] + 100 * VERSION[1] + VERSION[2] or \
+        L.snap_version_string().decode() != "%d.%d.%d" % VERSION:
+    bad.append(f"snap_version {L.snap_version()} / {L.snap_version_string()} differ from snap.h's {VERSION}")
 
 if bad:
     print("ABI MISMATCH between snap.h and integration/python/libsnap/_capi.py:")

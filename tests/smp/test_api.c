@@ -14,8 +14,8 @@
 
 #include "../check.h"
 #include "harness.h"
-#include "internal.h"
-#include "manifest.h"
+#include "snap/base.h"
+#include "snap/manifest.h"
 
 #define N (256 * 1024)   /* floats: 1 MiB, several 256 KiB chunks */
 
@@ -343,6 +343,70 @@ static void test_null_args(const struct smp_proc *p)
 }
 
 /*
+ * Issue 9: the ABI grows. A program built against an older header passes
+ * smaller structs (missing fields take defaults); one built against a newer
+ * header passes bigger ones, refused only if a field this library does not
+ * know is set; a config that never went through snap_config_init is refused.
+ */
+struct region_next {
+	struct snap_region r;
+	uint64_t future;          /* a field of a later header */
+};
+struct info_next {
+	struct snap_region_info i;
+	uint64_t future;
+};
+
+static void test_abi_sizes(const struct smp_proc *p)
+{
+	struct snap_config c;
+	memset(&c, 0, sizeof(c));
+	snap_ctx *ctx = NULL;
+	CHECK_RC(snap_open(&c, &ctx), SNAP_EINVAL);    /* size 0: never initialised */
+	CHECK(ctx && strstr(snap_errmsg(ctx), "snap_config_init") != NULL);
+	snap_close(ctx);
+	CHECK_RC(snap_config_init_size(&c, 16), SNAP_EINVAL);
+	struct { struct snap_config c; uint64_t future; } big;
+	memset(&big, 0xAB, sizeof(big));
+	CHECK_RC(snap_config_init_size(&big.c, sizeof(big)), 0);
+	CHECK(big.future == 0 && big.c.size == sizeof(big) && big.c.copy_threads == 2);
+	smp_cfg(&big.c, p, "abi", 0, 1);
+	big.c.size = sizeof(big);
+	CHECK_RC(snap_config_from_env(&big.c, NULL, 0), 0);
+	CHECK(big.future == 0);
+	big.future = 1;
+	CHECK_RC(snap_open(&big.c, &ctx), SNAP_EUNSUPPORTED);
+	CHECK(strstr(snap_errmsg(ctx), "newer snap/snap.h") != NULL);
+	snap_close(ctx);
+
+	ctx = open_job(p, "abi", 0);
+	CHECK(ctx != NULL);
+	struct region_next a = { .r = { .name = "w", .ptr = w, .bytes = sizeof(w), .dtype = SNAP_DTYPE_F32,
+					.kind = SNAP_KIND_PARAM }, .future = 3 };
+	CHECK_RC(snap_register_size(ctx, &a.r, sizeof(a)), SNAP_EUNSUPPORTED);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\"") && strstr(snap_errmsg(ctx), "newer"));
+	CHECK_RC(snap_register_size(ctx, &a.r, 24), SNAP_EINVAL);
+	a.future = 0;
+	CHECK_RC(snap_register_size(ctx, &a.r, sizeof(a)), 0);
+	struct snap_region b = { .name = "rng", .ptr = rng, .bytes = sizeof(rng), .dtype = SNAP_DTYPE_U8,
+				 .kind = SNAP_KIND_RNG };
+	CHECK_RC(snap_register(ctx, &b), 0);
+	fill(7);
+	CHECK_RC(snap_save(ctx, 7), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	/* describe writes each entry at the caller's stride and zeroes what it does not know. */
+	struct info_next out[2];
+	memset(out, 0xAB, sizeof(out));
+	uint32_t n = 0;
+	uint64_t got = 0;
+	CHECK_RC(snap_describe_size(ctx, SNAP_STEP_LATEST, &got, &out[0].i, 2, &n, sizeof(out[0])), 0);
+	CHECK(n == 2 && got == 7 && !strcmp(out[0].i.name, "w") && !strcmp(out[1].i.name, "rng"));
+	CHECK(out[0].future == 0 && out[1].future == 0 && out[1].i.bytes == sizeof(rng));
+	CHECK_RC(snap_describe_size(ctx, SNAP_STEP_LATEST, &got, &out[0].i, 2, &n, 8), SNAP_EINVAL);
+	snap_close(ctx);
+}
+
+/*
  * Issue 10 item 8: setting cfg.store after snap_config_init is enough: the
  * socket follows the store (it stayed at the default store's socket, so the
  * client talked to another daemon or none).
@@ -424,6 +488,7 @@ int main(void)
 	test_live_ranks_daemon_restart(store2);
 	CHECK_RC(smp_start(&p, store2, NULL), 0);
 	test_null_args(&p);
+	test_abi_sizes(&p);
 	test_socket_follows_store(&p);
 	test_world_mismatch(&p);
 	test_restore_fences_itself(&p);

@@ -18,8 +18,8 @@
 
 #include "../check.h"
 #include "harness.h"
-#include "internal.h"
-#include "manifest.h"
+#include "snap/base.h"
+#include "snap/manifest.h"
 #include "snap/codec.h"
 
 #define CHUNK (64 * 1024)

@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 
 #include "../check.h"
-#include "buf.h"
+#include "snap/buf.h"
 #include "harness.h"
-#include "manifest.h"
-#include "wire.h"
+#include "snap/manifest.h"
+#include "snap/wire.h"
 
 static float state[4096];
 

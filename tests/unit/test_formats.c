@@ -8,11 +8,11 @@
 #include <string.h>
 
 #include "../check.h"
-#include "buf.h"
-#include "internal.h"
-#include "manifest.h"
+#include "snap/buf.h"
+#include "snap/proto.h"
+#include "snap/manifest.h"
 #include "snap/codec.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 /* Three regions: raw f32 (3 chunks), raw bf16 (1), lossy f32 (2 frames). */
 static struct snap_manifest sample(struct snap_layout *lay, uint32_t **crc)

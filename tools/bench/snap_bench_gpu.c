@@ -30,7 +30,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
-#include "internal.h"
+#include "snap/base.h"
 #include "snap/codec.h"
 #include "snap/snap.h"
 

@@ -25,7 +25,7 @@
 #include <unistd.h>
 
 #include "../bench/bench_util.h"
-#include "internal.h"
+#include "snap/base.h"
 #include "snaptool.h"
 
 #define MAX_ITERS 64

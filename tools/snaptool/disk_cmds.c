@@ -13,12 +13,12 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "internal.h"
+#include "snap/buf.h"
+#include "snap/base.h"
 #include "opts.h"
 #include "snap/io.h"
 #include "snaptool.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 static int need_flush_dir(const struct opts *o, const char *cmd)
 {

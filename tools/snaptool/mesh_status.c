@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "meshfiles.h"
 #include "snap/ec.h"
 #include "snaptool.h"

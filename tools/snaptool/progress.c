@@ -3,7 +3,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "internal.h" /* snap_now_ns */
+#include "snap/base.h" /* snap_now_ns */
 #include "progress.h"
 
 static void draw(struct st_progress *p)

@@ -15,13 +15,13 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "snap/base.h"
 #include "opts.h"
 #include "progress.h"
 #include "snap/io.h"
 #include "snaptool.h"
 #include "store.h"
-#include "wire.h"
+#include "snap/wire.h"
 
 /* Distinct committed steps of a job, newest first. */
 static size_t job_steps(const struct snap_store *s, const struct store_job *j, uint64_t *out, size_t cap)

@@ -270,10 +270,6 @@ int snap_ec_encode_group_local(int k, int m, uint32_t chunk_size,
 			       const void *const *data, const uint64_t *len,
 			       void *const *parity, char *errbuf, size_t errlen);
 
-/* Standard CRC-32C (Castagnoli) of buf, chained: pass 0 to start, the
- * previous result to continue. crc32c("123456789") == 0xE3069283. */
-uint32_t snap_ec_crc32c(uint32_t crc, const void *buf, size_t len);
-
 #ifdef __cplusplus
 }
 #endif

@@ -48,36 +48,35 @@ assert all(globals()[name[5:]] == code for code, name in ERRORS.items())
 
 
 class SnapConfig(ctypes.Structure):
-    """struct snap_config. Field names are the C names, which are also the
-    SNAP_* variables upper-cased (mem_limit <-> SNAP_MEM_LIMIT)."""
+    """struct snap_config, the client's settings. Field names are the C
+    names, which are also the SNAP_* variables upper-cased (copy_threads <->
+    SNAP_COPY_THREADS). `size` is the ABI's, set by snap_config_init_size."""
     _fields_ = [
+        ("size", ctypes.c_uint32),
         ("job", ctypes.c_char * (JOB_MAX + 1)),
         ("store", ctypes.c_char * PATH_MAX),
         ("socket", ctypes.c_char * PATH_MAX),
         ("rank", ctypes.c_int),
         ("world_size", ctypes.c_int),
         ("local_rank", ctypes.c_int),
-        ("mem_limit", ctypes.c_uint64),
-        ("slots", ctypes.c_uint),
         ("copy_threads", ctypes.c_uint),
         ("chunk_size", ctypes.c_uint64),
         ("timeout_ms", ctypes.c_uint),
-        ("verify_commit", ctypes.c_int),
         ("populate", ctypes.c_int),
-        ("flush_dir", ctypes.c_char * PATH_MAX),
-        ("flush_every", ctypes.c_uint),
-        ("flush_interval", ctypes.c_uint),
-        ("flush_keep", ctypes.c_uint),
-        ("flush_codec", ctypes.c_int),
-        ("allow_older", ctypes.c_int),
         ("codec_param", ctypes.c_int),
         ("codec_param_bound", ctypes.c_double),
         ("codec_optim", ctypes.c_int),
         ("codec_optim_bound", ctypes.c_double),
-        ("flush_mode", ctypes.c_uint),
         ("capture", ctypes.c_char * 1024),
-        ("flush_files", ctypes.c_int),
     ]
+
+
+# snapsmp's own settings (smp/config.h): a trainer cannot set them; they are
+# the daemon's flags and SNAP_* variables. flush_dir is also read here, to
+# find the layout of a step persisted on disk (Checkpointer.restore).
+DAEMON_SETTINGS = ("mem_limit", "slots", "verify_commit", "flush_every", "flush_interval", "flush_keep",
+                   "flush_codec", "allow_older", "flush_mode", "flush_files")
+PY_SETTINGS = ("flush_dir",)
 
 
 class SnapRegion(ctypes.Structure):
@@ -176,8 +175,8 @@ def lib():
                     raise OSError(f"SNAP_LIBRARY={c} does not load: {e}") from None
                 errors.append(f"{c}: {e}")
                 continue
-            if not hasattr(h, "snap_describe"):
-                errors.append(f"{c}: too old (no snap_describe, LIBSNAP_0.3)")
+            if not hasattr(h, "snap_describe_size"):
+                errors.append(f"{c}: too old (no snap_describe_size: before LIBSNAP_0.4)")
                 continue
             h._snap_path = c
             _bind(h)
@@ -191,11 +190,13 @@ def _bind(h):
     P = ctypes.POINTER
     ctx_p = ctypes.c_void_p
     sig = {
-        "snap_config_init": (ctypes.c_int, [P(SnapConfig)]),
+        "snap_version": (ctypes.c_int, []),
+        "snap_version_string": (ctypes.c_char_p, []),
+        "snap_config_init_size": (ctypes.c_int, [P(SnapConfig), ctypes.c_size_t]),
         "snap_config_from_env": (ctypes.c_int, [P(SnapConfig), ctypes.c_char_p, ctypes.c_size_t]),
         "snap_parse_size": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_uint64)]),
         "snap_open": (ctypes.c_int, [P(SnapConfig), P(ctx_p)]),
-        "snap_register": (ctypes.c_int, [ctx_p, P(SnapRegion)]),
+        "snap_register_size": (ctypes.c_int, [ctx_p, P(SnapRegion), ctypes.c_size_t]),
         "snap_save": (ctypes.c_int, [ctx_p, ctypes.c_uint64]),
         "snap_save_on_stream": (ctypes.c_int, [ctx_p, ctypes.c_uint64, ctypes.c_void_p]),
         "snap_fence": (ctypes.c_int, [ctx_p]),
@@ -203,8 +204,8 @@ def _bind(h):
         "snap_wait": (ctypes.c_int, [ctx_p]),
         "snap_latest": (ctypes.c_int, [ctx_p, P(ctypes.c_uint64)]),
         "snap_restore": (ctypes.c_int, [ctx_p, ctypes.c_uint64, P(ctypes.c_uint64)]),
-        "snap_describe": (ctypes.c_int, [ctx_p, ctypes.c_uint64, P(ctypes.c_uint64), P(SnapRegionInfo),
-                                         ctypes.c_uint32, P(ctypes.c_uint32)]),
+        "snap_describe_size": (ctypes.c_int, [ctx_p, ctypes.c_uint64, P(ctypes.c_uint64), P(SnapRegionInfo),
+                                              ctypes.c_uint32, P(ctypes.c_uint32), ctypes.c_size_t]),
         "snap_flush": (ctypes.c_int, [ctx_p, ctypes.c_uint64, ctypes.c_int]),
         "snap_errmsg": (ctypes.c_char_p, [ctx_p]),
         "snap_close": (ctypes.c_int, [ctx_p]),
@@ -258,32 +259,40 @@ def parse_codec(spec):
     return CODEC[kind], bound
 
 
-_STR_FIELDS = ("job", "store", "socket", "flush_dir")
+_STR_FIELDS = ("job", "store", "socket", "capture")
 
 
 def config(overrides=None):
-    """A struct snap_config: defaults, then SNAP_* variables, then overrides
-    (a dict of C field names; sizes may be strings like "8G")."""
+    """(struct snap_config, {python-side settings}): defaults, then SNAP_*
+    variables, then overrides (a dict of C field names; sizes may be strings
+    like "8G"). flush_dir is kept on the Python side (SNAP_FLUSH_DIR)."""
     cfg = SnapConfig()
     L = lib()
-    L.snap_config_init(ctypes.byref(cfg))
+    L.snap_config_init_size(ctypes.byref(cfg), ctypes.sizeof(cfg))
     err = ctypes.create_string_buffer(512)
     if L.snap_config_from_env(ctypes.byref(cfg), err, len(err)):
         raise SnapError(EINVAL, err.value.decode())
-    names = {f for f, _ in SnapConfig._fields_}
+    py = {"flush_dir": os.environ.get("SNAP_FLUSH_DIR", "")}
+    names = {f for f, _ in SnapConfig._fields_} - {"size"}
     for k, v in (overrides or {}).items():
         if v is None:
             continue
+        if k in PY_SETTINGS:
+            py[k] = os.fsdecode(v)
+            continue
+        if k in DAEMON_SETTINGS:
+            raise TypeError(f"{k} is snapsmp's setting, not the trainer's: give snapsmp --{k.replace('_', '-')} "
+                            f"or SNAP_{k.upper()} in its environment")
         if k not in names:
             raise TypeError(f"unknown libsnap setting {k!r}; the settings are the fields of struct snap_config: "
-                            + ", ".join(sorted(names)))
+                            + ", ".join(sorted(names | set(PY_SETTINGS))))
         if k in _STR_FIELDS:
             b = os.fsencode(v)
-            limit = JOB_MAX + 1 if k == "job" else PATH_MAX
+            limit = ctypes.sizeof(dict(SnapConfig._fields_)[k])
             if len(b) >= limit:
                 raise ValueError(f"{k} {v!r} is longer than {limit - 1} bytes")
             setattr(cfg, k, b)
-        elif k in ("mem_limit", "chunk_size") and isinstance(v, str):
+        elif k == "chunk_size" and isinstance(v, str):
             setattr(cfg, k, parse_size(v))
         elif k in ("codec_param", "codec_optim") and isinstance(v, str):
             cid, bound = parse_codec(v)
@@ -291,12 +300,14 @@ def config(overrides=None):
             setattr(cfg, k + "_bound", bound)
         else:
             setattr(cfg, k, v)
-    return cfg
+    return cfg, py
 
 
-def config_dict(cfg):
-    out = {}
+def config_dict(cfg, py):
+    out = dict(py)
     for f, _ in SnapConfig._fields_:
+        if f == "size":
+            continue
         v = getattr(cfg, f)
         out[f] = os.fsdecode(v) if f in _STR_FIELDS else v
     return out
@@ -340,7 +351,7 @@ class Context:
         off = [0] * len(shape) if offset is None else offset
         for d in range(len(shape)):
             r.shape[d], r.global_shape[d], r.shard_offset[d] = shape[d], gs[d], off[d]
-        self.check(self.L.snap_register(self.h, ctypes.byref(r)), f"register {name!r}")
+        self.check(self.L.snap_register_size(self.h, ctypes.byref(r), ctypes.sizeof(r)), f"register {name!r}")
 
     def save(self, step, stream=None):
         if stream is None:
@@ -370,7 +381,8 @@ class Context:
         for _ in range(4):   # the step may change between the two calls
             cap = n.value
             arr = (SnapRegionInfo * max(cap, 1))()
-            rc = self.L.snap_describe(self.h, step, ctypes.byref(got), arr, cap, ctypes.byref(n))
+            rc = self.L.snap_describe_size(self.h, step, ctypes.byref(got), arr, cap, ctypes.byref(n),
+                                           ctypes.sizeof(SnapRegionInfo))
             if rc == ENOENT:
                 return None
             if rc == EOVERFLOW:

@@ -143,8 +143,10 @@ class Checkpointer:
               scheduler, GradScaler, data loader position) or a picklable
               value (restored into `ckpt.extra[name]`).
     job, store, codec, and every other field of struct snap_config by its C
-              name (mem_limit, copy_threads, timeout_ms, flush_dir, ...):
-              override the SNAP_* variables. codec: "lossless", "abs:1e-3",
+              name (copy_threads, timeout_ms, chunk_size, ...), and flush_dir
+              (where snapsmp persists, to read a persisted step's layout):
+              override the SNAP_* variables. snapsmp's own settings
+              (mem_limit, slots, flush_*) are its flags, not these. codec: "lossless", "abs:1e-3",
               "rel:1e-3" (for params and optimizer state) or a dict
               {"param": ..., "optim": ...}.
     shards    how tensors are sharded across ranks, for export and
@@ -187,8 +189,8 @@ class Checkpointer:
             # torchrun's variables, before init_process_group
             over.setdefault("rank", int(os.environ["RANK"]))
             over.setdefault("world_size", int(os.environ["WORLD_SIZE"]))
-        self.cfg = C.config(over)
-        self.settings = C.config_dict(self.cfg)
+        self.cfg, py = C.config(over)
+        self.settings = C.config_dict(self.cfg, py)
         self.rank, self.world_size = self.cfg.rank, self.cfg.world_size
         self._ctx = C.Context(self.cfg)
         self._keys = None          # region keys registered on the context, in order

@@ -46,22 +46,44 @@
 extern "C" {
 #endif
 
+/*
+ * Versions. The macros give the version this header belongs to;
+ * snap_version() the version of the libsnap.so actually loaded. CMake reads
+ * the project version from these three lines.
+ */
 #define SNAP_VERSION_MAJOR 0
-#define SNAP_VERSION_MINOR 1
+#define SNAP_VERSION_MINOR 4
+#define SNAP_VERSION_PATCH 0
+#define SNAP_VERSION_NUMBER (SNAP_VERSION_MAJOR * 10000 + SNAP_VERSION_MINOR * 100 + SNAP_VERSION_PATCH)
 
-#define SNAP_NAME_MAX 255       /* region name length, bytes */
-#define SNAP_JOB_MAX 64         /* job name length: [A-Za-z0-9._-], no leading '.' */
-#define SNAP_PATH_MAX 256
+/* SNAP_VERSION_NUMBER of the loaded library (e.g. 400 for 0.4.0). */
+SNAP_API int snap_version(void);
+/* "0.4.0" */
+SNAP_API const char *snap_version_string(void);
+
 #define SNAP_STEP_LATEST UINT64_MAX
 
 /*
- * Configuration. snap_config_init() fills defaults; snap_config_from_env()
- * applies SNAP_* environment overrides. The same struct configures the
- * client library, snapsmp and snaptool, and the same names appear in their
- * flags (--mem-limit <-> SNAP_MEM_LIMIT <-> mem_limit). docs/design.md lists
- * every field.
+ * Growing the ABI. struct snap_config, struct snap_region and struct
+ * snap_region_info only ever gain fields at their end. Every call that
+ * takes one is told the size the caller was compiled with (the inline
+ * wrappers below pass sizeof), so a program built against an older header
+ * keeps working with a newer library (missing fields take their defaults),
+ * and a program built against a newer header gets SNAP_EUNSUPPORTED from an
+ * older library only if it sets a field that library does not know.
+ * Language bindings call the *_size functions with their struct's size.
+ */
+
+/*
+ * Configuration of the client. snap_config_init() fills defaults;
+ * snap_config_from_env() applies SNAP_* environment overrides. The same
+ * names appear everywhere: field mem_limit <-> SNAP_MEM_LIMIT <-> flag
+ * --mem-limit <-> Python keyword mem_limit; docs/design.md lists them all.
+ * The daemon's own settings (memory budget, slots, flush) are snapsmp's
+ * (its flags and SNAP_* variables), not fields here.
  */
 struct snap_config {
+	uint32_t size;                /* set by snap_config_init(): the struct's size as compiled */
 	char job[SNAP_JOB_MAX + 1];   /* SNAP_JOB, default "default" */
 	char store[SNAP_PATH_MAX];    /* SNAP_STORE: node store root, default /dev/shm/libsnap */
 	char socket[SNAP_PATH_MAX];   /* SNAP_SOCKET: "" (the default) means <store>/smp.sock,
@@ -69,22 +91,10 @@ struct snap_config {
 	int rank;                     /* SNAP_RANK (else OMPI/PMI/SLURM rank vars), default 0 */
 	int world_size;               /* SNAP_WORLD_SIZE (else launcher vars), default 1 */
 	int local_rank;               /* SNAP_LOCAL_RANK (else launcher vars), default 0 */
-	uint64_t mem_limit;           /* SNAP_MEM_LIMIT: bytes snapsmp may hold; default 1/4 of RAM */
-	unsigned slots;               /* SNAP_SLOTS: slots per rank (>= 2), default 2; snapsmp decides,
-	                                 trainers follow its count */
 	unsigned copy_threads;        /* SNAP_COPY_THREADS: default 2 */
 	uint64_t chunk_size;          /* SNAP_CHUNK_SIZE: CRC granularity, default 4 MiB */
 	unsigned timeout_ms;          /* SNAP_TIMEOUT_MS: connect and slot wait, default 30000 */
-	int verify_commit;            /* SNAP_VERIFY_COMMIT: snapsmp re-checks CRCs at commit (0) */
 	int populate;                 /* SNAP_POPULATE: pre-fault slot mappings at register (1) */
-	/* Persistence (snapsmp): lazy flush of restorable steps to HDF5. */
-	char flush_dir[SNAP_PATH_MAX];/* SNAP_FLUSH_DIR: "" disables flushing */
-	unsigned flush_every;         /* SNAP_FLUSH_EVERY: flush every F-th new restorable step (0: off) */
-	unsigned flush_interval;      /* SNAP_FLUSH_INTERVAL: seconds between flushes (0: off) */
-	unsigned flush_keep;          /* SNAP_FLUSH_KEEP: persisted steps kept per job (2) */
-	int flush_codec;              /* SNAP_FLUSH_CODEC: "none" (0) or "lz4" (1) */
-	int allow_older;              /* SNAP_ALLOW_OLDER: restore may fall back to an older
-	                                 persisted step when the newest is damaged (0) */
 	/* Default codecs for float regions (f32, bf16, f16) registered with
 	 * codec SNAP_CODEC_NONE, by kind: SNAP_CODEC_PARAM and SNAP_CODEC_OPTIM,
 	 * each "none", "lossless", "abs:<bound>" or "rel:<factor>" (default none). */
@@ -92,35 +102,34 @@ struct snap_config {
 	double codec_param_bound;
 	int codec_optim;
 	double codec_optim_bound;
-	/* SNAP_FLUSH_MODE (snapsmp --flush-mode): permission bits of the files
-	 * the flush creates (octal, default 0600; it must include 0600).
-	 * Directories it creates get the same bits plus x where r is set
-	 * (0600 -> 0700). Applied whatever the umask: checkpoints hold a
-	 * model's weights. */
-	unsigned flush_mode;
-	/* Captured files (LD_PRELOAD=libsnap_preload.so, docs/design.md "Captured
-	 * files"). SNAP_CAPTURE is read by the preload: ':'-separated absolute
-	 * directories whose files a preloaded process keeps in the node store
-	 * (empty: none). SNAP_FLUSH_FILES (snapsmp --flush-files 0|1): snapsmp
-	 * copies each committed captured file to its real path in the background
-	 * right after the commit (1, the default), or only on SIGUSR1, SIGTERM or
-	 * a request (0). */
+	/* SNAP_CAPTURE, read by the preload (LD_PRELOAD=libsnap_preload.so,
+	 * docs/design.md "Captured files"): ':'-separated absolute directories
+	 * whose files a preloaded process keeps in the node store (empty: none). */
 	char capture[1024];
-	int flush_files;
 };
 
-/* Fill every field with its default. 0, or SNAP_EINVAL when cfg is NULL. */
-int snap_config_init(struct snap_config *cfg);
+/*
+ * Fill every field with its default and cfg->size with `size`, the caller's
+ * sizeof(struct snap_config). 0, SNAP_EINVAL when cfg is NULL or size is
+ * smaller than the first released layout.
+ */
+SNAP_API int snap_config_init_size(struct snap_config *cfg, size_t size);
+static inline int snap_config_init(struct snap_config *cfg)
+{
+	return snap_config_init_size(cfg, sizeof(*cfg));
+}
 
 /*
  * Apply SNAP_* environment variables (and the launcher's rank variables) over
  * cfg. On a malformed value returns SNAP_EINVAL and, if err is not NULL,
- * writes a message naming the variable into err[errlen].
+ * writes a message naming the variable into err[errlen]. cfg must have been
+ * filled by snap_config_init() (cfg->size): SNAP_EINVAL otherwise, as for
+ * snap_open().
  */
-int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen);
+SNAP_API int snap_config_from_env(struct snap_config *cfg, char *err, size_t errlen);
 
 /* Parse "4096", "4K", "4KiB", "16M", "2G", "1T" into bytes. 0 or SNAP_EINVAL (also for NULL). */
-int snap_parse_size(const char *s, uint64_t *out);
+SNAP_API int snap_parse_size(const char *s, uint64_t *out);
 
 typedef struct snap_ctx snap_ctx;
 
@@ -130,7 +139,7 @@ typedef struct snap_ctx snap_ctx;
  * is set to a context even on failure (it is, for every error but
  * SNAP_ENOMEM), read snap_errmsg() and then snap_close() it.
  */
-int snap_open(const struct snap_config *cfg, snap_ctx **ctxp);
+SNAP_API int snap_open(const struct snap_config *cfg, snap_ctx **ctxp);
 
 /*
  * A region of memory to snapshot. ptr must stay valid and keep its size until
@@ -199,11 +208,16 @@ struct snap_region {
  */
 
 /*
- * Register one region. Allowed until the first snap_save() or snap_restore(),
+ * Register one region (snap_register_size: `size` is the caller's
+ * sizeof(struct snap_region); see "Growing the ABI"). Allowed until the first snap_save() or snap_restore(),
  * which freeze the layout (SNAP_ESTATE afterwards). Checks the name, dtype,
  * kind, shape against bytes; the struct is copied, the memory is not.
  */
-int snap_register(snap_ctx *ctx, const struct snap_region *region);
+SNAP_API int snap_register_size(snap_ctx *ctx, const struct snap_region *region, size_t size);
+static inline int snap_register(snap_ctx *ctx, const struct snap_region *region)
+{
+	return snap_register_size(ctx, region, sizeof(*region));
+}
 
 /*
  * Start an asynchronous snapshot of every registered region as `step`.
@@ -217,7 +231,7 @@ int snap_register(snap_ctx *ctx, const struct snap_region *region);
  * belong to the timeline the restore abandoned). Fails with SNAP_EUNFENCED
  * if the previous save was not fenced.
  */
-int snap_save(snap_ctx *ctx, uint64_t step);
+SNAP_API int snap_save(snap_ctx *ctx, uint64_t step);
 
 /*
  * snap_save() ordered after the work already queued on `stream` (a
@@ -226,7 +240,7 @@ int snap_save(snap_ctx *ctx, uint64_t step);
  * snapshot holds what the optimizer step queued before it. Returns without
  * waiting for the GPU. Without CUDA regions the stream is ignored.
  */
-int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream);
+SNAP_API int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream);
 
 /*
  * Wait until the copy of the last save has read all registered memory. After
@@ -234,7 +248,7 @@ int snap_save_on_stream(snap_ctx *ctx, uint64_t step, void *stream);
  * there is nothing to wait for. A failed copy is reported here and by
  * snap_wait().
  */
-int snap_fence(snap_ctx *ctx);
+SNAP_API int snap_fence(snap_ctx *ctx);
 
 /*
  * The stream-ordered fence: work queued on `stream` after this call (the
@@ -247,26 +261,26 @@ int snap_fence(snap_ctx *ctx);
  * for the copy to finish if it is still running. Without CUDA regions it is
  * snap_fence().
  */
-int snap_fence_on_stream(snap_ctx *ctx, void *stream);
+SNAP_API int snap_fence_on_stream(snap_ctx *ctx, void *stream);
 
 /*
  * Host memory this context has page-locked for GPU copies: its mapped slots
  * (memory snapsmp granted within SNAP_MEM_LIMIT) plus a table of 8 bytes per
  * chunk. 0 without CUDA regions.
  */
-int snap_pinned(snap_ctx *ctx, uint64_t *bytes);
+SNAP_API int snap_pinned(snap_ctx *ctx, uint64_t *bytes);
 
 /*
  * Wait until the last save is committed by snapsmp (implies the fence).
  * Returns that save's outcome: 0 once snapsmp has published it.
  */
-int snap_wait(snap_ctx *ctx);
+SNAP_API int snap_wait(snap_ctx *ctx);
 
 /*
  * The newest step restorable for this job on this node: committed by every
  * rank of the job. SNAP_ENOENT when there is none.
  */
-int snap_latest(snap_ctx *ctx, uint64_t *step);
+SNAP_API int snap_latest(snap_ctx *ctx, uint64_t *step);
 
 /*
  * Restore `step` (or SNAP_STEP_LATEST) into the registered regions. Every
@@ -279,7 +293,7 @@ int snap_latest(snap_ctx *ctx, uint64_t *step);
  * first: it waits for the previous save itself, as snap_wait() does (copy
  * and commit), and returns that save's error if it failed.
  */
-int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
+SNAP_API int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
 
 /*
  * Ask snapsmp to persist `step` (or SNAP_STEP_LATEST, the newest restorable
@@ -288,7 +302,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored);
  * flush failed. SNAP_EUNSUPPORTED if snapsmp runs without a flush directory.
  * Flushing never blocks saves: it reads the snapshot in the node store.
  */
-int snap_flush(snap_ctx *ctx, uint64_t step, int wait);
+SNAP_API int snap_flush(snap_ctx *ctx, uint64_t step, int wait);
 
 /*
  * A region of a committed step, as snap_describe() reports it: the fields of
@@ -327,26 +341,33 @@ struct snap_region_info {
  * cap < *nregions the call fills cap of them and returns SNAP_EOVERFLOW:
  * call again with room for *nregions (cap 0 and regions NULL to ask).
  * Checksums are not verified here; snap_restore() does that.
+ * snap_describe_size: `size` is the caller's sizeof(struct snap_region_info),
+ * the stride of regions[].
  */
-int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
-		  uint32_t cap, uint32_t *nregions);
+SNAP_API int snap_describe_size(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
+			       uint32_t cap, uint32_t *nregions, size_t size);
+static inline int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct snap_region_info *regions,
+				uint32_t cap, uint32_t *nregions)
+{
+	return snap_describe_size(ctx, step, step_out, regions, cap, nregions, sizeof(*regions));
+}
 
 /*
  * CRC32C (Castagnoli; crc32c("123456789") == 0xE3069283) as every libsnap
  * format uses it (manifests, chunks, HDF5 attributes), for tools that verify
  * a store or a file without linking the rest. Thread-safe.
  */
-uint32_t snap_crc32c(const void *buf, size_t len);
+SNAP_API uint32_t snap_crc32c(const void *buf, size_t len);
 
 /* The message for the last error on ctx ("" if none). Valid until the next call. */
-const char *snap_errmsg(const snap_ctx *ctx);
+SNAP_API const char *snap_errmsg(const snap_ctx *ctx);
 
 /*
  * Wait for an in-flight snapshot to commit, stop the copy threads, unmap the
  * slots and disconnect. Returns the in-flight snapshot's outcome. ctx is freed
  * in all cases; NULL is a no-op.
  */
-int snap_close(snap_ctx *ctx);
+SNAP_API int snap_close(snap_ctx *ctx);
 
 #ifdef __cplusplus
 }

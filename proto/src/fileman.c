@@ -4,8 +4,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fileman.h"
-#include "internal.h"
+#include "snap/fileman.h"
+#include "snap/base.h"
 
 uint32_t snap_fman_nchunks(uint64_t size, uint32_t chunk)
 {

@@ -14,6 +14,18 @@
 extern "C" {
 #endif
 
+/*
+ * Marks the functions libsnap.so exports: the libraries are built with
+ * -fvisibility=hidden, so everything else stays inside them.
+ */
+#ifndef SNAP_API
+#if defined(__GNUC__)
+#define SNAP_API __attribute__((visibility("default")))
+#else
+#define SNAP_API
+#endif
+#endif
+
 enum snap_error {
 	SNAP_OK = 0,
 	SNAP_EINVAL = -1,        /* invalid argument */
@@ -39,7 +51,7 @@ enum snap_error {
 };
 
 /* Static English text for a code returned by any libsnap component. Never NULL. */
-const char *snap_strerror(int err);
+SNAP_API const char *snap_strerror(int err);
 
 #ifdef __cplusplus
 }

@@ -1,22 +1,14 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Small helpers shared by every binary: messages, CRC32C, clock. */
-#include <stdarg.h>
-#include <stdio.h>
-#include <time.h>
+/*
+ * CRC32C (Castagnoli), the one implementation every libsnap format uses:
+ * manifests, chunks, parity, HDF5 attributes. ISA-L does the bytes.
+ */
+#include <stddef.h>
+#include <stdint.h>
 
 #include <isa-l/crc.h>
 
-#include "internal.h"
-
-void snap_fmt(char *err, size_t errlen, const char *fmt, ...)
-{
-	if (!err || errlen == 0)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(err, errlen, fmt, ap);
-	va_end(ap);
-}
+#include "snap/base.h"
 
 uint32_t snap_crc32c_update(uint32_t crc, const void *buf, size_t len)
 {
@@ -76,11 +68,4 @@ uint32_t snap_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2)
 		len2 >>= 1;
 	} while (len2);
 	return crc1 ^ crc2;
-}
-
-uint64_t snap_now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }

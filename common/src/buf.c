@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Bounded little-endian encoding; see buf.h. x86 and ARM are little-endian,
  * but we encode byte by byte so the format never depends on the host. */
-#include "buf.h"
+#include "snap/buf.h"
 
 int snap_wbuf_reserve(struct snap_wbuf *w, size_t more)
 {

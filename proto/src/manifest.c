@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
-#include "manifest.h"
+#include "snap/base.h"
+#include "snap/manifest.h"
 #include "snap/codec.h"
 
 static int name_cmp(const void *a, const void *b)

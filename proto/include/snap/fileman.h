@@ -20,7 +20,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "buf.h"
+#include "snap/buf.h"
 
 #define SNAP_FMAN_MAGIC "SNAPFIL\0"
 #define SNAP_FMAN_VERSION 1

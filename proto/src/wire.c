@@ -7,9 +7,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "buf.h"
-#include "internal.h"
-#include "wire.h"
+#include "snap/buf.h"
+#include "snap/base.h"
+#include "snap/wire.h"
 
 int snap_wire_parse_hdr(const void *b, struct snap_msg_hdr *h)
 {

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snap/types.h - value enums shared by every libsnap component (dtype, kind,
- * device, codec). Header-only: kernels/, ec/ and io/ include it without
- * linking libsnap. The numeric values are part of the on-disk and wire
+ * device, codec) and the limits on names. kernels/, ec/ and io/ include it
+ * without linking libsnap (the name functions are in common/). The numeric values are part of the on-disk and wire
  * formats; never renumber, only append.
  */
 #ifndef SNAP_TYPES_H
@@ -10,6 +10,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "snap/error.h"   /* SNAP_API */
 
 #ifdef __cplusplus
 extern "C" {
@@ -55,6 +57,9 @@ enum snap_codec_id {
 };
 
 #define SNAP_MAX_NDIM 8
+#define SNAP_NAME_MAX 255       /* region name length, bytes */
+#define SNAP_JOB_MAX 64         /* job name length: [A-Za-z0-9._-], no leading '.' */
+#define SNAP_PATH_MAX 256
 
 /* Bytes per element, 0 for an unknown dtype. */
 static inline size_t snap_dtype_size(int dtype)
@@ -69,11 +74,11 @@ static inline size_t snap_dtype_size(int dtype)
 }
 
 /* Short lower-case names ("f32", "bf16", "param", ...); "?" when out of range. */
-const char *snap_dtype_name(int dtype);
-const char *snap_kind_name(int kind);
+SNAP_API const char *snap_dtype_name(int dtype);
+SNAP_API const char *snap_kind_name(int kind);
 /* Parse a name back; returns the enum value or SNAP_EINVAL. */
-int snap_dtype_parse(const char *name);
-int snap_kind_parse(const char *name);
+SNAP_API int snap_dtype_parse(const char *name);
+SNAP_API int snap_kind_parse(const char *name);
 
 #ifdef __cplusplus
 }

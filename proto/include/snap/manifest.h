@@ -11,7 +11,7 @@
 
 #include <stdint.h>
 
-#include "buf.h"
+#include "snap/buf.h"
 #include "snap/snap.h"
 
 #define SNAP_MAN_MAGIC "SNAPMAN\0"

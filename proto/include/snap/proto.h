@@ -1,0 +1,35 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * snap/proto.h - what a client and its snapsmp agree on besides the wire and
+ * manifest formats (snap/wire.h, snap/manifest.h): the settings both read.
+ * struct snap_config itself is defined by the public header snap/snap.h,
+ * which is the contract; proto/ uses its definitions, never libsnap.so.
+ * Not installed.
+ */
+#ifndef SNAP_PROTO_H
+#define SNAP_PROTO_H
+
+#include <stddef.h>
+
+#include "snap/base.h"
+#include "snap/snap.h"
+
+/* sizeof(struct snap_config) in 0.4, the first layout with a size field. */
+#define SNAP_CONFIG_SIZE_0_4 (offsetof(struct snap_config, capture) + 1024)
+
+/*
+ * dst = a whole struct snap_config of this version made from the caller's
+ * src (src->size bytes; see "Growing the ABI" in snap.h): the fields src
+ * lacks take their defaults. 0, SNAP_EINVAL (not initialised) or
+ * SNAP_EUNSUPPORTED (sets fields this build does not know).
+ */
+int snap_config_get(struct snap_config *dst, const struct snap_config *src, char *err, size_t errlen);
+int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
+/* Fill cfg->socket with <store>/smp.sock when it was left empty (not set explicitly). */
+int snap_config_socket(struct snap_config *cfg, char *err, size_t errlen);
+/* "none" -> 0, "lz4" -> 1. */
+int snap_flush_codec_parse(const char *s, int *codec);
+/* "0600", "640", ...: octal permission bits including 0600. 0 or SNAP_EINVAL. */
+int snap_flush_mode_parse(const char *s, unsigned *mode);
+
+#endif
