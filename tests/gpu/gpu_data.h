@@ -16,7 +16,7 @@
 
 #include "../check.h"
 #include "../smp/harness.h"
-#include "manifest.h"
+#include "snap/manifest.h"
 #include "snap/codec.h"
 
 /* Sizes are divided by this (the fixture committed for CI is small). */

@@ -32,8 +32,8 @@
 #include "../check.h"
 #include "../cuda_check.h"
 #include "../smp/harness.h"
-#include "internal.h"
-#include "manifest.h"
+#include "snap/base.h"
+#include "snap/manifest.h"
 #include "snap/codec.h"
 #include "gpu_data.h"
 
