@@ -16,7 +16,7 @@
 #include "snap/codec.h"
 
 #include "codecfilter.h"
-#include "internal.h"
+#include "io_int.h"
 
 /* frame_crc32c above this many bytes goes to dense attribute storage: an
  * HDF5 object header message is limited to 64 KiB. */
@@ -105,13 +105,13 @@ int io_frames_write(hid_t f, const char *final, const char *dsname, const struct
 	if (H5Zregister(&io_codec_filter_class) < 0)
 		return io_fail_h5(err, SNAP_EIO, "%s: cannot register HDF5 filter %d", final, SNAP_IO_FILTER_CODEC);
 	hsize_t dims[1] = {count}, cdims[1] = {chunk};
-	unsigned cd[IO_CODEC_CD_N] = {IO_CODEC_CD_VERSION, (unsigned)g->dtype, (unsigned)chunk,
+	unsigned cd[SNAP_IO_CODEC_CD_N] = {SNAP_IO_CODEC_CD_VERSION, (unsigned)g->dtype, (unsigned)chunk,
 				      (unsigned)(chunk >> 32)};
 	hid_t t = io_h5_type(g->dtype), s = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
 	hid_t ds = -1;
 	int rc = 0;
 	if (t >= 0 && s >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, cdims) >= 0 &&
-	    H5Pset_filter(dcpl, SNAP_IO_FILTER_CODEC, H5Z_FLAG_MANDATORY, IO_CODEC_CD_N, cd) >= 0 &&
+	    H5Pset_filter(dcpl, SNAP_IO_FILTER_CODEC, H5Z_FLAG_MANDATORY, SNAP_IO_CODEC_CD_N, cd) >= 0 &&
 	    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_INCR) >= 0 && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 &&
 	    ((uint64_t)g->nframes * 4 <= COMPACT_ATTR_MAX || H5Pset_attr_phase_change(dcpl, 0, 0) >= 0))
 		ds = H5Dcreate2(f, dsname, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
@@ -189,12 +189,12 @@ int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_
 			       "%" PRIu64 " disagree", path, link, nd == 1 ? (uint64_t)dims[0] : 0, fe);
 	uint64_t chunk = fe < count ? fe : count;
 	hsize_t cdims[1] = {0};
-	unsigned flags = 0, cd[IO_CODEC_CD_N + 4] = {0};
-	size_t ncd = IO_CODEC_CD_N + 4;
+	unsigned flags = 0, cd[SNAP_IO_CODEC_CD_N + 4] = {0};
+	size_t ncd = SNAP_IO_CODEC_CD_N + 4;
 	if (H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 1, cdims) != 1 || cdims[0] != chunk ||
 	    H5Pget_nfilters(dcpl) != 1 ||
-	    H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, NULL, NULL) != SNAP_IO_FILTER_CODEC || ncd != IO_CODEC_CD_N ||
-	    cd[0] != IO_CODEC_CD_VERSION || cd[1] != (unsigned)in->dtype ||
+	    H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, NULL, NULL) != SNAP_IO_FILTER_CODEC || ncd != SNAP_IO_CODEC_CD_N ||
+	    cd[0] != SNAP_IO_CODEC_CD_VERSION || cd[1] != (unsigned)in->dtype ||
 	    ((uint64_t)cd[2] | (uint64_t)cd[3] << 32) != chunk)
 		return io_fail_h5(err, SNAP_EFORMAT, "%s: dataset \"%s\": not the chunk layout and filter %d snapio "
 				  "writes for codec frames", path, link, SNAP_IO_FILTER_CODEC);

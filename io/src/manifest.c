@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 #define MANIFEST_MAX (64u << 20)
 
@@ -69,7 +69,7 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	char path[4200], sdir[4096];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step))
 		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
-	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
+	snprintf(path, sizeof path, "%s/%s", sdir, SNAP_IO_MANIFEST);
 	char *b = NULL;
 	size_t len = 0;
 	int rc = read_all(path, &b, &len);
@@ -96,7 +96,7 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	if (sscanf(b, "snapio-manifest %d\njob %159s\nstep %" SCNu64 "\nworld %" SCNu64 "\n%n", &ver, mjob, &mstep, &w,
 		   &pos) != 4 || pos == 0) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest header unreadable", path);
-	} else if (ver != IO_FORMAT_VERSION) {
+	} else if (ver != SNAP_IO_FORMAT_VERSION) {
 		rc = io_fail(err, SNAP_EFORMAT, "%s: manifest version %d not supported", path, ver);
 	} else if (strcmp(mjob, job) != 0 || mstep != step || w == 0 || w > UINT32_MAX) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest is for job %s step %" PRIu64 " world %" PRIu64, path,
@@ -189,11 +189,11 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	char sdir[4096], path[4200], tmp[4300];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step))
 		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
-	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
+	snprintf(path, sizeof path, "%s/%s", sdir, SNAP_IO_MANIFEST);
 	uint32_t have = 0;
 	struct snap_io_err probe = {0};
 	char mark[4200];
-	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
+	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
 	if (io_manifest_load(dir, job, step, 1, &have, NULL, &probe) == 0) {
 		if (have == world) {
 			unlink(mark);
@@ -225,12 +225,12 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
 	if (!rc) {
 		len += (size_t)snprintf(b + len, cap - len, "snapio-manifest %d\njob %s\nstep %" PRIu64 "\nworld %" PRIu32 "\n",
-					IO_FORMAT_VERSION, job, step, world);
+					SNAP_IO_FORMAT_VERSION, job, step, world);
 		for (uint32_t r = 0; r < world; r++)
 			len += (size_t)snprintf(b + len, cap - len, "rank %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %08x\n",
 						r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
 		len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
-		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, IO_MANIFEST, (int)getpid());
+		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, SNAP_IO_MANIFEST, (int)getpid());
 		/* The MANIFEST takes the step directory's bits less x (the writer
 		 * made the directory with the configured mode), whatever the umask. */
 		struct stat dst;
@@ -354,11 +354,11 @@ int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uin
 		char sdir[4400], p[4500];
 		if (snprintf(sdir, sizeof sdir, "%s/%s", jdir, e->d_name) >= (int)sizeof sdir)
 			continue;
-		snprintf(p, sizeof p, "%s/%s", sdir, IO_MANIFEST);
+		snprintf(p, sizeof p, "%s/%s", sdir, SNAP_IO_MANIFEST);
 		struct stat st;
 		if (lstat(p, &st) == 0)
 			continue;   /* sealed (listed, or damaged: the caller's other checks) */
-		snprintf(p, sizeof p, "%s/%s", sdir, IO_INCOMPLETE);
+		snprintf(p, sizeof p, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
 		if (lstat(p, &st) == 0 || errno != ENOENT)
 			continue;   /* a flush that never finished */
 		DIR *sd = opendir(sdir);

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 int io_check_job(const char *job, struct snap_io_err *err)
 {
@@ -36,7 +36,7 @@ int io_sanitise(const char *name, char *out, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t n = strlen(name), k = 0;
-	if (n == 0 || n > IO_MAX_NAME || cap < 3 * n + 1)
+	if (n == 0 || n > SNAP_IO_MAX_NAME || cap < 3 * n + 1)
 		return SNAP_EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)name[i];

@@ -15,7 +15,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 int io_get_attr_str(hid_t obj, const char *name, char *out, size_t cap)
 {
@@ -87,10 +87,10 @@ static int rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, ui
 {
 	char fmt[32];
 	uint64_t ver = 0, r = 0, w = 0;
-	if (io_get_attr_str(file, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, IO_FORMAT_NAME) != 0 ||
+	if (io_get_attr_str(file, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, SNAP_IO_FORMAT_NAME) != 0 ||
 	    io_get_attr_u64(file, "format_version", &ver, 1, NULL) < 0)
 		return io_fail_h5(err, SNAP_EFORMAT, "%s: not a snapio rank file (no format attribute)", path);
-	if (ver != IO_FORMAT_VERSION)
+	if (ver != SNAP_IO_FORMAT_VERSION)
 		return io_fail(err, SNAP_EFORMAT, "%s: snapio format version %" PRIu64 " not supported", path, ver);
 	if (io_get_attr_str(file, "job", job, jobcap) < 0 || io_get_attr_u64(file, "step", step, 1, NULL) < 0 ||
 	    io_get_attr_u64(file, "rank", &r, 1, NULL) < 0 || io_get_attr_u64(file, "world", &w, 1, NULL) < 0)
@@ -478,7 +478,7 @@ int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t 
 			qsort(ds, nds, sizeof *ds, by_name);
 		for (size_t i = 0; i < n && !rc; i++) {
 			struct io_ds key;
-			if (!dests[i].name || strlen(dests[i].name) > IO_MAX_NAME) {
+			if (!dests[i].name || strlen(dests[i].name) > SNAP_IO_MAX_NAME) {
 				rc = io_fail(err, SNAP_EINVAL, "destination %zu: bad name", i);
 				break;
 			}

@@ -20,7 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 struct snap_io_writer {
 	struct snap_io_opts o;
@@ -43,11 +43,11 @@ struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struc
 		io_fail(err, SNAP_EINVAL, "unknown codec %d", o.codec);
 		return NULL;
 	}
-	if (o.io_bytes % IO_ALIGN || o.io_bytes > (1u << 30) || o.queue_depth > 256 ||
+	if (o.io_bytes % SNAP_IO_ALIGN || o.io_bytes > (1u << 30) || o.queue_depth > 256 ||
 	    o.chunk_bytes > (1u << 30)) {
 		io_fail(err, SNAP_EINVAL, "bad writer options: io_bytes %zu (multiple of %d, <= 1 GiB), "
 			"queue_depth %u (<= 256), chunk_bytes %zu (<= 1 GiB)",
-			o.io_bytes, IO_ALIGN, o.queue_depth, o.chunk_bytes);
+			o.io_bytes, SNAP_IO_ALIGN, o.queue_depth, o.chunk_bytes);
 		return NULL;
 	}
 	struct snap_io_writer *w = calloc(1, sizeof *w);
@@ -174,12 +174,12 @@ static int name_cmp(const void *a, const void *b)
 
 static int check_regions(const struct snap_io_region *r, size_t n, struct snap_io_err *err)
 {
-	char tmp[3 * IO_MAX_NAME + 1];
+	char tmp[3 * SNAP_IO_MAX_NAME + 1];
 	for (size_t i = 0; i < n; i++) {
 		const struct snap_io_region *g = &r[i];
 		if (!g->name || io_sanitise(g->name, tmp, sizeof tmp) < 0)
 			return io_fail(err, SNAP_EINVAL, "region %zu: name missing, empty or longer than %d bytes",
-				       i, IO_MAX_NAME);
+				       i, SNAP_IO_MAX_NAME);
 		size_t es = snap_dtype_size(g->dtype);
 		if (!es || g->kind < 0 || g->kind >= SNAP_KIND_COUNT_ || g->ndim < 1 || g->ndim > SNAP_MAX_NDIM)
 			return io_fail(err, SNAP_EINVAL, "region \"%s\": bad dtype %d, kind %d or ndim %d",
@@ -280,10 +280,10 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		      size_t n, struct plan *plan, uint64_t *stored, struct snap_io_err *err)
 {
 	int rc = 0;
-	char dsname[3 * IO_MAX_NAME + 1];
+	char dsname[3 * SNAP_IO_MAX_NAME + 1];
 	struct lz4buf lb = {0};
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-	if (fapl < 0 || H5Pset_alignment(fapl, IO_ALIGN, IO_ALIGN) < 0) {
+	if (fapl < 0 || H5Pset_alignment(fapl, SNAP_IO_ALIGN, SNAP_IO_ALIGN) < 0) {
 		if (fapl >= 0)
 			H5Pclose(fapl);
 		return io_fail_h5(err, SNAP_EIO, "%s: HDF5 property setup failed", final);
@@ -308,8 +308,8 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		int e = errno;
 		return io_fail_h5(err, e ? io_errno_code(e) : SNAP_EIO, "%s: cannot create temp file %s", final, tmp);
 	}
-	uint64_t u[2] = {step, IO_FORMAT_VERSION};
-	if (io_attr_str(f, "format", IO_FORMAT_NAME) < 0 || io_attr_u64(f, "format_version", &u[1], 1) < 0 ||
+	uint64_t u[2] = {step, SNAP_IO_FORMAT_VERSION};
+	if (io_attr_str(f, "format", SNAP_IO_FORMAT_NAME) < 0 || io_attr_u64(f, "format_version", &u[1], 1) < 0 ||
 	    io_attr_str(f, "job", job) < 0 || io_attr_u64(f, "step", &u[0], 1) < 0 ||
 	    io_attr_u32(f, "rank", rank) < 0 || io_attr_u32(f, "world", world) < 0) {
 		rc = io_fail_h5(err, SNAP_EIO, "%s: writing file attributes failed", final);
@@ -337,7 +337,7 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		if (ok && lz4) {
 			unsigned cd[1] = {(unsigned)cg.full};
 			ok = H5Pset_chunk(dcpl, g->ndim, cg.chunk) >= 0 &&
-			     H5Pset_filter(dcpl, IO_LZ4_FILTER, H5Z_FLAG_OPTIONAL, 1, cd) >= 0;
+			     H5Pset_filter(dcpl, SNAP_IO_LZ4_FILTER, H5Z_FLAG_OPTIONAL, 1, cd) >= 0;
 		} else if (ok) {
 			ok = H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
 			     H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0;
@@ -398,7 +398,7 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 		fdd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
 	*direct = fdd >= 0;
 	int rc = 0;
-	char dsname[3 * IO_MAX_NAME + 1];
+	char dsname[3 * SNAP_IO_MAX_NAME + 1];
 	int e = io_uw_begin(w->uw, fdd, fd);
 	if (e) {
 		if (fdd >= 0)
@@ -472,7 +472,7 @@ static void drop_lone_mark(const char *sdir, const char *mark)
 	int others = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL)
-		others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, IO_INCOMPLETE);
+		others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, SNAP_IO_INCOMPLETE);
 	closedir(d);
 	if (!others)
 		unlink(mark);
@@ -497,7 +497,7 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	char sdir[4096], final[4096], tmp[4200], man[4200];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step) || io_path_rank(final, sizeof final, dir, job, step, rank))
 		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
-	snprintf(man, sizeof man, "%s/%s", sdir, IO_MANIFEST);
+	snprintf(man, sizeof man, "%s/%s", sdir, SNAP_IO_MANIFEST);
 	if (access(man, F_OK) == 0)
 		return io_fail(err, SNAP_ESTATE, "%s: step %" PRIu64 " is already persisted; not rewriting it", sdir, step);
 	if ((rc = io_mkdirs(sdir, io_dir_mode(w->o.mode), err)) < 0)
@@ -505,7 +505,7 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	/* Mark the step unfinished before any rank file can appear (the rank
 	 * file's directory fsync below makes the mark durable with it). */
 	char mark[4200];
-	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
+	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
 	int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (mfd < 0) {
 		int e = errno;

@@ -1,9 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * internal.h - what the io/src files share and nothing outside io/ may use.
+ * io_int.h - what the io/src files share and nothing outside io/ may use.
  */
-#ifndef SNAP_IO_INTERNAL_H
-#define SNAP_IO_INTERNAL_H
+#ifndef SNAP_IO_INT_H
+#define SNAP_IO_INT_H
 
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,16 +13,16 @@
 
 #include "snap/io.h"
 
-#define IO_FORMAT_NAME "snapio"
-#define IO_FORMAT_VERSION 1
-#define IO_MANIFEST "MANIFEST"
+#define SNAP_IO_FORMAT_NAME "snapio"
+#define SNAP_IO_FORMAT_VERSION 1
+#define SNAP_IO_MANIFEST "MANIFEST"
 /* Present in a step directory from its first rank file until MANIFEST is in
  * place: rank files without MANIFEST and without it mean a sealed step whose
  * MANIFEST was lost afterwards (snap_io_lost_step), not an unfinished flush. */
-#define IO_INCOMPLETE ".incomplete"
-#define IO_MAX_NAME 1024
-#define IO_LZ4_FILTER 32004
-#define IO_ALIGN 4096
+#define SNAP_IO_INCOMPLETE ".incomplete"
+#define SNAP_IO_MAX_NAME 1024
+#define SNAP_IO_LZ4_FILTER 32004
+#define SNAP_IO_ALIGN 4096
 
 /* err.c: set the error (code + printf message); returns code. The first
  * error set wins so that the root cause is what the caller reads. */
@@ -43,7 +43,7 @@ void io_h5_leave(void);
 /* names.c */
 int io_check_job(const char *job, struct snap_io_err *err);
 /* Injective escape of a region name into an HDF5 link name. out has room
- * for 3 * IO_MAX_NAME + 1 bytes. */
+ * for 3 * SNAP_IO_MAX_NAME + 1 bytes. */
 int io_sanitise(const char *name, char *out, size_t cap);
 /* Paths. Return SNAP_EINVAL when they do not fit. */
 int io_path_job(char *out, size_t cap, const char *dir, const char *job);
@@ -136,8 +136,8 @@ int io_parse_step_name(const char *name, uint64_t *step);
 
 /* read.c: per-dataset metadata of an open rank file. */
 struct io_ds {
-	char name[IO_MAX_NAME + 1];
-	char dataset[3 * IO_MAX_NAME + 1];
+	char name[SNAP_IO_MAX_NAME + 1];
+	char dataset[3 * SNAP_IO_MAX_NAME + 1];
 	struct snap_io_region_info info;
 	uint64_t off;          /* file offset of contiguous data, else UINT64_MAX */
 	/* What the manifest sums for this dataset: info.crc32c, or for a frame
