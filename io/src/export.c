@@ -197,7 +197,7 @@ static int make_dataset(hid_t f, const char *out, const char *dir_abs, const cha
 		if (!s[i].chosen)
 			continue;
 		char src[PATH_MAX + 32], rel[PATH_MAX + 64], esc_f[2 * PATH_MAX + 160], esc_d[6200];
-		snprintf(src, sizeof src, "%s/rank-%" PRIu32 ".h5", sdir_abs, s[i].rank);
+		io_rank_name(src, sizeof src, sdir_abs, s[i].rank);
 		relpath(dir_abs, src, rel, sizeof rel);
 		vds_escape(rel, esc_f, sizeof esc_f);
 		vds_escape(s[i].dataset, esc_d, sizeof esc_d);

@@ -119,7 +119,7 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 		if (check_files) {
 			char rp[4200];
 			struct stat st;
-			snprintf(rp, sizeof rp, "%s/rank-%" PRIu64 ".h5", sdir, i);
+			io_rank_name(rp, sizeof rp, sdir, (uint32_t)i);
 			if (stat(rp, &st) < 0)
 				rc = io_fail(err, SNAP_ENOENT, "%s: missing (step %" PRIu64 " is damaged)", rp, step);
 			else if ((uint64_t)st.st_size != r[i].size)
@@ -208,14 +208,14 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	/* Missing files first: that is the usual reason a seal is early. */
 	for (uint32_t r = 0; r < world && !rc; r++) {
 		char rp[4200];
-		snprintf(rp, sizeof rp, "%s/rank-%" PRIu32 ".h5", sdir, r);
+		io_rank_name(rp, sizeof rp, sdir, r);
 		if (access(rp, F_OK) < 0)
 			rc = io_fail(err, SNAP_ENOENT, "%s: missing; step %" PRIu64 " cannot be sealed", rp, step);
 	}
 	io_h5_enter();
 	for (uint32_t r = 0; r < world && !rc; r++) {
 		char rp[4200];
-		snprintf(rp, sizeof rp, "%s/rank-%" PRIu32 ".h5", sdir, r);
+		io_rank_name(rp, sizeof rp, sdir, r);
 		rc = summarise(rp, job, step, r, world, &m[r], err);
 	}
 	io_h5_leave();
@@ -365,8 +365,7 @@ int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uin
 		struct dirent *f;
 		int rank_file = 0;
 		while (sd && !rank_file && (f = readdir(sd)) != NULL)
-			rank_file = strncmp(f->d_name, "rank-", 5) == 0 && strlen(f->d_name) > 8 &&
-				    strcmp(f->d_name + strlen(f->d_name) - 3, ".h5") == 0;
+			rank_file = io_is_rank_name(f->d_name);
 		if (sd)
 			closedir(sd);
 		if (rank_file) {

@@ -69,11 +69,6 @@ int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64
 	return fit(snprintf(out, cap, "%s/%s/step-%" PRIu64, dir, job, step), cap);
 }
 
-int io_path_rank(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank)
-{
-	return fit(snprintf(out, cap, "%s/%s/step-%" PRIu64 "/rank-%" PRIu32 ".h5", dir, job, step, rank), cap);
-}
-
 int io_fsync_dir(const char *path)
 {
 	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
