@@ -26,6 +26,76 @@ struct walk {
 	struct snap_io_err *err;
 };
 
+/* The attributes every region's dataset has (io_attrs_region's) into d;
+ * codec gets the codec name. -1 if one is missing or unreadable. */
+static int region_attrs(hid_t ds, struct io_ds *d, char *codec, size_t ccap, size_t *ng, size_t *no)
+{
+	struct snap_io_region_info *in = &d->info;
+	char kind[32], dtype[32];
+	if (io_get_attr_str(ds, "name", d->name, sizeof d->name) < 0 ||
+	    io_get_attr_str(ds, "kind", kind, sizeof kind) < 0 || io_get_attr_str(ds, "dtype", dtype, sizeof dtype) < 0 ||
+	    io_get_attr_str(ds, "codec", codec, ccap) < 0 ||
+	    io_get_attr_u64(ds, "global_shape", in->global_shape, SNAP_MAX_NDIM, ng) < 0 ||
+	    io_get_attr_u64(ds, "shard_offset", in->shard_offset, SNAP_MAX_NDIM, no) < 0)
+		return -1;
+	in->dtype = snap_dtype_parse(dtype);
+	in->kind = snap_kind_parse(kind);
+	in->frame_codec = io_frame_codec_parse(codec);
+	in->codec = strcmp(codec, "lz4") == 0 ? SNAP_IO_CODEC_LZ4 : strcmp(codec, "none") == 0 ? SNAP_IO_CODEC_NONE : -1;
+	return 0;
+}
+
+/* A raw or LZ4 dataset: its shape is its dataspace, its CRC an attribute. */
+static int plain_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, size_t es, struct io_ds *d,
+		      struct snap_io_err *err)
+{
+	struct snap_io_region_info *in = &d->info;
+	in->frame_codec = 0;
+	uint32_t c32 = 0;
+	if (io_get_attr_u32s(ds, "crc32c", &c32, 1) < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, d->dataset);
+	in->crc32c = d->sumcrc = c32;
+	in->ndim = nd;
+	in->bytes = es;
+	for (int k = 0; k < nd; k++) {
+		in->shape[k] = dims[k];
+		in->bytes *= dims[k];
+	}
+	return 0;
+}
+
+/* The shard lies inside the global shape, both of the dataset's rank. */
+static int check_shard(const char *path, const struct io_ds *d, size_t ng, size_t no, struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	if (ng != (size_t)in->ndim || no != (size_t)in->ndim)
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": global_shape/shard_offset attributes do not "
+			       "have its %d dims", path, d->dataset, in->ndim);
+	for (int k = 0; k < in->ndim; k++)
+		if (in->shard_offset[k] > in->global_shape[k] ||
+		    in->shape[k] > in->global_shape[k] - in->shard_offset[k])
+			return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shard outside global shape", path,
+				       d->dataset);
+	return 0;
+}
+
+/* Chunked exactly when LZ4 with data; contiguous data's file offset. */
+static int layout_meta(hid_t ds, hid_t dcpl, const char *path, struct io_ds *d, struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	H5D_layout_t lay = H5Pget_layout(dcpl);
+	if ((lay == H5D_CHUNKED) != (in->codec == SNAP_IO_CODEC_LZ4 && in->bytes > 0))
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": layout does not match codec", path, d->dataset);
+	if (lay == H5D_CONTIGUOUS && in->bytes > 0) {
+		haddr_t off = H5Dget_offset(ds);
+		if (off == HADDR_UNDEF)
+			return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no storage allocated", path,
+					  d->dataset);
+		d->off = off;
+	}
+	return 0;
+}
+
 static int ds_meta(hid_t file, const char *path, const char *link, struct io_ds *d, struct snap_io_err *err)
 {
 	memset(d, 0, sizeof *d);
@@ -34,78 +104,34 @@ static int ds_meta(hid_t file, const char *path, const char *link, struct io_ds 
 	if (ds < 0)
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, link);
 	struct snap_io_region_info *in = &d->info;
-	char kind[32], dtype[32], codec[32];
+	char codec[32];
 	size_t ng = 0, no = 0;
 	int rc = 0;
 	hid_t s = H5Dget_space(ds), t = H5Dget_type(ds), dcpl = H5Dget_create_plist(ds);
 	int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
 	hsize_t dims[SNAP_MAX_NDIM];
 	if (nd < 1 || nd > SNAP_MAX_NDIM || t < 0 || dcpl < 0 || H5Sget_simple_extent_dims(s, dims, NULL) < 0 ||
-	    io_get_attr_str(ds, "name", d->name, sizeof d->name) < 0 ||
-	    io_get_attr_str(ds, "kind", kind, sizeof kind) < 0 || io_get_attr_str(ds, "dtype", dtype, sizeof dtype) < 0 ||
-	    io_get_attr_str(ds, "codec", codec, sizeof codec) < 0 ||
-	    io_get_attr_u64(ds, "global_shape", in->global_shape, SNAP_MAX_NDIM, &ng) < 0 ||
-	    io_get_attr_u64(ds, "shard_offset", in->shard_offset, SNAP_MAX_NDIM, &no) < 0) {
+	    region_attrs(ds, d, codec, sizeof codec, &ng, &no) < 0) {
 		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": metadata missing or unreadable", path, link);
 		goto out;
 	}
-	in->dtype = snap_dtype_parse(dtype);
-	in->kind = snap_kind_parse(kind);
-	in->frame_codec = io_frame_codec_parse(codec);
-	in->codec = strcmp(codec, "lz4") == 0 ? SNAP_IO_CODEC_LZ4 : strcmp(codec, "none") == 0 ? SNAP_IO_CODEC_NONE : -1;
 	size_t es = in->dtype >= 0 ? snap_dtype_size(in->dtype) : 0;
 	if (!es || in->kind < 0 || (in->codec < 0 && in->frame_codec < 0) || H5Tget_size(t) != es) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": inconsistent dtype/kind/codec attributes",
 			     path, link);
 		goto out;
 	}
-	if (in->frame_codec > 0) {
-		if ((rc = io_frames_meta(ds, path, dims, nd, dcpl, d, err)) < 0)
-			goto out;
-	} else {
-		in->frame_codec = 0;
-		uint32_t c32 = 0;
-		if (io_get_attr_u32s(ds, "crc32c", &c32, 1) < 0) {
-			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, link);
-			goto out;
-		}
-		in->crc32c = d->sumcrc = c32;
-		in->ndim = nd;
-		in->bytes = es;
-		for (int k = 0; k < nd; k++) {
-			in->shape[k] = dims[k];
-			in->bytes *= dims[k];
-		}
-	}
-	if (ng != (size_t)in->ndim || no != (size_t)in->ndim) {
-		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": global_shape/shard_offset attributes do not "
-			     "have its %d dims", path, link, in->ndim);
+	if (in->frame_codec > 0)
+		rc = io_frames_meta(ds, path, dims, nd, dcpl, d, err);
+	else
+		rc = plain_meta(ds, path, dims, nd, es, d, err);
+	if (rc < 0 || (rc = check_shard(path, d, ng, no, err)) < 0)
 		goto out;
-	}
-	for (int k = 0; k < in->ndim; k++) {
-		if (in->shard_offset[k] > in->global_shape[k] ||
-		    in->shape[k] > in->global_shape[k] - in->shard_offset[k]) {
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shard outside global shape", path, link);
-			goto out;
-		}
-	}
 	in->stored_bytes = H5Dget_storage_size(ds);
 	d->off = UINT64_MAX;
-	if (in->codec == SNAP_IO_CODEC_FRAMES)
-		goto out; /* layout checked by io_frames_meta */
-	H5D_layout_t lay = H5Pget_layout(dcpl);
-	if ((lay == H5D_CHUNKED) != (in->codec == SNAP_IO_CODEC_LZ4 && in->bytes > 0)) {
-		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": layout does not match codec", path, link);
-		goto out;
-	}
-	if (lay == H5D_CONTIGUOUS && in->bytes > 0) {
-		haddr_t off = H5Dget_offset(ds);
-		if (off == HADDR_UNDEF) {
-			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no storage allocated", path, link);
-			goto out;
-		}
-		d->off = off;
-	}
+	/* A frame dataset's layout was checked by io_frames_meta. */
+	if (in->codec != SNAP_IO_CODEC_FRAMES)
+		rc = layout_meta(ds, dcpl, path, d, err);
 out:
 	if (dcpl >= 0) H5Pclose(dcpl);
 	if (t >= 0) H5Tclose(t);
