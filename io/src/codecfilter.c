@@ -11,7 +11,7 @@
 static size_t codec_filter(unsigned flags, size_t cd_nelmts, const unsigned cd_values[], size_t nbytes,
 			   size_t *buf_size, void **buf)
 {
-	if (!(flags & H5Z_FLAG_REVERSE) || cd_nelmts < IO_CODEC_CD_N || cd_values[0] != IO_CODEC_CD_VERSION)
+	if (!(flags & H5Z_FLAG_REVERSE) || cd_nelmts < SNAP_IO_CODEC_CD_N || cd_values[0] != SNAP_IO_CODEC_CD_VERSION)
 		return 0; /* encoding refused; an unknown layout is not guessed at */
 	int dtype = (int)cd_values[1];
 	if (dtype != SNAP_DTYPE_F32 && dtype != SNAP_DTYPE_BF16 && dtype != SNAP_DTYPE_F16)

@@ -6,8 +6,8 @@
  * datasets with the filter as mandatory, and io/plugin builds it into
  * libh5z_snapcodec.so for h5py, h5dump and any other HDF5 reader.
  *
- * cd_values (IO_CODEC_CD_N of them):
- *   [0] IO_CODEC_CD_VERSION (1)
+ * cd_values (SNAP_IO_CODEC_CD_N of them):
+ *   [0] SNAP_IO_CODEC_CD_VERSION (1)
  *   [1] dtype, the enum snap_dtype id (f32 7, f16 5, bf16 6)
  *   [2] values per chunk, low 32 bits
  *   [3] values per chunk, high 32 bits
@@ -24,8 +24,8 @@
 
 #include <hdf5.h>
 
-#define IO_CODEC_CD_N 4
-#define IO_CODEC_CD_VERSION 1
+#define SNAP_IO_CODEC_CD_N 4
+#define SNAP_IO_CODEC_CD_VERSION 1
 
 extern const H5Z_class2_t io_codec_filter_class;
 

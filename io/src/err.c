@@ -7,7 +7,7 @@
 
 
 #include "snap/base.h"
-#include "internal.h"
+#include "io_int.h"
 
 void io_err_clear(struct snap_io_err *err)
 {

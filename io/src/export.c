@@ -14,7 +14,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 struct shard {
 	char *name, *dataset;
@@ -184,7 +184,7 @@ static int make_dataset(hid_t f, const char *out, const char *dir_abs, const cha
 			size_t n, int mode, struct snap_io_err *err)
 {
 	const struct snap_io_region_info *g = &s[0].info;
-	char dsname[3 * IO_MAX_NAME + 1];
+	char dsname[3 * SNAP_IO_MAX_NAME + 1];
 	io_sanitise(s[0].name, dsname, sizeof dsname);
 	hsize_t gdims[SNAP_MAX_NDIM];
 	for (int d = 0; d < g->ndim; d++)
@@ -197,7 +197,7 @@ static int make_dataset(hid_t f, const char *out, const char *dir_abs, const cha
 		if (!s[i].chosen)
 			continue;
 		char src[PATH_MAX + 32], rel[PATH_MAX + 64], esc_f[2 * PATH_MAX + 160], esc_d[6200];
-		snprintf(src, sizeof src, "%s/rank-%" PRIu32 ".h5", sdir_abs, s[i].rank);
+		io_rank_name(src, sizeof src, sdir_abs, s[i].rank);
 		relpath(dir_abs, src, rel, sizeof rel);
 		vds_escape(rel, esc_f, sizeof esc_f);
 		vds_escape(s[i].dataset, esc_d, sizeof esc_d);
@@ -273,7 +273,7 @@ static int copy_data(hid_t f, const char *out, const char *dir, const char *job,
 				break;
 			}
 			if ((rc = io_ds_read(rf, path, d, buf, err)) == 0 && d->info.bytes) {
-				char dsname[3 * IO_MAX_NAME + 1];
+				char dsname[3 * SNAP_IO_MAX_NAME + 1];
 				io_sanitise(s[i].name, dsname, sizeof dsname);
 				hsize_t off[SNAP_MAX_NDIM], cnt[SNAP_MAX_NDIM];
 				for (int k = 0; k < d->info.ndim; k++) {

@@ -16,7 +16,7 @@
 #include "snap/codec.h"
 
 #include "codecfilter.h"
-#include "internal.h"
+#include "io_int.h"
 
 /* frame_crc32c above this many bytes goes to dense attribute storage: an
  * HDF5 object header message is limited to 64 KiB. */
@@ -105,13 +105,13 @@ int io_frames_write(hid_t f, const char *final, const char *dsname, const struct
 	if (H5Zregister(&io_codec_filter_class) < 0)
 		return io_fail_h5(err, SNAP_EIO, "%s: cannot register HDF5 filter %d", final, SNAP_IO_FILTER_CODEC);
 	hsize_t dims[1] = {count}, cdims[1] = {chunk};
-	unsigned cd[IO_CODEC_CD_N] = {IO_CODEC_CD_VERSION, (unsigned)g->dtype, (unsigned)chunk,
+	unsigned cd[SNAP_IO_CODEC_CD_N] = {SNAP_IO_CODEC_CD_VERSION, (unsigned)g->dtype, (unsigned)chunk,
 				      (unsigned)(chunk >> 32)};
 	hid_t t = io_h5_type(g->dtype), s = H5Screate_simple(1, dims, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
 	hid_t ds = -1;
 	int rc = 0;
 	if (t >= 0 && s >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, cdims) >= 0 &&
-	    H5Pset_filter(dcpl, SNAP_IO_FILTER_CODEC, H5Z_FLAG_MANDATORY, IO_CODEC_CD_N, cd) >= 0 &&
+	    H5Pset_filter(dcpl, SNAP_IO_FILTER_CODEC, H5Z_FLAG_MANDATORY, SNAP_IO_CODEC_CD_N, cd) >= 0 &&
 	    H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_INCR) >= 0 && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0 &&
 	    ((uint64_t)g->nframes * 4 <= COMPACT_ATTR_MAX || H5Pset_attr_phase_change(dcpl, 0, 0) >= 0))
 		ds = H5Dcreate2(f, dsname, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
@@ -189,12 +189,12 @@ int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_
 			       "%" PRIu64 " disagree", path, link, nd == 1 ? (uint64_t)dims[0] : 0, fe);
 	uint64_t chunk = fe < count ? fe : count;
 	hsize_t cdims[1] = {0};
-	unsigned flags = 0, cd[IO_CODEC_CD_N + 4] = {0};
-	size_t ncd = IO_CODEC_CD_N + 4;
+	unsigned flags = 0, cd[SNAP_IO_CODEC_CD_N + 4] = {0};
+	size_t ncd = SNAP_IO_CODEC_CD_N + 4;
 	if (H5Pget_layout(dcpl) != H5D_CHUNKED || H5Pget_chunk(dcpl, 1, cdims) != 1 || cdims[0] != chunk ||
 	    H5Pget_nfilters(dcpl) != 1 ||
-	    H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, NULL, NULL) != SNAP_IO_FILTER_CODEC || ncd != IO_CODEC_CD_N ||
-	    cd[0] != IO_CODEC_CD_VERSION || cd[1] != (unsigned)in->dtype ||
+	    H5Pget_filter2(dcpl, 0, &flags, &ncd, cd, 0, NULL, NULL) != SNAP_IO_FILTER_CODEC || ncd != SNAP_IO_CODEC_CD_N ||
+	    cd[0] != SNAP_IO_CODEC_CD_VERSION || cd[1] != (unsigned)in->dtype ||
 	    ((uint64_t)cd[2] | (uint64_t)cd[3] << 32) != chunk)
 		return io_fail_h5(err, SNAP_EFORMAT, "%s: dataset \"%s\": not the chunk layout and filter %d snapio "
 				  "writes for codec frames", path, link, SNAP_IO_FILTER_CODEC);
@@ -216,91 +216,106 @@ int io_frames_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, hid_
 	return 0;
 }
 
+/* A reusable buffer for one frame at a time. */
+struct framebuf {
+	unsigned char *p;
+	size_t cap;
+};
+
+/* Frame k's chunk, checked against its recorded CRC32C want: into raw's
+ * slot k when raw is not NULL, else into fb. *out and *out_sz say where
+ * and how long. */
+static int fetch_frame(hid_t ds, const char *path, const struct io_ds *d, uint32_t k, uint32_t want,
+		       const struct snap_io_dest *raw, struct framebuf *fb, unsigned char **out, hsize_t *out_sz,
+		       struct snap_io_err *err)
+{
+	const char *link = d->dataset;
+	hsize_t off[1] = {(hsize_t)k * d->chunk_elems}, sz = 0;
+	uint32_t filters = 0;
+	if (H5Dget_chunk_storage_size(ds, off, &sz) < 0 || sz == 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\" frame %u: chunk missing", path, link, k);
+	unsigned char *dst;
+	if (raw) {
+		if (sz > raw->frame_cap)
+			return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") frame %u is %" PRIu64
+				       " bytes, more than frame_cap %" PRIu64, path, link, d->name, k, (uint64_t)sz,
+				       raw->frame_cap);
+		dst = (unsigned char *)raw->buf + (size_t)(k * raw->frame_cap);
+	} else {
+		if (sz > fb->cap) {
+			free(fb->p);
+			fb->p = malloc((size_t)sz);
+			fb->cap = fb->p ? (size_t)sz : 0;
+			if (!fb->p)
+				return io_fail(err, SNAP_ENOMEM, "out of memory for a %" PRIu64 "-byte frame", (uint64_t)sz);
+		}
+		dst = fb->p;
+	}
+	if (H5Dread_chunk(ds, H5P_DEFAULT, off, &filters, dst) < 0)
+		return io_fail_h5(err, SNAP_ETRUNC, "%s: dataset \"%s\" frame %u: reading its chunk failed "
+				  "(truncated file?)", path, link, k);
+	if (filters != 0)
+		return io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\" frame %u: chunk stored without the codec "
+			       "filter", path, link, k);
+	uint32_t c = snap_io_crc32c(dst, (size_t)sz);
+	if (c != want)
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\") frame %u: CRC32C mismatch: "
+			       "recorded %08x, data gives %08x", path, link, d->name, k, want, c);
+	*out = dst;
+	*out_sz = sz;
+	return 0;
+}
+
+/* Frame k (src[0..sz)) decoded into its place in vals. */
+static int decode_frame(const char *path, const struct io_ds *d, uint32_t k, const unsigned char *src, size_t sz,
+			void *vals, struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	size_t es = snap_dtype_size(in->dtype);
+	uint64_t want = frame_values(in->bytes / es, d->chunk_elems, k);
+	struct snap_codec_info fi;
+	size_t got = 0;
+	int e = snap_codec_inspect(src, sz, &fi);
+	if (!e && (fi.dtype != in->dtype || fi.count != want))
+		e = SNAP_EMISMATCH;
+	if (!e)
+		e = snap_codec_decompress(src, sz, (unsigned char *)vals + (size_t)(k * d->chunk_elems) * es,
+					  (size_t)want * es, &got);
+	if (!e && got != want)
+		e = SNAP_EMISMATCH;
+	if (e)
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\") frame %u: does not decode "
+			       "to its %" PRIu64 " %s values (%s)", path, d->dataset, d->name, k, want,
+			       snap_dtype_name(in->dtype), snap_strerror(e));
+	return 0;
+}
+
 int io_frames_read(hid_t file, const char *path, const struct io_ds *d, const struct snap_io_dest *raw,
 		   void *vals, struct snap_io_err *err)
 {
 	const struct snap_io_region_info *in = &d->info;
 	const char *link = d->dataset;
-	size_t es = snap_dtype_size(in->dtype);
-	uint64_t count = in->bytes / es;
 	hid_t ds = H5Dopen2(file, link, H5P_DEFAULT);
 	if (ds < 0)
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, link);
 	uint32_t *crc;
-	unsigned char *tmp = NULL;
-	size_t tcap = 0;
+	struct framebuf fb = {0};
 	int rc = load_crcs(ds, path, link, in->nframes, &crc, err);
 	for (uint32_t k = 0; k < in->nframes && !rc; k++) {
-		hsize_t off[1] = {(hsize_t)k * d->chunk_elems}, sz = 0;
-		uint32_t filters = 0;
-		if (H5Dget_chunk_storage_size(ds, off, &sz) < 0 || sz == 0) {
-			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\" frame %u: chunk missing", path, link, k);
+		unsigned char *dst = NULL;
+		hsize_t sz = 0;
+		if ((rc = fetch_frame(ds, path, d, k, crc[k], raw, &fb, &dst, &sz, err)) != 0)
 			break;
-		}
-		unsigned char *dst;
-		if (raw) {
-			if (sz > raw->frame_cap) {
-				rc = io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") frame %u is %" PRIu64
-					     " bytes, more than frame_cap %" PRIu64, path, link, d->name, k,
-					     (uint64_t)sz, raw->frame_cap);
-				break;
-			}
-			dst = (unsigned char *)raw->buf + (size_t)(k * raw->frame_cap);
-		} else {
-			if (sz > tcap) {
-				free(tmp);
-				tmp = malloc((size_t)sz);
-				tcap = tmp ? (size_t)sz : 0;
-				if (!tmp) {
-					rc = io_fail(err, SNAP_ENOMEM, "out of memory for a %" PRIu64 "-byte frame",
-						     (uint64_t)sz);
-					break;
-				}
-			}
-			dst = tmp;
-		}
-		if (H5Dread_chunk(ds, H5P_DEFAULT, off, &filters, dst) < 0) {
-			rc = io_fail_h5(err, SNAP_ETRUNC, "%s: dataset \"%s\" frame %u: reading its chunk failed "
-					"(truncated file?)", path, link, k);
-			break;
-		}
-		if (filters != 0) {
-			rc = io_fail(err, SNAP_EFORMAT, "%s: dataset \"%s\" frame %u: chunk stored without the codec "
-				     "filter", path, link, k);
-			break;
-		}
-		uint32_t c = snap_io_crc32c(dst, (size_t)sz);
-		if (c != crc[k]) {
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\") frame %u: CRC32C mismatch: "
-				     "recorded %08x, data gives %08x", path, link, d->name, k, crc[k], c);
-			break;
-		}
 		if (raw) {
 			if (raw->frame_len)
 				raw->frame_len[k] = sz;
 			if (raw->frame_crc)
-				raw->frame_crc[k] = c;
-			continue;
+				raw->frame_crc[k] = crc[k];
+		} else if (vals) {
+			rc = decode_frame(path, d, k, dst, (size_t)sz, vals, err);
 		}
-		if (!vals)
-			continue;
-		uint64_t want = frame_values(count, d->chunk_elems, k);
-		struct snap_codec_info fi;
-		size_t got = 0;
-		int e = snap_codec_inspect(dst, (size_t)sz, &fi);
-		if (!e && (fi.dtype != in->dtype || fi.count != want))
-			e = SNAP_EMISMATCH;
-		if (!e)
-			e = snap_codec_decompress(dst, (size_t)sz, (unsigned char *)vals + (size_t)(k * d->chunk_elems) * es,
-						  (size_t)want * es, &got);
-		if (!e && got != want)
-			e = SNAP_EMISMATCH;
-		if (e)
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\") frame %u: does not decode "
-				     "to its %" PRIu64 " %s values (%s)", path, link, d->name, k, want,
-				     snap_dtype_name(in->dtype), snap_strerror(e));
 	}
-	free(tmp);
+	free(fb.p);
 	free(crc);
 	H5Dclose(ds);
 	return rc;

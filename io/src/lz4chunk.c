@@ -14,7 +14,7 @@
 
 #include <lz4.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 /* LZ4 needs blocks < 1.9 GiB; one block per chunk is the common case. */
 #define BLOCK_MAX (1u << 30)

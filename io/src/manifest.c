@@ -23,7 +23,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 #define MANIFEST_MAX (64u << 20)
 
@@ -69,7 +69,7 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	char path[4200], sdir[4096];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step))
 		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
-	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
+	snprintf(path, sizeof path, "%s/%s", sdir, SNAP_IO_MANIFEST);
 	char *b = NULL;
 	size_t len = 0;
 	int rc = read_all(path, &b, &len);
@@ -96,7 +96,7 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	if (sscanf(b, "snapio-manifest %d\njob %159s\nstep %" SCNu64 "\nworld %" SCNu64 "\n%n", &ver, mjob, &mstep, &w,
 		   &pos) != 4 || pos == 0) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest header unreadable", path);
-	} else if (ver != IO_FORMAT_VERSION) {
+	} else if (ver != SNAP_IO_FORMAT_VERSION) {
 		rc = io_fail(err, SNAP_EFORMAT, "%s: manifest version %d not supported", path, ver);
 	} else if (strcmp(mjob, job) != 0 || mstep != step || w == 0 || w > UINT32_MAX) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest is for job %s step %" PRIu64 " world %" PRIu64, path,
@@ -119,7 +119,7 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 		if (check_files) {
 			char rp[4200];
 			struct stat st;
-			snprintf(rp, sizeof rp, "%s/rank-%" PRIu64 ".h5", sdir, i);
+			io_rank_name(rp, sizeof rp, sdir, (uint32_t)i);
 			if (stat(rp, &st) < 0)
 				rc = io_fail(err, SNAP_ENOENT, "%s: missing (step %" PRIu64 " is damaged)", rp, step);
 			else if ((uint64_t)st.st_size != r[i].size)
@@ -178,6 +178,82 @@ static int summarise(const char *path, const char *job, uint64_t step, uint32_t 
 	return rc;
 }
 
+/* Every rank file of the step present (missing ones first: that is the
+ * usual reason a seal is early), then summarised into m[0..world). */
+static int summarise_step(const char *sdir, const char *job, uint64_t step, uint32_t world,
+			  struct io_manifest_rank *m, struct snap_io_err *err)
+{
+	int rc = 0;
+	for (uint32_t r = 0; r < world && !rc; r++) {
+		char rp[4200];
+		io_rank_name(rp, sizeof rp, sdir, r);
+		if (access(rp, F_OK) < 0)
+			rc = io_fail(err, SNAP_ENOENT, "%s: missing; step %" PRIu64 " cannot be sealed", rp, step);
+	}
+	io_h5_enter();
+	for (uint32_t r = 0; r < world && !rc; r++) {
+		char rp[4200];
+		io_rank_name(rp, sizeof rp, sdir, r);
+		rc = summarise(rp, job, step, r, world, &m[r], err);
+	}
+	io_h5_leave();
+	return rc;
+}
+
+/* The MANIFEST's text (format at the top of this file), malloc'd; NULL
+ * when out of memory. */
+static char *manifest_text(const char *job, uint64_t step, uint32_t world, const struct io_manifest_rank *m,
+			   size_t *len_out)
+{
+	size_t cap = 256 + (size_t)world * 128, len = 0;
+	char *b = malloc(cap);
+	if (!b)
+		return NULL;
+	len += (size_t)snprintf(b + len, cap - len, "snapio-manifest %d\njob %s\nstep %" PRIu64 "\nworld %" PRIu32 "\n",
+				SNAP_IO_FORMAT_VERSION, job, step, world);
+	for (uint32_t r = 0; r < world; r++)
+		len += (size_t)snprintf(b + len, cap - len, "rank %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %08x\n",
+					r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
+	len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
+	*len_out = len;
+	return b;
+}
+
+/* b[0..len) to path through tmp: written, fsynced, renamed, and the step
+ * directory fsynced. Returns 0 or an errno; tmp may be left behind. */
+static int put_durably(const char *sdir, const char *tmp, const char *path, const char *b, size_t len)
+{
+	/* The MANIFEST takes the step directory's bits less x (the writer
+	 * made the directory with the configured mode), whatever the umask. */
+	struct stat dst;
+	unsigned fmode = stat(sdir, &dst) == 0 ? ((unsigned)dst.st_mode & 0666) | 0600 : 0600;
+	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
+	size_t off = 0;
+	int e = fd < 0 ? errno : 0;
+	if (!e && fchmod(fd, fmode) != 0)
+		e = errno;
+	while (!e && off < len) {
+		ssize_t k = write(fd, b + off, len - off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			e = k < 0 ? errno : ENOSPC;
+		else
+			off += (size_t)k;
+	}
+	if (!e && fsync(fd) < 0)
+		e = errno;
+	if (fd >= 0 && close(fd) < 0 && !e)
+		e = errno;
+	if (!e && rename(tmp, path) < 0)
+		e = errno;
+	if (!e) {
+		int d = io_fsync_dir(sdir);
+		e = d < 0 ? -d : 0;
+	}
+	return e;
+}
+
 int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t world, struct snap_io_err *err)
 {
 	io_err_clear(err);
@@ -189,11 +265,11 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	char sdir[4096], path[4200], tmp[4300];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step))
 		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
-	snprintf(path, sizeof path, "%s/%s", sdir, IO_MANIFEST);
+	snprintf(path, sizeof path, "%s/%s", sdir, SNAP_IO_MANIFEST);
 	uint32_t have = 0;
 	struct snap_io_err probe = {0};
 	char mark[4200];
-	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
+	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
 	if (io_manifest_load(dir, job, step, 1, &have, NULL, &probe) == 0) {
 		if (have == world) {
 			unlink(mark);
@@ -205,66 +281,19 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	struct io_manifest_rank *m = calloc(world, sizeof *m);
 	if (!m)
 		return io_fail(err, SNAP_ENOMEM, "out of memory");
-	/* Missing files first: that is the usual reason a seal is early. */
-	for (uint32_t r = 0; r < world && !rc; r++) {
-		char rp[4200];
-		snprintf(rp, sizeof rp, "%s/rank-%" PRIu32 ".h5", sdir, r);
-		if (access(rp, F_OK) < 0)
-			rc = io_fail(err, SNAP_ENOENT, "%s: missing; step %" PRIu64 " cannot be sealed", rp, step);
-	}
-	io_h5_enter();
-	for (uint32_t r = 0; r < world && !rc; r++) {
-		char rp[4200];
-		snprintf(rp, sizeof rp, "%s/rank-%" PRIu32 ".h5", sdir, r);
-		rc = summarise(rp, job, step, r, world, &m[r], err);
-	}
-	io_h5_leave();
-	size_t cap = 256 + (size_t)world * 128, len = 0;
-	char *b = rc ? NULL : malloc(cap);
+	rc = summarise_step(sdir, job, step, world, m, err);
+	size_t len = 0;
+	char *b = rc ? NULL : manifest_text(job, step, world, m, &len);
 	if (!rc && !b)
 		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
 	if (!rc) {
-		len += (size_t)snprintf(b + len, cap - len, "snapio-manifest %d\njob %s\nstep %" PRIu64 "\nworld %" PRIu32 "\n",
-					IO_FORMAT_VERSION, job, step, world);
-		for (uint32_t r = 0; r < world; r++)
-			len += (size_t)snprintf(b + len, cap - len, "rank %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %08x\n",
-						r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
-		len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
-		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, IO_MANIFEST, (int)getpid());
-		/* The MANIFEST takes the step directory's bits less x (the writer
-		 * made the directory with the configured mode), whatever the umask. */
-		struct stat dst;
-		unsigned fmode = stat(sdir, &dst) == 0 ? ((unsigned)dst.st_mode & 0666) | 0600 : 0600;
-		int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600);
-		size_t off = 0;
-		int e = fd < 0 ? errno : 0;
-		if (!e && fchmod(fd, fmode) != 0)
-			e = errno;
-		while (!e && off < len) {
-			ssize_t k = write(fd, b + off, len - off);
-			if (k < 0 && errno == EINTR)
-				continue;
-			if (k <= 0)
-				e = k < 0 ? errno : ENOSPC;
-			else
-				off += (size_t)k;
-		}
-		if (!e && fsync(fd) < 0)
-			e = errno;
-		if (fd >= 0 && close(fd) < 0 && !e)
-			e = errno;
-		if (!e && rename(tmp, path) < 0)
-			e = errno;
-		if (!e) {
-			int d = io_fsync_dir(sdir);
-			e = d < 0 ? -d : 0;
-		}
-		/* Sealed: the step is no longer an unfinished flush. */
-		if (!e)
-			unlink(mark);
+		snprintf(tmp, sizeof tmp, "%s/.%s.tmp.%d", sdir, SNAP_IO_MANIFEST, (int)getpid());
+		int e = put_durably(sdir, tmp, path, b, len);
 		if (e) {
 			unlink(tmp);
 			rc = io_fail(err, io_errno_code(e), "%s: writing manifest failed: %s", path, strerror(e));
+		} else {
+			unlink(mark); /* sealed: the step is no longer an unfinished flush */
 		}
 	}
 	free(b);
@@ -354,19 +383,18 @@ int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uin
 		char sdir[4400], p[4500];
 		if (snprintf(sdir, sizeof sdir, "%s/%s", jdir, e->d_name) >= (int)sizeof sdir)
 			continue;
-		snprintf(p, sizeof p, "%s/%s", sdir, IO_MANIFEST);
+		snprintf(p, sizeof p, "%s/%s", sdir, SNAP_IO_MANIFEST);
 		struct stat st;
 		if (lstat(p, &st) == 0)
 			continue;   /* sealed (listed, or damaged: the caller's other checks) */
-		snprintf(p, sizeof p, "%s/%s", sdir, IO_INCOMPLETE);
+		snprintf(p, sizeof p, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
 		if (lstat(p, &st) == 0 || errno != ENOENT)
 			continue;   /* a flush that never finished */
 		DIR *sd = opendir(sdir);
 		struct dirent *f;
 		int rank_file = 0;
 		while (sd && !rank_file && (f = readdir(sd)) != NULL)
-			rank_file = strncmp(f->d_name, "rank-", 5) == 0 && strlen(f->d_name) > 8 &&
-				    strcmp(f->d_name + strlen(f->d_name) - 3, ".h5") == 0;
+			rank_file = io_is_rank_name(f->d_name);
 		if (sd)
 			closedir(sd);
 		if (rank_file) {

@@ -9,7 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 int io_check_job(const char *job, struct snap_io_err *err)
 {
@@ -36,7 +36,7 @@ int io_sanitise(const char *name, char *out, size_t cap)
 {
 	static const char hex[] = "0123456789ABCDEF";
 	size_t n = strlen(name), k = 0;
-	if (n == 0 || n > IO_MAX_NAME || cap < 3 * n + 1)
+	if (n == 0 || n > SNAP_IO_MAX_NAME || cap < 3 * n + 1)
 		return SNAP_EINVAL;
 	for (size_t i = 0; i < n; i++) {
 		unsigned char c = (unsigned char)name[i];
@@ -67,11 +67,6 @@ int io_path_job(char *out, size_t cap, const char *dir, const char *job)
 int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64_t step)
 {
 	return fit(snprintf(out, cap, "%s/%s/step-%" PRIu64, dir, job, step), cap);
-}
-
-int io_path_rank(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank)
-{
-	return fit(snprintf(out, cap, "%s/%s/step-%" PRIu64 "/rank-%" PRIu32 ".h5", dir, job, step, rank), cap);
 }
 
 int io_fsync_dir(const char *path)

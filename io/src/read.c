@@ -5,7 +5,8 @@
  * read with pread at the dataset's offset (so a truncated file is named as
  * such); LZ4 chunks are fetched with H5Dread_chunk and decoded here, so
  * restore does not depend on the filter plugin being installed. Codec
- * frames likewise (frames.c).
+ * frames likewise (frames.c). Which file, and whether it is the right
+ * one, is rankfile.c's; whether its step is sealed, restore.c's.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -15,90 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "internal.h"
-
-int io_get_attr_str(hid_t obj, const char *name, char *out, size_t cap)
-{
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), t = -1, mt = -1;
-	int rc = -1;
-	if (a < 0)
-		return -1;
-	t = H5Aget_type(a);
-	size_t sz = t >= 0 ? H5Tget_size(t) : 0;
-	if (t >= 0 && H5Tget_class(t) == H5T_STRING && !H5Tis_variable_str(t) && sz > 0 && sz < cap) {
-		mt = H5Tcopy(H5T_C_S1);
-		if (mt >= 0 && H5Tset_size(mt, sz) >= 0 && H5Aread(a, mt, out) >= 0) {
-			out[sz] = '\0';
-			rc = 0;
-		}
-	}
-	if (mt >= 0) H5Tclose(mt);
-	if (t >= 0) H5Tclose(t);
-	H5Aclose(a);
-	return rc;
-}
-
-int io_get_attr_u64(hid_t obj, const char *name, uint64_t *v, size_t max, size_t *n)
-{
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = -1;
-	int rc = -1;
-	if (a < 0)
-		return -1;
-	s = H5Aget_space(a);
-	hssize_t k = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
-	if (k >= 1 && (size_t)k <= max && H5Aread(a, H5T_NATIVE_UINT64, v) >= 0) {
-		if (n)
-			*n = (size_t)k;
-		rc = 0;
-	}
-	if (s >= 0) H5Sclose(s);
-	H5Aclose(a);
-	return rc;
-}
-
-int io_get_attr_u32s(hid_t obj, const char *name, uint32_t *v, size_t n)
-{
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = -1;
-	int rc = -1;
-	if (a < 0)
-		return -1;
-	s = H5Aget_space(a);
-	hssize_t k = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
-	if (k >= 0 && (size_t)k == n && H5Aread(a, H5T_NATIVE_UINT32, v) >= 0)
-		rc = 0;
-	if (s >= 0) H5Sclose(s);
-	H5Aclose(a);
-	return rc;
-}
-
-int64_t io_attr_npoints(hid_t obj, const char *name)
-{
-	if (H5Aexists(obj, name) <= 0)
-		return -1;
-	hid_t a = H5Aopen(obj, name, H5P_DEFAULT), s = a >= 0 ? H5Aget_space(a) : -1;
-	hssize_t k = s >= 0 ? H5Sget_simple_extent_npoints(s) : -1;
-	if (s >= 0) H5Sclose(s);
-	if (a >= 0) H5Aclose(a);
-	return k;
-}
-
-static int rank_attrs(hid_t file, const char *path, char *job, size_t jobcap, uint64_t *step,
-		      uint32_t *rank, uint32_t *world, struct snap_io_err *err)
-{
-	char fmt[32];
-	uint64_t ver = 0, r = 0, w = 0;
-	if (io_get_attr_str(file, "format", fmt, sizeof fmt) < 0 || strcmp(fmt, IO_FORMAT_NAME) != 0 ||
-	    io_get_attr_u64(file, "format_version", &ver, 1, NULL) < 0)
-		return io_fail_h5(err, SNAP_EFORMAT, "%s: not a snapio rank file (no format attribute)", path);
-	if (ver != IO_FORMAT_VERSION)
-		return io_fail(err, SNAP_EFORMAT, "%s: snapio format version %" PRIu64 " not supported", path, ver);
-	if (io_get_attr_str(file, "job", job, jobcap) < 0 || io_get_attr_u64(file, "step", step, 1, NULL) < 0 ||
-	    io_get_attr_u64(file, "rank", &r, 1, NULL) < 0 || io_get_attr_u64(file, "world", &w, 1, NULL) < 0)
-		return io_fail_h5(err, SNAP_ECORRUPT, "%s: rank file attributes missing or unreadable", path);
-	*rank = (uint32_t)r;
-	*world = (uint32_t)w;
-	return 0;
-}
+#include "io_int.h"
 
 struct walk {
 	const char *path;
@@ -108,6 +26,76 @@ struct walk {
 	struct snap_io_err *err;
 };
 
+/* The attributes every region's dataset has (io_attrs_region's) into d;
+ * codec gets the codec name. -1 if one is missing or unreadable. */
+static int region_attrs(hid_t ds, struct io_ds *d, char *codec, size_t ccap, size_t *ng, size_t *no)
+{
+	struct snap_io_region_info *in = &d->info;
+	char kind[32], dtype[32];
+	if (io_get_attr_str(ds, "name", d->name, sizeof d->name) < 0 ||
+	    io_get_attr_str(ds, "kind", kind, sizeof kind) < 0 || io_get_attr_str(ds, "dtype", dtype, sizeof dtype) < 0 ||
+	    io_get_attr_str(ds, "codec", codec, ccap) < 0 ||
+	    io_get_attr_u64(ds, "global_shape", in->global_shape, SNAP_MAX_NDIM, ng) < 0 ||
+	    io_get_attr_u64(ds, "shard_offset", in->shard_offset, SNAP_MAX_NDIM, no) < 0)
+		return -1;
+	in->dtype = snap_dtype_parse(dtype);
+	in->kind = snap_kind_parse(kind);
+	in->frame_codec = io_frame_codec_parse(codec);
+	in->codec = strcmp(codec, "lz4") == 0 ? SNAP_IO_CODEC_LZ4 : strcmp(codec, "none") == 0 ? SNAP_IO_CODEC_NONE : -1;
+	return 0;
+}
+
+/* A raw or LZ4 dataset: its shape is its dataspace, its CRC an attribute. */
+static int plain_meta(hid_t ds, const char *path, const hsize_t *dims, int nd, size_t es, struct io_ds *d,
+		      struct snap_io_err *err)
+{
+	struct snap_io_region_info *in = &d->info;
+	in->frame_codec = 0;
+	uint32_t c32 = 0;
+	if (io_get_attr_u32s(ds, "crc32c", &c32, 1) < 0)
+		return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, d->dataset);
+	in->crc32c = d->sumcrc = c32;
+	in->ndim = nd;
+	in->bytes = es;
+	for (int k = 0; k < nd; k++) {
+		in->shape[k] = dims[k];
+		in->bytes *= dims[k];
+	}
+	return 0;
+}
+
+/* The shard lies inside the global shape, both of the dataset's rank. */
+static int check_shard(const char *path, const struct io_ds *d, size_t ng, size_t no, struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	if (ng != (size_t)in->ndim || no != (size_t)in->ndim)
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": global_shape/shard_offset attributes do not "
+			       "have its %d dims", path, d->dataset, in->ndim);
+	for (int k = 0; k < in->ndim; k++)
+		if (in->shard_offset[k] > in->global_shape[k] ||
+		    in->shape[k] > in->global_shape[k] - in->shard_offset[k])
+			return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shard outside global shape", path,
+				       d->dataset);
+	return 0;
+}
+
+/* Chunked exactly when LZ4 with data; contiguous data's file offset. */
+static int layout_meta(hid_t ds, hid_t dcpl, const char *path, struct io_ds *d, struct snap_io_err *err)
+{
+	const struct snap_io_region_info *in = &d->info;
+	H5D_layout_t lay = H5Pget_layout(dcpl);
+	if ((lay == H5D_CHUNKED) != (in->codec == SNAP_IO_CODEC_LZ4 && in->bytes > 0))
+		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": layout does not match codec", path, d->dataset);
+	if (lay == H5D_CONTIGUOUS && in->bytes > 0) {
+		haddr_t off = H5Dget_offset(ds);
+		if (off == HADDR_UNDEF)
+			return io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no storage allocated", path,
+					  d->dataset);
+		d->off = off;
+	}
+	return 0;
+}
+
 static int ds_meta(hid_t file, const char *path, const char *link, struct io_ds *d, struct snap_io_err *err)
 {
 	memset(d, 0, sizeof *d);
@@ -116,78 +104,34 @@ static int ds_meta(hid_t file, const char *path, const char *link, struct io_ds 
 	if (ds < 0)
 		return io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot open dataset \"%s\"", path, link);
 	struct snap_io_region_info *in = &d->info;
-	char kind[32], dtype[32], codec[32];
+	char codec[32];
 	size_t ng = 0, no = 0;
 	int rc = 0;
 	hid_t s = H5Dget_space(ds), t = H5Dget_type(ds), dcpl = H5Dget_create_plist(ds);
 	int nd = s >= 0 ? H5Sget_simple_extent_ndims(s) : -1;
 	hsize_t dims[SNAP_MAX_NDIM];
 	if (nd < 1 || nd > SNAP_MAX_NDIM || t < 0 || dcpl < 0 || H5Sget_simple_extent_dims(s, dims, NULL) < 0 ||
-	    io_get_attr_str(ds, "name", d->name, sizeof d->name) < 0 ||
-	    io_get_attr_str(ds, "kind", kind, sizeof kind) < 0 || io_get_attr_str(ds, "dtype", dtype, sizeof dtype) < 0 ||
-	    io_get_attr_str(ds, "codec", codec, sizeof codec) < 0 ||
-	    io_get_attr_u64(ds, "global_shape", in->global_shape, SNAP_MAX_NDIM, &ng) < 0 ||
-	    io_get_attr_u64(ds, "shard_offset", in->shard_offset, SNAP_MAX_NDIM, &no) < 0) {
+	    region_attrs(ds, d, codec, sizeof codec, &ng, &no) < 0) {
 		rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": metadata missing or unreadable", path, link);
 		goto out;
 	}
-	in->dtype = snap_dtype_parse(dtype);
-	in->kind = snap_kind_parse(kind);
-	in->frame_codec = io_frame_codec_parse(codec);
-	in->codec = strcmp(codec, "lz4") == 0 ? SNAP_IO_CODEC_LZ4 : strcmp(codec, "none") == 0 ? SNAP_IO_CODEC_NONE : -1;
 	size_t es = in->dtype >= 0 ? snap_dtype_size(in->dtype) : 0;
 	if (!es || in->kind < 0 || (in->codec < 0 && in->frame_codec < 0) || H5Tget_size(t) != es) {
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": inconsistent dtype/kind/codec attributes",
 			     path, link);
 		goto out;
 	}
-	if (in->frame_codec > 0) {
-		if ((rc = io_frames_meta(ds, path, dims, nd, dcpl, d, err)) < 0)
-			goto out;
-	} else {
-		in->frame_codec = 0;
-		uint32_t c32 = 0;
-		if (io_get_attr_u32s(ds, "crc32c", &c32, 1) < 0) {
-			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": crc32c attribute missing", path, link);
-			goto out;
-		}
-		in->crc32c = d->sumcrc = c32;
-		in->ndim = nd;
-		in->bytes = es;
-		for (int k = 0; k < nd; k++) {
-			in->shape[k] = dims[k];
-			in->bytes *= dims[k];
-		}
-	}
-	if (ng != (size_t)in->ndim || no != (size_t)in->ndim) {
-		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": global_shape/shard_offset attributes do not "
-			     "have its %d dims", path, link, in->ndim);
+	if (in->frame_codec > 0)
+		rc = io_frames_meta(ds, path, dims, nd, dcpl, d, err);
+	else
+		rc = plain_meta(ds, path, dims, nd, es, d, err);
+	if (rc < 0 || (rc = check_shard(path, d, ng, no, err)) < 0)
 		goto out;
-	}
-	for (int k = 0; k < in->ndim; k++) {
-		if (in->shard_offset[k] > in->global_shape[k] ||
-		    in->shape[k] > in->global_shape[k] - in->shard_offset[k]) {
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": shard outside global shape", path, link);
-			goto out;
-		}
-	}
 	in->stored_bytes = H5Dget_storage_size(ds);
 	d->off = UINT64_MAX;
-	if (in->codec == SNAP_IO_CODEC_FRAMES)
-		goto out; /* layout checked by io_frames_meta */
-	H5D_layout_t lay = H5Pget_layout(dcpl);
-	if ((lay == H5D_CHUNKED) != (in->codec == SNAP_IO_CODEC_LZ4 && in->bytes > 0)) {
-		rc = io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\": layout does not match codec", path, link);
-		goto out;
-	}
-	if (lay == H5D_CONTIGUOUS && in->bytes > 0) {
-		haddr_t off = H5Dget_offset(ds);
-		if (off == HADDR_UNDEF) {
-			rc = io_fail_h5(err, SNAP_ECORRUPT, "%s: dataset \"%s\": no storage allocated", path, link);
-			goto out;
-		}
-		d->off = off;
-	}
+	/* A frame dataset's layout was checked by io_frames_meta. */
+	if (in->codec != SNAP_IO_CODEC_FRAMES)
+		rc = layout_meta(ds, dcpl, path, d, err);
 out:
 	if (dcpl >= 0) H5Pclose(dcpl);
 	if (t >= 0) H5Tclose(t);
@@ -217,39 +161,17 @@ static herr_t walk_cb(hid_t g, const char *name, const H5L_info_t *li, void *arg
 	return 0;
 }
 
-static int by_name(const void *a, const void *b)
-{
-	return strcmp(((const struct io_ds *)a)->name, ((const struct io_ds *)b)->name);
-}
-
 int io_rank_open(const char *path, const struct io_rank_id *expect, hid_t *file, struct io_ds **ds, size_t *n,
 		 struct snap_io_err *err)
 {
-	struct stat st;
-	if (lstat(path, &st) < 0)
-		return io_fail(err, SNAP_ENOENT, "%s: missing: %s", path, strerror(errno));
-	/* HDF5 would open a FIFO and block on it for ever. */
-	if (!S_ISREG(st.st_mode))
-		return io_fail(err, SNAP_ECORRUPT, "%s: not a regular file (or a symbolic link); skipped", path);
-	hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
-	if (f < 0)
-		return io_fail_h5(err, SNAP_ECORRUPT, "%s: not a readable HDF5 file (truncated or corrupt?)", path);
-	char job[160] = "";
-	uint64_t step = 0;
-	uint32_t rank = 0, world = 0;
-	int rc = rank_attrs(f, path, job, sizeof job, &step, &rank, &world, err);
-	if (!rc && expect &&
-	    (strcmp(job, expect->job) || step != expect->step || rank != expect->rank || world != expect->world))
-		rc = io_fail(err, SNAP_EMISMATCH, "%s: file says job %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32
-			     ", expected job %s step %" PRIu64 " rank %" PRIu32 "/%" PRIu32 " (a rank file moved or "
-			     "copied from another rank or step?)", path, job, step, rank, world, expect->job,
-			     expect->step, expect->rank, expect->world);
+	hid_t f;
+	int rc = io_rank_open_file(path, expect, &f, err);
+	if (rc)
+		return rc;
 	struct walk w = {.path = path, .err = err};
-	if (!rc) {
-		hsize_t idx = 0;
-		if (H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, walk_cb, &w) < 0)
-			rc = w.rc ? w.rc : io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot list datasets", path);
-	}
+	hsize_t idx = 0;
+	if (H5Literate(f, H5_INDEX_NAME, H5_ITER_INC, &idx, walk_cb, &w) < 0)
+		rc = w.rc ? w.rc : io_fail_h5(err, SNAP_ECORRUPT, "%s: cannot list datasets", path);
 	if (rc) {
 		free(w.ds);
 		H5Fclose(f);
@@ -394,104 +316,4 @@ int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf, s
 		return io_fail(err, SNAP_ECORRUPT, "%s: dataset \"%s\" (region \"%s\"): CRC32C mismatch: recorded "
 			       "%08x, data gives %08x", path, d->dataset, d->name, d->info.crc32c, crc);
 	return 0;
-}
-
-static int open_persisted_rank(const char *dir, const char *job, uint64_t step, uint32_t rank, char *path,
-			       size_t cap, hid_t *f, struct io_ds **ds, size_t *n, struct snap_io_err *err)
-{
-	uint32_t world;
-	int rc = io_check_job(job, err);
-	if (rc)
-		return rc;
-	if ((rc = io_manifest_load(dir, job, step, 1, &world, NULL, err)) < 0)
-		return rc;
-	if (rank >= world)
-		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " has %" PRIu32 " ranks; no rank %" PRIu32, step, world, rank);
-	if (io_path_rank(path, cap, dir, job, step, rank))
-		return io_fail(err, SNAP_EINVAL, "path too long");
-	struct io_rank_id id = {job, step, rank, world};
-	return io_rank_open(path, &id, f, ds, n, err);
-}
-
-int snap_io_list_regions(const char *dir, const char *job, uint64_t step, uint32_t rank,
-			 int (*fn)(const struct snap_io_region_info *info, void *arg), void *arg,
-			 struct snap_io_err *err)
-{
-	io_err_clear(err);
-	if (!dir || !fn)
-		return io_fail(err, SNAP_EINVAL, "snap_io_list_regions: NULL dir or callback");
-	char path[4096];
-	hid_t f;
-	struct io_ds *ds = NULL;
-	size_t n = 0;
-	io_h5_enter();
-	int rc = open_persisted_rank(dir, job, step, rank, path, sizeof path, &f, &ds, &n, err);
-	if (!rc) {
-		for (size_t i = 0; i < n && !rc; i++)
-			rc = fn(&ds[i].info, arg);
-		H5Fclose(f);
-	}
-	io_h5_leave();
-	free(ds);
-	return rc;
-}
-
-static int read_dest(hid_t f, const char *path, const struct io_ds *d, const struct snap_io_dest *t,
-		     struct snap_io_err *err)
-{
-	const struct snap_io_region_info *in = &d->info;
-	if (!t->frame_cap) {
-		if (in->bytes != t->bytes)
-			return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") holds %" PRIu64
-				       " bytes but the buffer has %zu", path, d->dataset, d->name, in->bytes, t->bytes);
-		if (in->bytes && !t->buf)
-			return io_fail(err, SNAP_EINVAL, "region \"%s\": NULL buffer", d->name);
-		return io_ds_read(f, path, d, t->buf, err);
-	}
-	if (in->codec != SNAP_IO_CODEC_FRAMES)
-		return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") is stored raw, not as codec "
-			       "frames: read it with frame_cap 0", path, d->dataset, d->name);
-	if (t->frame_elems != in->frame_elems || t->nframes != in->nframes)
-		return io_fail(err, SNAP_EMISMATCH, "%s: dataset \"%s\" (region \"%s\") holds %" PRIu32 " frames of %"
-			       PRIu64 " values, the destination asks for %" PRIu32 " of %" PRIu64, path, d->dataset,
-			       d->name, in->nframes, in->frame_elems, t->nframes, t->frame_elems);
-	if (t->frame_cap > SIZE_MAX / t->nframes || t->bytes != t->nframes * t->frame_cap || !t->buf)
-		return io_fail(err, SNAP_EINVAL, "region \"%s\": buffer of %zu bytes is not %" PRIu32 " frames x "
-			       "frame_cap %" PRIu64 ", or NULL", d->name, t->bytes, t->nframes, t->frame_cap);
-	return io_frames_read(f, path, d, t, NULL, err);
-}
-
-int snap_io_read_rank(const char *dir, const char *job, uint64_t step, uint32_t rank,
-		      const struct snap_io_dest *dests, size_t n, struct snap_io_err *err)
-{
-	io_err_clear(err);
-	if (!dir || (n && !dests))
-		return io_fail(err, SNAP_EINVAL, "snap_io_read_rank: NULL dir or dests");
-	char path[4096];
-	hid_t f;
-	struct io_ds *ds = NULL;
-	size_t nds = 0;
-	io_h5_enter();
-	int rc = open_persisted_rank(dir, job, step, rank, path, sizeof path, &f, &ds, &nds, err);
-	if (!rc) {
-		if (nds)
-			qsort(ds, nds, sizeof *ds, by_name);
-		for (size_t i = 0; i < n && !rc; i++) {
-			struct io_ds key;
-			if (!dests[i].name || strlen(dests[i].name) > IO_MAX_NAME) {
-				rc = io_fail(err, SNAP_EINVAL, "destination %zu: bad name", i);
-				break;
-			}
-			strcpy(key.name, dests[i].name);
-			const struct io_ds *d = nds ? bsearch(&key, ds, nds, sizeof *ds, by_name) : NULL;
-			if (!d)
-				rc = io_fail(err, SNAP_ENOENT, "%s: no region \"%s\"", path, dests[i].name);
-			else
-				rc = read_dest(f, path, d, &dests[i], err);
-		}
-		H5Fclose(f);
-	}
-	io_h5_leave();
-	free(ds);
-	return rc;
 }

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 static int trash(const char *jdir, const char *name, struct snap_io_err *err)
 {

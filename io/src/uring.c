@@ -14,7 +14,7 @@
 
 #include <liburing.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 struct req {
 	int busy;
@@ -232,8 +232,8 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 	uint64_t end = off + len;
 	uint64_t a = off, b = off;
 	if (u->fd_direct >= 0) {
-		a = (off + IO_ALIGN - 1) / IO_ALIGN * IO_ALIGN;
-		b = end / IO_ALIGN * IO_ALIGN;
+		a = (off + SNAP_IO_ALIGN - 1) / SNAP_IO_ALIGN * SNAP_IO_ALIGN;
+		b = end / SNAP_IO_ALIGN * SNAP_IO_ALIGN;
 		if (a >= b)
 			a = b = end;
 	}
@@ -257,8 +257,8 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 		r->len = k;
 		r->off = p;
 		r->tag = tag;
-		if (u->fd_direct >= 0 && ((uintptr_t)from % IO_ALIGN) != 0) {
-			if (!r->bounce && posix_memalign(&r->bounce, IO_ALIGN, u->io_bytes) != 0) {
+		if (u->fd_direct >= 0 && ((uintptr_t)from % SNAP_IO_ALIGN) != 0) {
+			if (!r->bounce && posix_memalign(&r->bounce, SNAP_IO_ALIGN, u->io_bytes) != 0) {
 				r->bounce = NULL;
 				note(u, -ENOMEM, tag);
 				return u->error;

@@ -6,7 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 static int verify_rank(const char *dir, const char *job, uint64_t step, uint32_t rank, uint32_t world,
 		       const struct io_manifest_rank *m, size_t *bad, struct snap_io_err *err)

@@ -12,7 +12,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "io_int.h"
 
 struct snap_io_writer {
 	struct snap_io_opts o;
@@ -43,11 +42,11 @@ struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struc
 		io_fail(err, SNAP_EINVAL, "unknown codec %d", o.codec);
 		return NULL;
 	}
-	if (o.io_bytes % IO_ALIGN || o.io_bytes > (1u << 30) || o.queue_depth > 256 ||
+	if (o.io_bytes % SNAP_IO_ALIGN || o.io_bytes > (1u << 30) || o.queue_depth > 256 ||
 	    o.chunk_bytes > (1u << 30)) {
 		io_fail(err, SNAP_EINVAL, "bad writer options: io_bytes %zu (multiple of %d, <= 1 GiB), "
 			"queue_depth %u (<= 256), chunk_bytes %zu (<= 1 GiB)",
-			o.io_bytes, IO_ALIGN, o.queue_depth, o.chunk_bytes);
+			o.io_bytes, SNAP_IO_ALIGN, o.queue_depth, o.chunk_bytes);
 		return NULL;
 	}
 	struct snap_io_writer *w = calloc(1, sizeof *w);
@@ -73,98 +72,6 @@ void snap_io_writer_free(struct snap_io_writer *w)
 	free(w);
 }
 
-hid_t io_h5_type(int dtype)
-{
-	hid_t base;
-	switch (dtype) {
-	case SNAP_DTYPE_U8: case SNAP_DTYPE_BOOL: base = H5T_STD_U8LE; break;
-	case SNAP_DTYPE_I8: base = H5T_STD_I8LE; break;
-	case SNAP_DTYPE_I16: base = H5T_STD_I16LE; break;
-	case SNAP_DTYPE_I32: base = H5T_STD_I32LE; break;
-	case SNAP_DTYPE_I64: base = H5T_STD_I64LE; break;
-	case SNAP_DTYPE_U16: case SNAP_DTYPE_BF16: base = H5T_STD_U16LE; break;
-	case SNAP_DTYPE_U32: base = H5T_STD_U32LE; break;
-	case SNAP_DTYPE_U64: base = H5T_STD_U64LE; break;
-	case SNAP_DTYPE_F32: base = H5T_IEEE_F32LE; break;
-	case SNAP_DTYPE_F64: base = H5T_IEEE_F64LE; break;
-	case SNAP_DTYPE_F16: {
-		/* IEEE half, built the way h5py builds it so h5py reads float16. */
-		hid_t t = H5Tcopy(H5T_IEEE_F32LE);
-		if (t < 0 || H5Tset_fields(t, 15, 10, 5, 0, 10) < 0 || H5Tset_size(t, 2) < 0 ||
-		    H5Tset_ebias(t, 15) < 0) {
-			if (t >= 0)
-				H5Tclose(t);
-			return -1;
-		}
-		return t;
-	}
-	default: return -1;
-	}
-	return H5Tcopy(base);
-}
-
-int io_attr_str(hid_t obj, const char *name, const char *val)
-{
-	hid_t t = H5Tcopy(H5T_C_S1), s = H5Screate(H5S_SCALAR), a = -1;
-	int rc = -1;
-	if (t >= 0 && s >= 0 && H5Tset_size(t, strlen(val) + 1) >= 0 && H5Tset_strpad(t, H5T_STR_NULLTERM) >= 0 &&
-	    (a = H5Acreate2(obj, name, t, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 && H5Awrite(a, t, val) >= 0)
-		rc = 0;
-	if (a >= 0) H5Aclose(a);
-	if (s >= 0) H5Sclose(s);
-	if (t >= 0) H5Tclose(t);
-	return rc;
-}
-
-int io_attr_u64(hid_t obj, const char *name, const uint64_t *v, size_t n)
-{
-	hsize_t dims[1] = {n};
-	hid_t s = H5Screate_simple(1, dims, NULL), a = -1;
-	int rc = -1;
-	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U64LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-	    H5Awrite(a, H5T_NATIVE_UINT64, v) >= 0)
-		rc = 0;
-	if (a >= 0) H5Aclose(a);
-	if (s >= 0) H5Sclose(s);
-	return rc;
-}
-
-int io_attr_u32(hid_t obj, const char *name, uint32_t v)
-{
-	hid_t s = H5Screate(H5S_SCALAR), a = -1;
-	int rc = -1;
-	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-	    H5Awrite(a, H5T_NATIVE_UINT32, &v) >= 0)
-		rc = 0;
-	if (a >= 0) H5Aclose(a);
-	if (s >= 0) H5Sclose(s);
-	return rc;
-}
-
-int io_attr_u32s(hid_t obj, const char *name, const uint32_t *v, size_t n)
-{
-	hsize_t dims[1] = {n};
-	hid_t s = H5Screate_simple(1, dims, NULL), a = -1;
-	int rc = -1;
-	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-	    H5Awrite(a, H5T_NATIVE_UINT32, v) >= 0)
-		rc = 0;
-	if (a >= 0) H5Aclose(a);
-	if (s >= 0) H5Sclose(s);
-	return rc;
-}
-
-int io_attrs_region(hid_t ds, const struct snap_io_region *g, const char *codec, uint64_t step)
-{
-	if (io_attr_str(ds, "name", g->name) < 0 || io_attr_str(ds, "kind", snap_kind_name(g->kind)) < 0 ||
-	    io_attr_str(ds, "dtype", snap_dtype_name(g->dtype)) < 0 || io_attr_str(ds, "codec", codec) < 0 ||
-	    io_attr_u64(ds, "step", &step, 1) < 0 ||
-	    io_attr_u64(ds, "global_shape", g->global_shape, (size_t)g->ndim) < 0 ||
-	    io_attr_u64(ds, "shard_offset", g->shard_offset, (size_t)g->ndim) < 0)
-		return -1;
-	return 0;
-}
-
 static int name_cmp(const void *a, const void *b)
 {
 	const struct snap_io_region *x = *(const struct snap_io_region *const *)a;
@@ -174,12 +81,12 @@ static int name_cmp(const void *a, const void *b)
 
 static int check_regions(const struct snap_io_region *r, size_t n, struct snap_io_err *err)
 {
-	char tmp[3 * IO_MAX_NAME + 1];
+	char tmp[3 * SNAP_IO_MAX_NAME + 1];
 	for (size_t i = 0; i < n; i++) {
 		const struct snap_io_region *g = &r[i];
 		if (!g->name || io_sanitise(g->name, tmp, sizeof tmp) < 0)
 			return io_fail(err, SNAP_EINVAL, "region %zu: name missing, empty or longer than %d bytes",
-				       i, IO_MAX_NAME);
+				       i, SNAP_IO_MAX_NAME);
 		size_t es = snap_dtype_size(g->dtype);
 		if (!es || g->kind < 0 || g->kind >= SNAP_KIND_COUNT_ || g->ndim < 1 || g->ndim > SNAP_MAX_NDIM)
 			return io_fail(err, SNAP_EINVAL, "region \"%s\": bad dtype %d, kind %d or ndim %d",
@@ -265,8 +172,6 @@ struct plan {
 	uint32_t expect;
 };
 
-static atomic_uint tmp_seq;
-
 static double now_s(void)
 {
 	struct timespec ts;
@@ -274,106 +179,100 @@ static double now_s(void)
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-/* HDF5 phase: the whole file but the uncompressed bulk bytes. */
-static int build_file(struct snap_io_writer *w, const char *tmp, const char *final, const char *job,
-		      uint64_t step, uint32_t rank, uint32_t world, const struct snap_io_region *r,
-		      size_t n, struct plan *plan, uint64_t *stored, struct snap_io_err *err)
+/* The dataset of a plain region: LZ4 chunks (cg not NULL) or contiguous
+ * storage allocated now, so that bulk_write can fill it after the close. */
+static int create_ds(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g,
+		     const struct io_chunk_geom *cg, hid_t *out, struct snap_io_err *err)
 {
-	int rc = 0;
-	char dsname[3 * IO_MAX_NAME + 1];
-	struct lz4buf lb = {0};
-	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-	if (fapl < 0 || H5Pset_alignment(fapl, IO_ALIGN, IO_ALIGN) < 0) {
-		if (fapl >= 0)
-			H5Pclose(fapl);
-		return io_fail_h5(err, SNAP_EIO, "%s: HDF5 property setup failed", final);
+	hsize_t dims[SNAP_MAX_NDIM];
+	for (int d = 0; d < g->ndim; d++)
+		dims[d] = g->shape[d];
+	hid_t t = io_h5_type(g->dtype), s = H5Screate_simple(g->ndim, dims, NULL);
+	hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), ds = -1;
+	int ok = t >= 0 && s >= 0 && dcpl >= 0 && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0;
+	if (ok && cg) {
+		unsigned cd[1] = {(unsigned)cg->full};
+		ok = H5Pset_chunk(dcpl, g->ndim, cg->chunk) >= 0 &&
+		     H5Pset_filter(dcpl, SNAP_IO_LZ4_FILTER, H5Z_FLAG_OPTIONAL, 1, cd) >= 0;
+	} else if (ok) {
+		ok = H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
+		     H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0;
 	}
-	/* Create the file ourselves with the configured bits (fchmod: the umask
-	 * must not widen or narrow them), then let HDF5 take it over. */
-	int tfd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-	if (tfd < 0 || fchmod(tfd, w->o.mode) != 0) {
-		int e = errno;
-		if (tfd >= 0) {
-			close(tfd);
-			unlink(tmp);
-		}
-		H5Pclose(fapl);
-		return io_fail(err, io_errno_code(e), "%s: cannot create temp file %s: %s", final, tmp, strerror(e));
-	}
-	close(tfd);
+	if (ok)
+		ds = H5Dcreate2(f, dsname, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+	/* Before the closes below, which would clear HDF5's error stack. */
+	int rc = ds < 0 ? io_fail_h5(err, SNAP_EIO, "%s: cannot create dataset \"%s\"", final, dsname) : 0;
+	if (dcpl >= 0) H5Pclose(dcpl);
+	if (s >= 0) H5Sclose(s);
+	if (t >= 0) H5Tclose(t);
+	*out = ds;
+	return rc;
+}
+
+/* Fills an LZ4 dataset and checks the source against its expected CRC. */
+static int fill_lz4(hid_t ds, const char *final, const char *dsname, const struct snap_io_region *g,
+		    const struct io_chunk_geom *cg, struct lz4buf *lb, uint32_t expect, uint64_t *stored,
+		    struct snap_io_err *err)
+{
+	uint32_t c = 0xFFFFFFFFu;
 	errno = 0;
-	f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-	H5Pclose(fapl);
-	if (f < 0) {
-		int e = errno;
-		return io_fail_h5(err, e ? io_errno_code(e) : SNAP_EIO, "%s: cannot create temp file %s", final, tmp);
+	int e = write_lz4(ds, g, cg, lb, &c, stored);
+	if (e == SNAP_ENOMEM)
+		return io_fail(err, e, "%s: out of memory for LZ4 chunk of dataset \"%s\"", final, dsname);
+	if (e)
+		return io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO,
+				  "%s: writing LZ4 chunk of dataset \"%s\" failed", final, dsname);
+	if ((c ^ 0xFFFFFFFFu) != expect)
+		return io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") does not match its "
+			       "CRC32C %08x: source memory changed or is corrupt", final, g->name, dsname, expect);
+	return 0;
+}
+
+/* One region's dataset and attributes; LZ4 and frame data written now,
+ * contiguous data's file offset recorded in p for bulk_write. */
+static int build_region(struct snap_io_writer *w, hid_t f, const char *final, const struct snap_io_region *g,
+			uint64_t step, struct plan *p, struct lz4buf *lb, uint64_t *stored, struct snap_io_err *err)
+{
+	char dsname[3 * SNAP_IO_MAX_NAME + 1];
+	int lz4 = w->o.codec == SNAP_IO_CODEC_LZ4 && g->bytes > 0;
+	io_sanitise(g->name, dsname, sizeof dsname);
+	p->off = HADDR_UNDEF;
+	if (g->nframes)
+		return io_frames_write(f, final, dsname, g, step, stored, err);
+	p->expect = g->has_crc ? g->crc32c : snap_io_crc32c(g->data, g->bytes);
+	struct io_chunk_geom cg;
+	if (lz4)
+		io_chunk_plan(g->shape, g->ndim, snap_dtype_size(g->dtype), w->o.chunk_bytes, &cg);
+	hid_t ds;
+	int rc = create_ds(f, final, dsname, g, lz4 ? &cg : NULL, &ds, err);
+	if (rc)
+		return rc;
+	if (io_attrs_region(ds, g, lz4 ? "lz4" : "none", step) < 0 || io_attr_u32(ds, "crc32c", p->expect) < 0) {
+		rc = io_fail_h5(err, SNAP_EIO, "%s: writing attributes of dataset \"%s\" failed", final, dsname);
+	} else if (lz4) {
+		rc = fill_lz4(ds, final, dsname, g, &cg, lb, p->expect, stored, err);
+	} else if (g->bytes) {
+		p->off = H5Dget_offset(ds);
+		if (p->off == HADDR_UNDEF)
+			rc = io_fail_h5(err, SNAP_EIO, "%s: no storage for dataset \"%s\"", final, dsname);
+		*stored += g->bytes;
 	}
-	uint64_t u[2] = {step, IO_FORMAT_VERSION};
-	if (io_attr_str(f, "format", IO_FORMAT_NAME) < 0 || io_attr_u64(f, "format_version", &u[1], 1) < 0 ||
-	    io_attr_str(f, "job", job) < 0 || io_attr_u64(f, "step", &u[0], 1) < 0 ||
-	    io_attr_u32(f, "rank", rank) < 0 || io_attr_u32(f, "world", world) < 0) {
-		rc = io_fail_h5(err, SNAP_EIO, "%s: writing file attributes failed", final);
-		goto out;
-	}
-	for (size_t i = 0; i < n && !rc; i++) {
-		const struct snap_io_region *g = &r[i];
-		int lz4 = w->o.codec == SNAP_IO_CODEC_LZ4 && g->bytes > 0;
-		io_sanitise(g->name, dsname, sizeof dsname);
-		plan[i].off = HADDR_UNDEF;
-		if (g->nframes) {
-			rc = io_frames_write(f, final, dsname, g, step, stored, err);
-			continue;
-		}
-		plan[i].expect = g->has_crc ? g->crc32c : snap_io_crc32c(g->data, g->bytes);
-		hsize_t dims[SNAP_MAX_NDIM];
-		for (int d = 0; d < g->ndim; d++)
-			dims[d] = g->shape[d];
-		hid_t t = io_h5_type(g->dtype), s = H5Screate_simple(g->ndim, dims, NULL);
-		hid_t dcpl = H5Pcreate(H5P_DATASET_CREATE), ds = -1;
-		int ok = t >= 0 && s >= 0 && dcpl >= 0 && H5Pset_fill_time(dcpl, H5D_FILL_TIME_NEVER) >= 0;
-		struct io_chunk_geom cg;
-		if (lz4)
-			io_chunk_plan(g->shape, g->ndim, snap_dtype_size(g->dtype), w->o.chunk_bytes, &cg);
-		if (ok && lz4) {
-			unsigned cd[1] = {(unsigned)cg.full};
-			ok = H5Pset_chunk(dcpl, g->ndim, cg.chunk) >= 0 &&
-			     H5Pset_filter(dcpl, IO_LZ4_FILTER, H5Z_FLAG_OPTIONAL, 1, cd) >= 0;
-		} else if (ok) {
-			ok = H5Pset_layout(dcpl, H5D_CONTIGUOUS) >= 0 &&
-			     H5Pset_alloc_time(dcpl, H5D_ALLOC_TIME_EARLY) >= 0;
-		}
-		if (ok)
-			ds = H5Dcreate2(f, dsname, t, s, H5P_DEFAULT, dcpl, H5P_DEFAULT);
-		if (ds < 0) {
-			rc = io_fail_h5(err, SNAP_EIO, "%s: cannot create dataset \"%s\"", final, dsname);
-		} else if (io_attrs_region(ds, g, lz4 ? "lz4" : "none", step) < 0 ||
-			   io_attr_u32(ds, "crc32c", plan[i].expect) < 0) {
-			rc = io_fail_h5(err, SNAP_EIO, "%s: writing attributes of dataset \"%s\" failed", final, dsname);
-		} else if (lz4) {
-			uint32_t c = 0xFFFFFFFFu;
-			errno = 0;
-			int e = write_lz4(ds, g, &cg, &lb, &c, stored);
-			if (e == SNAP_ENOMEM)
-				rc = io_fail(err, e, "%s: out of memory for LZ4 chunk of dataset \"%s\"", final, dsname);
-			else if (e)
-				rc = io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO,
-						"%s: writing LZ4 chunk of dataset \"%s\" failed", final, dsname);
-			else if ((c ^ 0xFFFFFFFFu) != plan[i].expect)
-				rc = io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") does not match its "
-					     "CRC32C %08x: source memory changed or is corrupt", final, g->name, dsname,
-					     plan[i].expect);
-		} else if (g->bytes) {
-			plan[i].off = H5Dget_offset(ds);
-			if (plan[i].off == HADDR_UNDEF)
-				rc = io_fail_h5(err, SNAP_EIO, "%s: no storage for dataset \"%s\"", final, dsname);
-			*stored += g->bytes;
-		}
-		if (ds >= 0) H5Dclose(ds);
-		if (dcpl >= 0) H5Pclose(dcpl);
-		if (s >= 0) H5Sclose(s);
-		if (t >= 0) H5Tclose(t);
-	}
-out:
+	H5Dclose(ds);
+	return rc;
+}
+
+/* HDF5 phase: the whole file but the uncompressed bulk bytes. */
+static int build_file(struct snap_io_writer *w, const char *tmp, const char *final, const struct io_rank_id *id,
+		      const struct snap_io_region *r, size_t n, struct plan *plan, uint64_t *stored,
+		      struct snap_io_err *err)
+{
+	hid_t f;
+	int rc = io_rank_create(tmp, final, w->o.mode, id, &f, err);
+	if (rc)
+		return rc;
+	struct lz4buf lb = {0};
+	for (size_t i = 0; i < n && !rc; i++)
+		rc = build_region(w, f, final, &r[i], id->step, &plan[i], &lb, stored, err);
 	free(lb.raw);
 	free(lb.enc);
 	errno = 0;
@@ -398,7 +297,7 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 		fdd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
 	*direct = fdd >= 0;
 	int rc = 0;
-	char dsname[3 * IO_MAX_NAME + 1];
+	char dsname[3 * SNAP_IO_MAX_NAME + 1];
 	int e = io_uw_begin(w->uw, fdd, fd);
 	if (e) {
 		if (fdd >= 0)
@@ -472,7 +371,7 @@ static void drop_lone_mark(const char *sdir, const char *mark)
 	int others = 0;
 	struct dirent *e;
 	while ((e = readdir(d)) != NULL)
-		others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, IO_INCOMPLETE);
+		others += strcmp(e->d_name, ".") && strcmp(e->d_name, "..") && strcmp(e->d_name, SNAP_IO_INCOMPLETE);
 	closedir(d);
 	if (!others)
 		unlink(mark);
@@ -497,7 +396,7 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	char sdir[4096], final[4096], tmp[4200], man[4200];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step) || io_path_rank(final, sizeof final, dir, job, step, rank))
 		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
-	snprintf(man, sizeof man, "%s/%s", sdir, IO_MANIFEST);
+	snprintf(man, sizeof man, "%s/%s", sdir, SNAP_IO_MANIFEST);
 	if (access(man, F_OK) == 0)
 		return io_fail(err, SNAP_ESTATE, "%s: step %" PRIu64 " is already persisted; not rewriting it", sdir, step);
 	if ((rc = io_mkdirs(sdir, io_dir_mode(w->o.mode), err)) < 0)
@@ -505,21 +404,21 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	/* Mark the step unfinished before any rank file can appear (the rank
 	 * file's directory fsync below makes the mark durable with it). */
 	char mark[4200];
-	snprintf(mark, sizeof mark, "%s/%s", sdir, IO_INCOMPLETE);
+	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
 	int mfd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (mfd < 0) {
 		int e = errno;
 		return io_fail(err, io_errno_code(e), "%s: cannot create %s: %s", final, mark, strerror(e));
 	}
 	close(mfd);
-	snprintf(tmp, sizeof tmp, "%s/.rank-%" PRIu32 ".h5.tmp.%d.%u", sdir, rank, (int)getpid(),
-		 atomic_fetch_add(&tmp_seq, 1));
+	io_rank_tmp_name(tmp, sizeof tmp, sdir, rank);
 	struct plan *plan = calloc(n ? n : 1, sizeof *plan);
 	if (!plan)
 		return io_fail(err, SNAP_ENOMEM, "out of memory");
 	uint64_t stored = 0;
 	io_h5_enter();
-	rc = build_file(w, tmp, final, job, step, rank, world, regions, n, plan, &stored, err);
+	struct io_rank_id id = {job, step, rank, world};
+	rc = build_file(w, tmp, final, &id, regions, n, plan, &stored, err);
 	io_h5_leave();
 	int direct = 0;
 	if (!rc)

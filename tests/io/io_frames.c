@@ -482,12 +482,12 @@ static void flip(const char *path, off_t at)
 /* The filter function as HDF5 calls it to read a chunk. */
 static size_t run_filter(unsigned flags, int dtype, uint64_t elems, const void *src, size_t len, void **out)
 {
-	unsigned cd[IO_CODEC_CD_N] = {IO_CODEC_CD_VERSION, (unsigned)dtype, (unsigned)elems, (unsigned)(elems >> 32)};
+	unsigned cd[SNAP_IO_CODEC_CD_N] = {SNAP_IO_CODEC_CD_VERSION, (unsigned)dtype, (unsigned)elems, (unsigned)(elems >> 32)};
 	void *buf = H5allocate_memory(len, 0);
 	CHECK(buf);
 	memcpy(buf, src, len);
 	size_t bsz = len;
-	size_t n = io_codec_filter_class.filter(flags, IO_CODEC_CD_N, cd, len, &bsz, &buf);
+	size_t n = io_codec_filter_class.filter(flags, SNAP_IO_CODEC_CD_N, cd, len, &bsz, &buf);
 	if (n == 0) {
 		H5free_memory(buf);
 		*out = NULL;
