@@ -14,7 +14,8 @@
  * protected data (n * size) per second, best of R runs.
  *
  * Helper lookup: $SNAP_EC_BENCH_HELPER, else next to snapbench's build tree
- * (<dir of snapbench>/../ec/snap_ec_bench, <dir>/snap_ec_bench). mpiexec is
+ * (<dir of snapbench>/../ec/snap_ec_bench, <dir>/snap_ec_bench), else where
+ * it is installed (<dir>/../libexec/libsnap/snap_ec_bench). mpiexec is
  * $MPIEXEC or `mpiexec` in PATH; when run as root the Open MPI root
  * overrides are set for the child.
  */
@@ -31,6 +32,11 @@
 
 #include "snap/ec.h"
 #include "snapbench.h"
+
+/* Where snap_ec_bench is installed, from snapbench's directory (CMake sets it). */
+#ifndef SNAP_BENCH_LIBEXEC
+#define SNAP_BENCH_LIBEXEC "../libexec/libsnap"
+#endif
 
 static double mono(void)
 {
@@ -63,7 +69,8 @@ static int find_helper(char *out, size_t len)
 	if (!slash)
 		return -1;
 	*slash = 0;
-	static const char *const rel[] = { "/../ec/snap_ec_bench", "/ec/snap_ec_bench", "/snap_ec_bench" };
+	static const char *const rel[] = { "/../ec/snap_ec_bench", "/ec/snap_ec_bench", "/snap_ec_bench",
+					   "/" SNAP_BENCH_LIBEXEC "/snap_ec_bench" };
 	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
 		size_t a = strlen(exe), b = strlen(rel[i]);
 		if (a + b + 1 > len)
@@ -283,7 +290,8 @@ int cmd_bench_ec(int argc, char **argv)
 	/* (c)-(e) over MPI */
 	char helper[PATH_MAX], a_np[16], a_k[16], a_m[16], a_size[32], a_chunk[32], a_reps[16];
 	if (find_helper(helper, sizeof(helper))) {
-		fprintf(stderr, "snapbench ec: MPI helper snap_ec_bench not found (set SNAP_EC_BENCH_HELPER)\n");
+		fprintf(stderr, "snapbench ec: MPI helper snap_ec_bench not found beside snapbench (../ec/, ./, "
+			SNAP_BENCH_LIBEXEC "/) nor at $SNAP_EC_BENCH_HELPER\n");
 		goto done;
 	}
 	const char *mpiexec = getenv("MPIEXEC");
