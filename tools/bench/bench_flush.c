@@ -300,7 +300,7 @@ int cmd_bench_flush(int argc, char **argv)
 	double fio = run_fio(dir, size, fio_note, sizeof fio_note);
 	double h5 = run_h5py(dir, data, size, h5_note, sizeof h5_note);
 	free(buf);
-	/* Ours: whatever a failed run left in it goes too. */
+	/* The scratch directory is ours: it goes whole, with whatever a failed step left. */
 	if (scratch[0]) {
 		snprintf(rm, sizeof rm, "rm -rf '%s'", scratch);
 		if (system(rm) != 0)
