@@ -6,6 +6,8 @@
 #   cmake --install build --prefix P     (or DESTDIR=... cmake --install build)
 #
 #   P/bin/snapsmp, P/bin/snaptool        RUNPATH $ORIGIN/../<libdir>: relocatable
+#   P/bin/snapbench                      the benchmarks (`snaptool bench` execs it), same RUNPATH
+#   P/libexec/libsnap/snap_ec_bench      MPI helper snapbench ec starts under mpiexec
 #   P/include/snap/{snap,error,types}.h  what a user of libsnap.so includes
 #   P/<libdir>/libsnap.so.0.1.0 (+ .so.0, .so) and libsnap_cuda.so when nvcc was found
 #   P/<libdir>/hdf5/serial/plugins/libh5z_snapcodec.so   Debian's HDF5 plugin directory
@@ -38,7 +40,7 @@ set(SNAP_HDF5_PLUGIN_DIR ${_plugin_dir} CACHE STRING
 # is (a temporary prefix, /opt/libsnap, /usr).
 file(RELATIVE_PATH _bin_to_lib /${CMAKE_INSTALL_BINDIR} /${CMAKE_INSTALL_LIBDIR})
 if(NOT SNAP_CLIENT_ONLY)
-  set_target_properties(snaptool snapsmp PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
+  set_target_properties(snaptool snapsmp snapbench PROPERTIES INSTALL_RPATH "$ORIGIN/${_bin_to_lib}")
 endif()
 
 install(TARGETS snap EXPORT libsnapTargets
@@ -48,6 +50,10 @@ install(FILES ${SNAP_PUBLIC_HEADERS} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/sna
 if(NOT SNAP_CLIENT_ONLY)
   install(TARGETS snapsmp snaptool EXPORT libsnapTargets
     RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  # The benchmarks: a program for people, not for CMake consumers (no export).
+  # Where snapbench looks for its helper is tools/CMakeLists.txt's SNAP_BENCH_LIBEXEC.
+  install(TARGETS snapbench RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT runtime)
+  install(TARGETS snap_ec_bench RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/libsnap COMPONENT runtime)
 endif()
 # libsnap.so dlopens the CUDA backend from its own directory (libsnap/src/gpu.c).
 if(TARGET snap_cuda)

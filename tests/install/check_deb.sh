@@ -51,10 +51,12 @@ dpkg-deb -I "$deb" shlibs | grep -q "^libsnap ${version%%.*} libsnap" || fail "n
 dpkg-deb -c "$deb" >"$t/contents"
 awk '$2 != "root/root" { print; bad = 1 } END { exit bad }' "$t/contents" >"$t/owners" || fail "files not owned by root: $(cat "$t/owners")"
 awk '{ print $6 }' "$t/contents" | grep -v '^\./usr/' >"$t/outside" && fail "files outside /usr: $(cat "$t/outside")"
-for f in ./usr/include/snap/snap.h ./usr/bin/snapsmp ./usr/bin/snaptool "./usr/$libdir/libsnap.so.$version" \
+for f in ./usr/include/snap/snap.h ./usr/bin/snapsmp ./usr/bin/snaptool ./usr/bin/snapbench \
+	./usr/libexec/libsnap/snap_ec_bench "./usr/$libdir/libsnap.so.$version" \
 	"./usr/$libdir/pkgconfig/libsnap.pc" "./usr/$libdir/cmake/libsnap/libsnapConfig.cmake" \
 	"./usr/$plugindir/libh5z_snapcodec.so" ./usr/share/doc/libsnap/LICENSE \
-	./usr/share/man/man1/snapsmp.1.gz ./usr/share/man/man1/snaptool.1.gz ./usr/share/man/man3/libsnap.3.gz; do
+	./usr/share/man/man1/snapsmp.1.gz ./usr/share/man/man1/snaptool.1.gz ./usr/share/man/man1/snapbench.1.gz \
+	./usr/share/man/man3/libsnap.3.gz; do
 	awk '{ print $6 }' "$t/contents" | grep -qxF "$f" || fail "package lacks $f"
 done
 grep -qF "./usr/$libdir/libsnap.so.${version%%.*} -> libsnap.so.$version" "$t/contents" || fail "no soname link in the package"
@@ -66,6 +68,7 @@ grep -qF "./usr/$libdir/libsnap.so.${version%%.*} -> libsnap.so.$version" "$t/co
 dpkg -x "$deb" "$t/root"
 R=$t/root/usr
 "$R/bin/snaptool" --help | grep -q '^usage: snaptool' || fail "extracted snaptool --help"
+PATH=/usr/bin:/bin "$R/bin/snaptool" bench ec --help | grep -q '^usage: snapbench ec' || fail "extracted snaptool bench ec --help"
 # shellcheck disable=SC2086 # cflags are words
 "$cc" $cflags -std=c11 -Wall -Wextra -Werror "$src/tests/install/consumer/main.c" -o "$t/consumer" \
 	$(PKG_CONFIG_PATH=$R/$libdir/pkgconfig pkg-config --define-variable=prefix="$R" --cflags --libs libsnap) \

@@ -4,7 +4,9 @@
 #   1. the expected files are there (headers, libsnap.so with its soname and
 #      links, the HDF5 plugin, the programs, libsnap.pc, the CMake package);
 #   2. libsnap.so exports nothing but snap_* (and its version nodes);
-#   3. the installed programs run from the prefix alone (snaptool --help);
+#   3. the installed programs run from the prefix alone (snaptool --help;
+#      snaptool bench hands over to the installed snapbench, whose ec
+#      benchmark runs the installed MPI helper);
 #   4. a program compiled with pkg-config, and one built by a CMake project
 #      with find_package(libsnap), each save/restore/flush through the
 #      installed snapsmp, load the installed libsnap.so, and h5dump decodes
@@ -28,11 +30,11 @@ unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH HDF5_PLUGIN_PATH
 
 # 1. files
 for f in include/snap/snap.h include/snap/error.h include/snap/types.h \
-	bin/snapsmp bin/snaptool \
+	bin/snapsmp bin/snaptool bin/snapbench libexec/libsnap/snap_ec_bench \
 	"$libdir/libsnap.so.$version" "$libdir/pkgconfig/libsnap.pc" \
 	"$plugindir/libh5z_snapcodec.so" \
 	"$libdir/cmake/libsnap/libsnapConfig.cmake" "$libdir/cmake/libsnap/libsnapConfigVersion.cmake" \
-	share/doc/libsnap/LICENSE share/man/man1/snapsmp.1.gz share/man/man1/snaptool.1.gz share/man/man3/libsnap.3.gz; do
+	share/doc/libsnap/LICENSE share/man/man1/snapsmp.1.gz share/man/man1/snaptool.1.gz share/man/man1/snapbench.1.gz share/man/man3/libsnap.3.gz; do
 	[ -f "$P/$f" ] || fail "not installed: $f"
 done
 soname=$(readelf -d "$P/$libdir/libsnap.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
@@ -43,7 +45,7 @@ soname=$(readelf -d "$P/$libdir/libsnap.so.$version" | sed -n 's/.*(SONAME).*\[\
 if grep -rlF -e "$build" -e "$src" "$P" >"$t/leaks" 2>/dev/null; then
 	# Debug info names the source files it came from; that is not a dependency.
 	while read -r f; do
-		case "$f" in *.so*|*/bin/*) readelf -d "$f" | grep -E 'RPATH|RUNPATH' | grep -qF -e "$build" -e "$src" \
+		case "$f" in *.so*|*/bin/*|*/libexec/*) readelf -d "$f" | grep -E 'RPATH|RUNPATH' | grep -qF -e "$build" -e "$src" \
 			&& fail "$f has a run path into the build tree: $(readelf -d "$f" | grep -E 'RPATH|RUNPATH')" ;;
 		*) fail "$f names the build or source tree: $(grep -m1 -F -e "$build" -e "$src" "$f")" ;;
 		esac
@@ -68,9 +70,19 @@ diff -u "$t/declared" "$t/exported" >"$t/sym.diff" \
 "$P/bin/snaptool" --help >"$t/help.txt" || fail "installed snaptool --help"
 grep -q '^usage: snaptool' "$t/help.txt" || fail "snaptool --help: unexpected output"
 "$P/bin/snapsmp" --help >/dev/null || fail "installed snapsmp --help"
-got=$(ldd "$P/bin/snaptool" | awk '$1 == "'"$soname"'" { print $3 }')
+# snaptool bench execs the snapbench beside it, not one on PATH.
+PATH=/usr/bin:/bin "$P/bin/snaptool" bench codec --help >"$t/bench.txt" || fail "installed snaptool bench codec --help"
+grep -q '^usage: snapbench codec' "$t/bench.txt" || fail "snaptool bench codec --help: $(cat "$t/bench.txt")"
+# snapbench ec finds the MPI helper where it is installed (libexec/libsnap).
+(unset SNAP_EC_BENCH_HELPER; export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 \
+	ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0   # Open MPI's allocations, as in tests/ec
+	"$P/bin/snapbench" ec --k 2 --m 1 --size 4096 --reps 1 >"$t/ec.txt" 2>&1) \
+	|| fail "installed snapbench ec: $(cat "$t/ec.txt")"
+grep -q 'rebuild_gbps.*verified' "$t/ec.txt" || fail "installed snapbench ec: $(cat "$t/ec.txt")"
+# snapbench uses libsnap.so (snaptool itself no longer needs it): the RUNPATH finds the installed one.
+got=$(ldd "$P/bin/snapbench" | awk '$1 == "'"$soname"'" { print $3 }')
 [ -n "$got" ] && [ "$(realpath "$got")" = "$(realpath "$P/$libdir/$soname")" ] \
-	|| fail "snaptool does not load the installed libsnap.so: $(ldd "$P/bin/snaptool" | grep libsnap)"
+	|| fail "snapbench does not load the installed libsnap.so: $(ldd "$P/bin/snapbench" | grep libsnap)"
 
 # 4. build two consumers and run them against the installed daemon
 "$P/bin/snapsmp" --store "$t/store" --mem-limit 64M --flush-dir "$t/flush" --quiet 2>"$t/smp.err" &

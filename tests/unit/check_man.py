@@ -5,14 +5,15 @@ Pages are generated at build time (tools/man/gen_man.sh); this reads them
 back as a reader would, so an escaping slip (a line starting with '.', a
 backslash, a hyphen) or a help text the generator mangles fails here:
   - groff -ww (every warning) and `man -l` render each page with no message;
-  - snapsmp(1) and snaptool(1), rendered, hold every line of `--help` (and of
-    each `snaptool COMMAND --help`) verbatim, in order;
+  - snapsmp(1), snaptool(1) and snapbench(1), rendered, hold every line of
+    `--help` (and of each `snaptool COMMAND --help`, `snapbench BENCHMARK
+    --help`) verbatim, in order;
   - libsnap(3), rendered, holds every comment paragraph and every
     declaration line of the public headers, parsed here independently;
   - the gzipped copies that get installed are the same pages;
   - the generator keeps a help text with roff's special characters (lines
     starting with '.' or "'", backslashes, hyphens) verbatim too.
-usage: check_man.py MAN_DIR GEN_MAN SNAPSMP SNAPTOOL HEADER...
+usage: check_man.py MAN_DIR GEN_MAN SNAPSMP SNAPTOOL SNAPBENCH HEADER...
 """
 import gzip
 import os
@@ -163,13 +164,15 @@ def check_generator(gen):
 
 
 def main():
-    mandir, gen, snapsmp, snaptool, headers = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5:]
+    mandir, gen, snapsmp, snaptool, snapbench = sys.argv[1:6]
+    headers = sys.argv[6:]
     check_generator(gen)
-    pages = {p: os.path.join(mandir, p) for p in ("snapsmp.1", "snaptool.1", "libsnap.3")}
+    pages = {p: os.path.join(mandir, p) for p in ("snapsmp.1", "snaptool.1", "snapbench.1", "libsnap.3")}
     for page in pages.values():
         check_clean(page)
     check_help_page(pages["snapsmp.1"], snapsmp, "snapsmp")
     check_help_page(pages["snaptool.1"], snaptool, "snaptool")
+    check_help_page(pages["snapbench.1"], snapbench, "snapbench")
     check_header_page(pages["libsnap.3"], headers)
     if failures:
         sys.exit(f"{len(failures)} failures")

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * bench_util.h - what the benchmark programs share: the median of a run's
- * samples and finding the snapsmp (or another program) they start.
+ * samples, finding the snapsmp (or another program) they start, and the
+ * Python they run the alternatives with.
  */
 #ifndef SNAP_BENCH_UTIL_H
 #define SNAP_BENCH_UTIL_H
@@ -53,5 +54,15 @@ static inline void bench_find_prog(char *out, size_t cap, const char *env_var, c
 	}
 	snprintf(out, cap, "%s", name);
 }
+
+/*
+ * The Python interpreter that has torch/numpy/h5py, for the figures of what
+ * users would do instead: CMake's SNAP_PYTHON, else python3 on PATH.
+ */
+#ifdef SNAP_BENCH_PYTHON
+#define BENCH_PYTHON SNAP_BENCH_PYTHON
+#else
+#define BENCH_PYTHON "python3"
+#endif
 
 #endif

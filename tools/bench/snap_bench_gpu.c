@@ -2,7 +2,7 @@
 /*
  * snap_bench_gpu: a snapshot of GPU state as a trainer sees it, through a
  * real snapsmp, side by side in one run with the physical limit and with
- * what frameworks do instead (also run as `snaptool bench snapshot --device
+ * what frameworks do instead (also run as `snapbench snapshot --device
  * cuda`, which execs this program).
  *
  * For each size (one rank, one region of f32 in device memory):
@@ -234,7 +234,7 @@ int main(int argc, char **argv)
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
 	const char *usage = "usage: snap_bench_gpu [--sizes 256M,1G,4G,8G] [--iters K] [--input FILE]\n"
-			    "       (snaptool bench snapshot --device cuda takes the same options)\n";
+			    "       (snapbench snapshot --device cuda takes the same options)\n";
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
 		case 's': sizes = optarg; break;

@@ -54,6 +54,8 @@ help)
 		echo ".SH SEE ALSO"
 		case "$name" in
 		snapsmp) echo ".BR snaptool (1),"; echo ".BR libsnap (3)" ;;
+		snaptool) echo ".BR snapsmp (1),"; echo ".BR snapbench (1),"; echo ".BR libsnap (3)" ;;
+		snapbench) echo ".BR snapsmp (1),"; echo ".BR snaptool (1),"; echo ".BR libsnap (3)" ;;
 		*) echo ".BR snapsmp (1),"; echo ".BR libsnap (3)" ;;
 		esac
 	} >"$out.tmp"

@@ -1,8 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * snaptool: inspect, verify and benchmark libsnap. One file per subcommand;
- * this one only dispatches. Exit codes (docs/snaptool.md): 0 success,
- * 1 operation failed, 2 usage error, 3 data lost or corrupt.
+ * snaptool: inspect, verify, flush, export and recover libsnap snapshots.
+ * One file per subcommand; this one only dispatches. The benchmarks are a
+ * program of their own, snapbench (`snaptool bench` execs it). Exit codes
+ * (docs/snaptool.md): 0 success, 1 operation failed, 2 usage error, 3 data
+ * lost or corrupt.
  */
 #include <stdio.h>
 #include <string.h>
@@ -24,13 +26,7 @@ static const struct cmd cmds[] = {
 	{ "recover", cmd_recover, "what is recoverable after failures, and from where" },
 	{ "export", cmd_export, "one consolidated HDF5 file of a persisted step (global shapes)" },
 	{ "gc", cmd_gc, "apply retention to the flush directory" },
-};
-
-static const struct cmd benches[] = {
-	{ "snapshot", cmd_bench_snapshot, "save/commit through snapsmp vs memcpy vs torch.save" },
-	{ "codec", cmd_bench_codec, "our codecs vs lz4 vs ZFP on a tensor file" },
-	{ "ec", cmd_bench_ec, "erasure coding vs raw ISA-L and MPI" },
-	{ "flush", cmd_bench_flush, "flush to HDF5 vs fio vs h5py" },
+	{ "bench", cmd_bench, "benchmarks (snapshot, codec, ec, flush): runs snapbench" },
 };
 
 static void usage(FILE *f)
@@ -38,8 +34,6 @@ static void usage(FILE *f)
 	fprintf(f, "usage: snaptool COMMAND [options]   (snaptool COMMAND --help for each)\n\ncommands:\n");
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %-16s %s\n", cmds[i].name, cmds[i].help);
-	for (size_t i = 0; i < sizeof(benches) / sizeof(benches[0]); i++)
-		fprintf(f, "  bench %-10s %s\n", benches[i].name, benches[i].help);
 	fprintf(f, "\nThe store, job and flush directory come from --store/--job/--flush-dir or\n"
 		   "SNAP_STORE/SNAP_JOB/SNAP_FLUSH_DIR.\n"
 		   "exit codes: 0 success, 1 failed, 2 usage error, 3 data lost or corrupt\n");
@@ -50,13 +44,6 @@ int main(int argc, char **argv)
 	if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? ST_USAGE : ST_OK;
-	}
-	if (!strcmp(argv[1], "bench")) {
-		for (size_t i = 0; argc >= 3 && i < sizeof(benches) / sizeof(benches[0]); i++)
-			if (!strcmp(argv[2], benches[i].name))
-				return benches[i].fn(argc - 2, argv + 2);
-		usage(stderr);
-		return ST_USAGE;
 	}
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name))

@@ -11,11 +11,6 @@
 
 enum { ST_OK = 0, ST_FAIL = 1, ST_USAGE = 2, ST_LOST = 3 };
 
-int cmd_bench_snapshot(int argc, char **argv);
-int cmd_bench_codec(int argc, char **argv);
-int cmd_bench_ec(int argc, char **argv);
-int cmd_bench_flush(int argc, char **argv);
-
 int cmd_status(int argc, char **argv);
 int cmd_mesh_status(int argc, char **argv); /* status --nodes N */
 int cmd_ls(int argc, char **argv);
@@ -25,5 +20,6 @@ int cmd_flush(int argc, char **argv);
 int cmd_export(int argc, char **argv);
 int cmd_gc(int argc, char **argv);
 int cmd_recover(int argc, char **argv);
+int cmd_bench(int argc, char **argv);      /* execs snapbench */
 
 #endif

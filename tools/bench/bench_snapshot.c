@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * snaptool bench snapshot: the cost of a snapshot as a trainer sees it,
+ * snapbench snapshot: the cost of a snapshot as a trainer sees it,
  * through a real snapsmp, side by side with the physical limit (one
  * single-threaded memcpy of the same bytes) and what users would do instead
  * (torch.save of the same bytes to the same filesystem).
@@ -24,9 +24,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../bench/bench_util.h"
-#include "snap/base.h"
-#include "snaptool.h"
+#include "bench_util.h"
+#include "snap/proto.h"
+#include "snapbench.h"
 
 #define MAX_ITERS 64
 
@@ -134,13 +134,13 @@ static double bench_torch(const char *dir, uint64_t bytes, int iters)
 {
 	char cmd[1024];
 	snprintf(cmd, sizeof(cmd),
-		 "/usr/bin/python3 -c 'import sys,time,torch,statistics\n"
+		 "'%s' -c 'import sys,time,torch,statistics\n"
 		 "t=torch.arange(%" PRIu64 ",dtype=torch.float32)*1e-3\n"
 		 "r=[]\n"
 		 "for i in range(%d):\n"
 		 "  a=time.perf_counter(); torch.save({\"weights\":t},\"%s/t.pt\"); r.append(time.perf_counter()-a)\n"
 		 "print(statistics.median(r))' 2>/dev/null",
-		 bytes / 4, iters < 5 ? iters : 5, dir);
+		 BENCH_PYTHON, bytes / 4, iters < 5 ? iters : 5, dir);
 	FILE *p = popen(cmd, "r");
 	double v = -1;
 	if (!p)
@@ -154,7 +154,8 @@ static double bench_torch(const char *dir, uint64_t bytes, int iters)
 
 /*
  * --device cuda: the GPU benchmark is its own program (it links the CUDA
- * runtime; snaptool never does), built beside snaptool when nvcc was found.
+ * runtime; snapbench never does), built in bench/ beside snapbench when nvcc
+ * was found.
  */
 static int exec_gpu_bench(int argc, char **argv)
 {
@@ -163,16 +164,16 @@ static int exec_gpu_bench(int argc, char **argv)
 	char prog[PATH_MAX];
 	char **args = calloc((size_t)argc + 2, sizeof(char *));
 	if (!args)
-		return ST_FAIL;
+		return SB_FAIL;
 	args[0] = "snap_bench_gpu";
 	for (int i = 1; i < argc; i++)
 		args[i] = argv[i];
 	bench_find_prog(prog, sizeof(prog), NULL, "snap_bench_gpu", cand, 3);
 	execvp(prog, args);
-	fprintf(stderr, "bench snapshot --device cuda: snap_bench_gpu is not installed (it is built only where "
-		"nvcc was found): %s\n", strerror(errno));
+	fprintf(stderr, "bench snapshot --device cuda: cannot run %s (%s); snap_bench_gpu is built only where "
+		"nvcc was found\n", prog, strerror(errno));
 	free(args);
-	return ST_FAIL;
+	return SB_FAIL;
 }
 
 int cmd_bench_snapshot(int argc, char **argv)
@@ -193,8 +194,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 					    { "json", no_argument, NULL, 'j' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
-	const char *usage = "usage: snaptool bench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
-			    "                               [--input FILE] [--json]\n"
+	const char *usage = "usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
+			    "                          [--input FILE] [--json]\n"
 			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save.\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
@@ -207,7 +208,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 		case 's':
 			if (snap_parse_size(optarg, &size) || size < 4096) {
 				fprintf(stderr, "--size: expected a size >= 4096\n");
-				return ST_USAGE;
+				return SB_USAGE;
 			}
 			break;
 		case 'r': ranks = atoi(optarg); break;
@@ -217,17 +218,17 @@ int cmd_bench_snapshot(int argc, char **argv)
 			codec = optarg;
 			if (snap_codec_spec_parse(optarg, &data.codec, &data.bound)) {
 				fprintf(stderr, "--codec: expected none, lossless, abs:BOUND or rel:FACTOR\n");
-				return ST_USAGE;
+				return SB_USAGE;
 			}
 			break;
 		case 'f': input = optarg; break;
-		case 'h': printf("%s", usage); return ST_OK;
-		default: fprintf(stderr, "%s", usage); return ST_USAGE;
+		case 'h': printf("%s", usage); return SB_OK;
+		default: fprintf(stderr, "%s", usage); return SB_USAGE;
 		}
 	}
 	if (ranks < 1 || ranks > 64 || iters < 1 || iters > MAX_ITERS) {
 		fprintf(stderr, "--ranks must be 1..64 and --iters 1..%d\n", MAX_ITERS);
-		return ST_USAGE;
+		return SB_USAGE;
 	}
 	float *tile = NULL;
 	if (input) {
@@ -239,7 +240,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 			if (f)
 				fclose(f);
 			free(tile);
-			return ST_FAIL;
+			return SB_FAIL;
 		}
 		fclose(f);
 		data.tile = tile;
@@ -257,7 +258,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	int pfd[2];
 	if (spid < 0 || pipe(pfd) != 0) {
 		fprintf(stderr, "bench snapshot: cannot start snapsmp (%s)\n", strerror(errno));
-		return ST_FAIL;
+		return SB_FAIL;
 	}
 	uint64_t per = size / (uint64_t)ranks / 4096 * 4096;
 	pthread_barrier_t *bar = mmap(NULL, sizeof(*bar), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
@@ -266,7 +267,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	pthread_barrierattr_setpshared(&ba, PTHREAD_PROCESS_SHARED);
 	if (bar == MAP_FAILED || pthread_barrier_init(bar, &ba, (unsigned)ranks) != 0) {
 		fprintf(stderr, "bench snapshot: cannot create a shared barrier\n");
-		return ST_FAIL;
+		return SB_FAIL;
 	}
 	pid_t kids[64];
 	for (int r = 0; r < ranks; r++) {
@@ -307,7 +308,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	if (!ok) {
 		fprintf(stderr, "bench snapshot: a rank failed (see above)\n");
 		remove_store(store);
-		return ST_FAIL;
+		return SB_FAIL;
 	}
 	uint64_t total = per * (uint64_t)ranks;
 	double b = bench_median(block, iters), cm = bench_median(commit, iters);
@@ -320,7 +321,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
 		       "\"memcpy_s\":%.6g,\"torch_save_s\":", total, ranks, codec, b, cm, mc);
 		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
-		return ST_OK;
+		return SB_OK;
 	}
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	printf("snapshot of %.1f MiB over %d ranks (%ld copy threads each, %ld cores), codec %s, %s, median of %d, "
@@ -335,5 +336,5 @@ int cmd_bench_snapshot(int argc, char **argv)
 	else
 		printf("  %-28s %10.4f %10.2f %11.2fx   (commit is %.1fx faster)\n", "torch.save to /dev/shm", ts,
 		       total / ts / 1e9, ts / mc, ts / cm);
-	return ST_OK;
+	return SB_OK;
 }

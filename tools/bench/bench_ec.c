@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * bench_ec.c - `snaptool bench ec`: erasure-coding throughput on one data set.
+ * bench_ec.c - `snapbench ec`: erasure-coding throughput on one data set.
  *
- *   snaptool bench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]
+ *   snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]
  *
  * In this process: (a) raw ISA-L encode of the group's n = K+M stripes with
  * whole segments, (b) our encode kernel (snap_ec_encode_group_local: the
@@ -13,8 +13,9 @@
  * reads one JSON line from its rank 0. Every figure is GB (1e9 bytes) of
  * protected data (n * size) per second, best of R runs.
  *
- * Helper lookup: $SNAP_EC_BENCH_HELPER, else next to snaptool's build tree
- * (<dir of snaptool>/../ec/snap_ec_bench, <dir>/snap_ec_bench). mpiexec is
+ * Helper lookup: $SNAP_EC_BENCH_HELPER, else next to snapbench's build tree
+ * (<dir of snapbench>/../ec/snap_ec_bench, <dir>/snap_ec_bench), else where
+ * it is installed (<dir>/../libexec/libsnap/snap_ec_bench). mpiexec is
  * $MPIEXEC or `mpiexec` in PATH; when run as root the Open MPI root
  * overrides are set for the child.
  */
@@ -30,7 +31,12 @@
 #include <isa-l/erasure_code.h>
 
 #include "snap/ec.h"
-#include "snaptool.h"
+#include "snapbench.h"
+
+/* Where snap_ec_bench is installed, from snapbench's directory (CMake sets it). */
+#ifndef SNAP_BENCH_LIBEXEC
+#define SNAP_BENCH_LIBEXEC "../libexec/libsnap"
+#endif
 
 static double mono(void)
 {
@@ -41,7 +47,7 @@ static double mono(void)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snaptool bench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]\n"
+	fprintf(f, "usage: snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]\n"
 		   "  --size   data bytes per simulated node (default 16 MiB)\n"
 		   "  --chunk  CRC/pipeline chunk (default: library default)\n"
 		   "  Runs K+M MPI ranks on this host via mpiexec (see ec/README.md).\n");
@@ -63,7 +69,8 @@ static int find_helper(char *out, size_t len)
 	if (!slash)
 		return -1;
 	*slash = 0;
-	static const char *const rel[] = { "/../ec/snap_ec_bench", "/ec/snap_ec_bench", "/snap_ec_bench" };
+	static const char *const rel[] = { "/../ec/snap_ec_bench", "/ec/snap_ec_bench", "/snap_ec_bench",
+					   "/" SNAP_BENCH_LIBEXEC "/snap_ec_bench" };
 	for (size_t i = 0; i < sizeof(rel) / sizeof(rel[0]); i++) {
 		size_t a = strlen(exe), b = strlen(rel[i]);
 		if (a + b + 1 > len)
@@ -93,7 +100,7 @@ static int run_capture(char *const argv[], char *buf, size_t cap)
 		close(fd[0]);
 		close(fd[1]);
 		execvp(argv[0], argv);
-		fprintf(stderr, "snaptool bench ec: cannot run %s: %s\n", argv[0], strerror(errno));
+		fprintf(stderr, "snapbench ec: cannot run %s: %s\n", argv[0], strerror(errno));
 		_exit(127);
 	}
 	close(fd[1]);
@@ -154,7 +161,7 @@ int cmd_bench_ec(int argc, char **argv)
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
-			return ST_OK;
+			return SB_OK;
 		} else if (!strcmp(a, "--json")) {
 			json = 1;
 		} else if (v && !strcmp(a, "--k")) {
@@ -168,16 +175,16 @@ int cmd_bench_ec(int argc, char **argv)
 		} else if (v && !strcmp(a, "--reps")) {
 			reps = atoi(v), i++;
 		} else {
-			fprintf(stderr, "snaptool bench ec: unknown or incomplete option '%s'\n", a);
+			fprintf(stderr, "snapbench ec: unknown or incomplete option '%s'\n", a);
 			usage(stderr);
-			return ST_USAGE;
+			return SB_USAGE;
 		}
 	}
 	if (k < 1 || m < 1 || k + m > SNAP_EC_MAX_GROUP || size == 0 || size > (1ull << 34) || reps < 1 ||
 	    (chunk && (chunk < SNAP_EC_MIN_CHUNK || chunk > SNAP_EC_MAX_CHUNK || chunk % 64))) {
-		fprintf(stderr, "snaptool bench ec: need 1 <= k, 1 <= m, k+m <= %d, 0 < size <= 16 GiB, "
+		fprintf(stderr, "snapbench ec: need 1 <= k, 1 <= m, k+m <= %d, 0 < size <= 16 GiB, "
 				"reps >= 1, chunk a multiple of 64 in [64, 2^28]\n", SNAP_EC_MAX_GROUP);
-		return ST_USAGE;
+		return SB_USAGE;
 	}
 	int n = k + m;
 	uint64_t seg = snap_ec_seg_len(k, size), span = (uint64_t)k * seg;
@@ -186,7 +193,7 @@ int cmd_bench_ec(int argc, char **argv)
 	uint8_t **out = calloc((size_t)n * m, sizeof(*out));
 	uint8_t *gen = malloc((size_t)n * k), *tbls = malloc((size_t)32 * k * m);
 	uint64_t *len = calloc((size_t)n, sizeof(*len));
-	int rc = ST_FAIL;
+	int rc = SB_FAIL;
 	if (!data || !par || !out || !gen || !tbls || !len)
 		goto done;
 	uint64_t x = 0x2545F4914F6CDD1Dull;
@@ -229,7 +236,7 @@ int cmd_bench_ec(int argc, char **argv)
 		double t0 = mono();
 		if (snap_ec_encode_group_local(k, m, (uint32_t)chunk, (const void *const *)data, len,
 					       (void *const *)par, err, sizeof(err))) {
-			fprintf(stderr, "snaptool bench ec: %s\n", err);
+			fprintf(stderr, "snapbench ec: %s\n", err);
 			goto done;
 		}
 		double t = mono() - t0;
@@ -239,7 +246,7 @@ int cmd_bench_ec(int argc, char **argv)
 	for (int s = 0; s < n; s++)
 		for (int p = 0; p < m; p++)
 			if (memcmp(out[(size_t)s * m + p], par[(s + p) % n] + (uint64_t)p * seg, seg)) {
-				fprintf(stderr, "snaptool bench ec: kernel parity differs from raw ISA-L (stripe %d row %d)\n", s, p);
+				fprintf(stderr, "snapbench ec: kernel parity differs from raw ISA-L (stripe %d row %d)\n", s, p);
 				goto done;
 			}
 	/* (e') raw decode: members 0..m-1 lost, every stripe repaired from k survivors */
@@ -283,7 +290,8 @@ int cmd_bench_ec(int argc, char **argv)
 	/* (c)-(e) over MPI */
 	char helper[PATH_MAX], a_np[16], a_k[16], a_m[16], a_size[32], a_chunk[32], a_reps[16];
 	if (find_helper(helper, sizeof(helper))) {
-		fprintf(stderr, "snaptool bench ec: MPI helper snap_ec_bench not found (set SNAP_EC_BENCH_HELPER)\n");
+		fprintf(stderr, "snapbench ec: MPI helper snap_ec_bench not found beside snapbench (../ec/, ./, "
+			SNAP_BENCH_LIBEXEC "/) nor at $SNAP_EC_BENCH_HELPER\n");
 		goto done;
 	}
 	const char *mpiexec = getenv("MPIEXEC");
@@ -305,7 +313,7 @@ int cmd_bench_ec(int argc, char **argv)
 	int st = run_capture(av, outbuf, sizeof(outbuf));
 	const char *line = strchr(outbuf, '{');
 	if (st != 0 || !line || !strstr(line, "\"verified\":true")) {
-		fprintf(stderr, "snaptool bench ec: MPI helper failed (exit %d): %s\n", st, outbuf);
+		fprintf(stderr, "snapbench ec: MPI helper failed (exit %d): %s\n", st, outbuf);
 		goto done;
 	}
 	double raw_enc = prot / best_raw, kern = prot / best_kern, raw_dec = prot / best_dec;
@@ -334,7 +342,7 @@ int cmd_bench_ec(int argc, char **argv)
 		printf("  %-26s %9.3f  alternative: partial products + MPI_Reduce_scatter\n",
 		       "alt_reduce_scatter_gbps", alt);
 	}
-	rc = ST_OK;
+	rc = SB_OK;
 done:
 	if (data)
 		for (int j = 0; j < n; j++)

@@ -1,37 +1,43 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * snaptool bench flush: our HDF5 flush (codec none, lz4, codec frames) against fio's
+ * snapbench flush: our HDF5 flush (codec none, lz4, codec frames) against fio's
  * sequential O_DIRECT io_uring write and a plain h5py write, same directory,
  * same bytes, one run. The arrays are real trained weights
  * (ppocr_v4_rec.f32) repeated to --size and cut into 64 MiB tensors.
+ * Without --dir it writes in a fresh directory under $TMPDIR (or /tmp) and
+ * removes it afterwards.
  */
 #include <errno.h>
 #include <inttypes.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "snap/codec.h"
 #include "snap/io.h"
-#include "snaptool.h"
+#include "snapbench.h"
 
 #define TENSOR_MAX (64ull << 20)
 
+/* Relative to the working directory: a checkout's root or its build dir. */
 static const char *const data_paths[] = {
-	"../shared/data/ppocr_v4_rec.f32", "../../shared/data/ppocr_v4_rec.f32",
-	"/work/shared/data/ppocr_v4_rec.f32", NULL};
+	"../shared/data/ppocr_v4_rec.f32", "../../shared/data/ppocr_v4_rec.f32", NULL};
 
 static void usage(FILE *o)
 {
-	fprintf(o, "usage: snaptool bench flush --size BYTES [--dir DIR] [--json]\n"
+	fprintf(o, "usage: snapbench flush --size BYTES [--dir DIR] [--json]\n"
 		   "  Writes BYTES of real fp32 weights as one rank's step with snapio (codec none,\n"
 		   "  then lz4, then as codec frames: lossless and lossy abs 1e-3, compressed\n"
 		   "  beforehand as the copy threads do at save time), runs fio --rw=write --bs=4M --direct=1 --ioengine=io_uring --iodepth=8\n"
 		   "  --end_fsync=1 of the same size in DIR, and a plain h5py write of the same arrays.\n"
-		   "  Every figure includes fsync. GB/s = 1e9 bytes/s. DIR defaults to /tmp.\n"
-		   "  Env SNAP_BENCH_DATA overrides the weights file.\n");
+		   "  Every figure includes fsync. GB/s = 1e9 bytes/s. DIR defaults to a fresh directory\n"
+		   "  under $TMPDIR (else /tmp), removed afterwards. The weights: env SNAP_BENCH_DATA, else\n"
+		   "  ../shared/data/ppocr_v4_rec.f32 or ../../shared/data/ppocr_v4_rec.f32 from the\n"
+		   "  working directory.\n");
 }
 
 static double now(void)
@@ -197,7 +203,7 @@ static double run_h5py(const char *dir, const char *data, size_t size, char *not
 {
 	char cmd[8192];
 	snprintf(cmd, sizeof cmd,
-		 "/usr/bin/python3 - <<'EOF' 2>&1\n"
+		 "'%s' - <<'EOF' 2>&1\n"
 		 "import os, time, h5py, numpy as np\n"
 		 "size, T = %zu, %llu\n"
 		 "buf = np.resize(np.fromfile('%s', dtype=np.uint8), size)\n"
@@ -209,7 +215,7 @@ static double run_h5py(const char *dir, const char *data, size_t size, char *not
 		 "fd = os.open(fn, os.O_RDONLY); os.fsync(fd); os.close(fd)\n"
 		 "print('SECONDS', time.monotonic() - t0)\n"
 		 "os.unlink(fn)\n"
-		 "EOF\n", size, TENSOR_MAX, data, dir);
+		 "EOF\n", BENCH_PYTHON, size, TENSOR_MAX, data, dir);
 	FILE *p = popen(cmd, "r");
 	char line[512];
 	double s = -1;
@@ -228,12 +234,13 @@ static double run_h5py(const char *dir, const char *data, size_t size, char *not
 int cmd_bench_flush(int argc, char **argv)
 {
 	size_t size = 0;
-	const char *dir = "/tmp";
+	const char *dir = NULL;
+	char scratch[PATH_MAX] = "";
 	int json = 0;
 	for (int i = 1; i < argc; i++) {
 		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
 			usage(stdout);
-			return ST_OK;
+			return SB_OK;
 		} else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
 			char *end;
 			size = (size_t)strtoull(argv[++i], &end, 10);
@@ -246,24 +253,38 @@ int cmd_bench_flush(int argc, char **argv)
 			json = 1;
 		} else {
 			usage(stderr);
-			return ST_USAGE;
+			return SB_USAGE;
 		}
 	}
 	size = size / 4096 * 4096;
 	if (size == 0) {
 		usage(stderr);
-		return ST_USAGE;
+		return SB_USAGE;
 	}
 	const char *data = find_data();
 	if (!data) {
-		fprintf(stderr, "bench flush: weights file not found (set SNAP_BENCH_DATA to ppocr_v4_rec.f32)\n");
-		return ST_FAIL;
+		const char *e = getenv("SNAP_BENCH_DATA");
+		fprintf(stderr, "bench flush: weights file not found: SNAP_BENCH_DATA is %s%s%s, and neither %s nor %s "
+			"is readable from the working directory (set SNAP_BENCH_DATA to ppocr_v4_rec.f32)\n",
+			e ? "'" : "", e ? e : "unset", e ? "' (not readable)" : "", data_paths[0], data_paths[1]);
+		return SB_FAIL;
 	}
 	unsigned char *buf = NULL;
 	if (posix_memalign((void **)&buf, 4096, size) != 0 || fill(buf, size, data) < 0) {
 		fprintf(stderr, "bench flush: cannot prepare %zu bytes from %s\n", size, data);
 		free(buf);
-		return ST_FAIL;
+		return SB_FAIL;
+	}
+	if (!dir) {
+		const char *tmp = getenv("TMPDIR");
+		snprintf(scratch, sizeof scratch, "%s/snapbench-flush-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+		if (!mkdtemp(scratch)) {
+			fprintf(stderr, "bench flush: cannot create a scratch directory %s: %s (give --dir)\n", scratch,
+				strerror(errno));
+			free(buf);
+			return SB_FAIL;
+		}
+		dir = scratch;
 	}
 	char job[64], fio_note[128] = "", h5_note[128] = "", rm[4096];
 	snprintf(job, sizeof job, "bench-%d", (int)getpid());
@@ -279,6 +300,12 @@ int cmd_bench_flush(int argc, char **argv)
 	double fio = run_fio(dir, size, fio_note, sizeof fio_note);
 	double h5 = run_h5py(dir, data, size, h5_note, sizeof h5_note);
 	free(buf);
+	/* The scratch directory is ours: it goes whole, with whatever a failed step left. */
+	if (scratch[0]) {
+		snprintf(rm, sizeof rm, "rm -rf '%s'", scratch);
+		if (system(rm) != 0)
+			fprintf(stderr, "bench flush: could not remove %s\n", scratch);
+	}
 	if (json) {
 		printf("{\"size\": %zu, \"dir\": \"%s\", \"flush_gbps\": %.3f, \"flush_lz4_gbps\": %.3f, "
 		       "\"lz4_ratio\": %.4f, \"frames_lossless_gbps\": %.3f, \"frames_lossless_ratio\": %.4f, "
@@ -302,5 +329,5 @@ int cmd_bench_flush(int argc, char **argv)
 		else
 			printf("  %-34s %8s   %s\n", "h5py", "-", h5_note);
 	}
-	return none > 0 && lz4 > 0 && fl > 0 && fa > 0 ? ST_OK : ST_FAIL;
+	return none > 0 && lz4 > 0 && fl > 0 && fa > 0 ? SB_OK : SB_FAIL;
 }

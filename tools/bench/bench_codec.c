@@ -1,6 +1,6 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * bench_codec.c - `snaptool bench codec`: our lossless and lossy codecs side
+ * bench_codec.c - `snapbench codec`: our lossless and lossy codecs side
  * by side with LZ4 (default level) and ZFP (fixed accuracy, same absolute
  * bound) on one input, all measured in this run on the same data.
  *
@@ -20,7 +20,7 @@
 #endif
 
 #include "snap/codec.h"
-#include "snaptool.h"
+#include "snapbench.h"
 
 struct row {
 	const char *codec;
@@ -40,8 +40,8 @@ static double now_s(void)
 static void usage(FILE *f)
 {
 	fprintf(f,
-		"usage: snaptool bench codec --input FILE --dtype f32|bf16|f16 [--bound B]\n"
-		"                            [--rel R] [--threads N] [--reps N] [--json]\n"
+		"usage: snapbench codec --input FILE --dtype f32|bf16|f16 [--bound B]\n"
+		"                       [--rel R] [--threads N] [--reps N] [--json]\n"
 		"  FILE holds raw little-endian f32 values; bf16/f16 are cast from them\n"
 		"  (round to nearest even). --bound: absolute bound for our lossy codec\n"
 		"  and ZFP's fixed-accuracy tolerance (default 1e-3). --rel R adds our\n"
@@ -207,27 +207,27 @@ int cmd_bench_codec(int argc, char **argv)
 	int reps = 5, json = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return ST_OK; }
+		if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return SB_OK; }
 		else if (!strcmp(a, "--json")) json = 1;
-		else if (!v) { usage(stderr); return ST_USAGE; }
+		else if (!v) { usage(stderr); return SB_USAGE; }
 		else if (!strcmp(a, "--input")) { input = v; i++; }
 		else if (!strcmp(a, "--dtype")) { dtname = v; i++; }
 		else if (!strcmp(a, "--bound")) { bound = strtod(v, NULL); i++; }
 		else if (!strcmp(a, "--rel")) { rel = strtod(v, NULL); i++; }
 		else if (!strcmp(a, "--threads")) { threads = (unsigned)strtoul(v, NULL, 10); i++; }
 		else if (!strcmp(a, "--reps")) { reps = atoi(v); i++; }
-		else { usage(stderr); return ST_USAGE; }
+		else { usage(stderr); return SB_USAGE; }
 	}
 	int dt = !strcmp(dtname, "f32") ? SNAP_DTYPE_F32 : !strcmp(dtname, "bf16") ? SNAP_DTYPE_BF16
 		: !strcmp(dtname, "f16") ? SNAP_DTYPE_F16 : -1;
 	if (!input || dt < 0 || !(bound > 0) || rel < 0 || reps < 1 || threads < 1 || threads > 64) {
 		usage(stderr);
-		return ST_USAGE;
+		return SB_USAGE;
 	}
 	FILE *fp = fopen(input, "rb");
 	if (!fp) {
 		fprintf(stderr, "bench codec: %s: %s\n", input, strerror(errno));
-		return ST_FAIL;
+		return SB_FAIL;
 	}
 	fseek(fp, 0, SEEK_END);
 	long fsz = ftell(fp);
@@ -238,7 +238,7 @@ int cmd_bench_codec(int argc, char **argv)
 		fprintf(stderr, "bench codec: cannot read f32 values from %s\n", input);
 		fclose(fp);
 		free(f);
-		return ST_FAIL;
+		return SB_FAIL;
 	}
 	fclose(fp);
 	size_t es = snap_dtype_size(dt), bytes = n * es;
@@ -307,5 +307,5 @@ int cmd_bench_codec(int argc, char **argv)
 		if (!rows[i].ok && strcmp(rows[i].codec, "zfp"))
 			bad = 1;
 	free(f); free(in); free(out); free(up);
-	return bad ? ST_FAIL : ST_OK;
+	return bad ? SB_FAIL : SB_OK;
 }

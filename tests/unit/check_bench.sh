@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# SPDX-License-Identifier: BSD-3-Clause
+# Smoke run of every benchmark at its smallest size, the way the README runs
+# them (snaptool bench NAME, which execs snapbench): each exits 0 and prints
+# the line that compares it with its alternative. Figures are not checked
+# (no timing asserts); that they are numbers is. Also:
+#   - bench flush without --dir writes in a fresh directory under $TMPDIR
+#     and leaves nothing behind;
+#   - snapshot --device cuda reaches snap_bench_gpu (which runs, says there
+#     is no device, or is absent in a build without nvcc);
+#   - snaptool bench without a snapbench beside it or on PATH fails with
+#     exit 1 naming where it looked.
+# usage: check_bench.sh SNAPTOOL SNAPBENCH PYTHON [WEIGHTS]
+#   WEIGHTS: raw f32 values (../shared/data/ppocr_v4_rec.f32); its first
+#   256 KiB are used; without it a ramp is generated.
+set -euo pipefail
+snaptool=$1 snapbench=$2 python=$3 weights=${4:-}
+t=$(mktemp -d "${TMPDIR:-/tmp}/snapbenchtest.XXXXXX")
+trap 'rm -rf "$t"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+num='[0-9]+(\.[0-9]+)?'
+
+# Open MPI (bench ec) refuses root without these; its allocations are
+# reported as leaks by LeakSanitizer, so bench ec (only it) runs without
+# leak checks, as tests/ec's MPI tests do.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+no_leaks=ASAN_OPTIONS=${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0
+
+data=$t/values.f32
+if [ -n "$weights" ] && [ -r "$weights" ]; then
+	head -c 262144 "$weights" >"$data"
+	echo "input: first 256 KiB of $weights"
+else
+	"$python" -c 'import struct,sys; sys.stdout.buffer.write(struct.pack("<65536f", *[(i % 977) * 1e-3 - 0.4 for i in range(65536)]))' >"$data"
+	echo "input: generated ramp (no weights file given)"
+fi
+
+run() { # name, expected exit, command...
+	local name=$1 want=$2 rc=0
+	shift 2
+	"$@" >"$t/$name.out" 2>"$t/$name.err" || rc=$?
+	sed "s/^/  $name| /" "$t/$name.out" "$t/$name.err"
+	[ "$rc" -eq "$want" ] || fail "$name: exit $rc, want $want: $(cat "$t/$name.err")"
+}
+has() { # name, extended regex on stdout
+	grep -Eq "$2" "$t/$1.out" || fail "$1: no line matching /$2/ in its output"
+}
+
+run codec 0 "$snaptool" bench codec --input "$data" --dtype f32 --reps 1
+has codec '^codec +ratio +comp GB/s'
+has codec "^snap-lossless +$num +$num +$num .*bit-exact"
+has codec "^snap-lossy +$num "
+has codec "^lz4 +$num "
+grep -q 'FAILED CHECK' "$t/codec.out" && fail "codec: a round trip failed its check"
+if grep -q 'built without libzfp' "$t/codec.err"; then echo "codec: built without libzfp, no ZFP row"; else has codec "^zfp +$num "; fi
+
+run snapshot 0 "$snaptool" bench snapshot --size 64K --ranks 2 --iters 1
+has snapshot "^  save -> committed +$num +$num +${num}x"
+has snapshot "^  memcpy, 1 thread +$num "
+# torch.save is "unavailable" where the interpreter lacks torch; else the ratio.
+has snapshot "^  torch.save to /dev/shm +(unavailable|$num .*\(commit is ${num}x faster\))"
+
+mkdir "$t/tmp"
+run flush 0 env TMPDIR="$t/tmp" SNAP_BENCH_DATA="$data" "$snaptool" bench flush --size 256K
+has flush "^flush benchmark: 262144 bytes of fp32 weights in $t/tmp/snapbench-flush-"
+has flush "^  snapio codec=none \(io_uring\) +$num"
+has flush "^  snapio codec=lz4 \(H5Dwrite_chunk\) +$num +\(ratio $num\)"
+has flush "^  snapio frames, lossy abs 1e-3 +$num +\(ratio $num; raw GB/s\)"
+has flush "^  (fio write 4M direct io_uring qd8 +$num .*of fio\)|fio +- +fio)"
+left=$(find "$t/tmp" -mindepth 1)
+[ -z "$left" ] || fail "flush left its scratch files behind: $left"
+
+run ec 0 env "$no_leaks" "$snaptool" bench ec --k 2 --m 1 --size 4096 --reps 1
+has ec "^  kernel_encode_gbps +$num +ec/ kernel, 1 process \(${num}% of raw\)"
+has ec "^  mesh_encode_gbps +$num +end-to-end protect \(${num}% of MPI move\)"
+has ec "^  rebuild_gbps +$num +rebuild of 1 lost members over MPI, verified"
+
+# --device cuda hands over to snap_bench_gpu (4M is its smallest size).
+rc=0
+"$snapbench" snapshot --device cuda --sizes 4M --iters 1 >"$t/gpu.out" 2>&1 || rc=$?
+sed 's/^/  gpu| /' "$t/gpu.out"
+if [ "$rc" -eq 0 ]; then
+	grep -q '^GPU snapshot benchmark' "$t/gpu.out" || fail "snapshot --device cuda: exit 0 without the GPU benchmark's output"
+else
+	grep -q 'snap_bench_gpu' "$t/gpu.out" || fail "snapshot --device cuda: exit $rc without reaching snap_bench_gpu"
+fi
+
+# No snapbench beside snaptool and none on PATH: a clear error, exit 1.
+mkdir "$t/alone"
+cp "$snaptool" "$t/alone/snaptool"
+run alone 1 env PATH="$t/alone" "$t/alone/snaptool" bench codec --help
+grep -qF "$t/alone/snapbench" "$t/alone.err" || fail "the error does not name where it looked for snapbench"
+echo "check_bench: codec, snapshot, flush and ec ran through snaptool bench"
