@@ -61,7 +61,6 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	snprintf(cfg.job, sizeof(cfg.job), "bench");
 	cfg.rank = rank;
 	cfg.world_size = ranks;
-	cfg.mem_limit = UINT64_MAX;
 	/* As deployed: the node's cores shared by its ranks' copy threads. */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.copy_threads = cores / ranks > 1 ? (unsigned)(cores / ranks) : 1;
