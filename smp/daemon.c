@@ -467,19 +467,19 @@ static void on_accept(struct smp *m)
 static int listen_on(struct smp *m, char *err, size_t errlen)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(m->cfg->socket) >= sizeof(a.sun_path)) {
-		snap_fmt(err, errlen, "socket path %s is longer than %zu bytes", m->cfg->socket, sizeof(a.sun_path) - 1);
+	if (strlen(m->cfg->client.socket) >= sizeof(a.sun_path)) {
+		snap_fmt(err, errlen, "socket path %s is longer than %zu bytes", m->cfg->client.socket, sizeof(a.sun_path) - 1);
 		return SNAP_EINVAL;
 	}
-	strcpy(a.sun_path, m->cfg->socket);
+	strcpy(a.sun_path, m->cfg->client.socket);
 	m->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	/* We hold the store lock, so an existing socket file is a dead daemon's. */
-	unlink(m->cfg->socket);
+	unlink(m->cfg->client.socket);
 	mode_t old = umask(077);
 	int rc = m->lfd < 0 || bind(m->lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(m->lfd, 512) != 0;
 	umask(old);
 	if (rc) {
-		snap_fmt(err, errlen, "cannot listen on %s: %s", m->cfg->socket, strerror(errno));
+		snap_fmt(err, errlen, "cannot listen on %s: %s", m->cfg->client.socket, strerror(errno));
 		return SNAP_EIO;
 	}
 	return 0;
@@ -518,15 +518,15 @@ static int on_signal(struct smp *m)
 	return !persist_busy(m) && !snap_files_busy(m->files);
 }
 
-int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen)
+int snap_smp_run(const struct snap_smp_config *cfg, int quiet, char *err, size_t errlen)
 {
 	return snap_smp_serve(cfg, quiet, NULL, err, errlen);
 }
 
-int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
 {
 	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .quiet = quiet, .mesh = mesh };
-	int rc = snap_store_open(&m.store, cfg->store, cfg->slots, cfg->mem_limit, 0, quiet ? NULL : snap_smp_log,
+	int rc = snap_store_open(&m.store, cfg->client.store, cfg->slots, cfg->mem_limit, 0, quiet ? NULL : snap_smp_log,
 				 err, errlen);
 	if (rc)
 		return rc;
@@ -559,7 +559,7 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 	}
 	load_persisted(&m);
 	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
-	    cfg->store, cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
+	    cfg->client.store, cfg->client.socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
 	    cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
 	snap_mesh_unlock(m.mesh);
 
@@ -633,7 +633,7 @@ out:
 	}
 	if (m.lfd >= 0) {
 		close(m.lfd);
-		unlink(cfg->socket);
+		unlink(cfg->client.socket);
 	}
 	if (m.sigfd >= 0)
 		close(m.sigfd);

@@ -76,7 +76,7 @@ struct fjob {
 
 struct snap_files {
 	struct snap_store *store;
-	const struct snap_config *cfg;
+	const struct snap_smp_config *cfg;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_t th;
@@ -835,7 +835,7 @@ static void *flusher(void *arg)
 
 /* ---- open / close -------------------------------------------------------- */
 
-int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_config *cfg,
+int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_smp_config *cfg,
 		    char *err, size_t errlen)
 {
 	*fp = NULL;

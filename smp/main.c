@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "config.h"
 #include "daemon.h"
 #include "internal.h"
 #include "mesh.h"
@@ -47,10 +48,10 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-	struct snap_config cfg;
+	struct snap_smp_config cfg;
 	char err[768] = "";
-	snap_config_init(&cfg);
-	if (snap_config_from_env(&cfg, err, sizeof(err))) {
+	snap_smp_config_init(&cfg);
+	if (snap_smp_config_from_env(&cfg, err, sizeof(err))) {
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;
 	}
@@ -72,10 +73,10 @@ int main(int argc, char **argv)
 	while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
-			snprintf(cfg.store, sizeof(cfg.store), "%s", optarg);
+			snprintf(cfg.client.store, sizeof(cfg.client.store), "%s", optarg);
 			break;
 		case 'k':
-			snprintf(cfg.socket, sizeof(cfg.socket), "%s", optarg);
+			snprintf(cfg.client.socket, sizeof(cfg.client.socket), "%s", optarg);
 			socket_set = 1;
 			break;
 		case 'm':
@@ -94,13 +95,13 @@ int main(int argc, char **argv)
 		case 'I': cfg.flush_interval = (unsigned)atoi(optarg); break;
 		case 'K': cfg.flush_keep = (unsigned)atoi(optarg); break;
 		case 'C':
-			if (snap_flush_codec_parse(optarg, &cfg.flush_codec)) {
+			if (snap_smp_flush_codec_parse(optarg, &cfg.flush_codec)) {
 				fprintf(stderr, "snapsmp: --flush-codec %s: expected none or lz4\n", optarg);
 				return 2;
 			}
 			break;
 		case 'M':
-			if (snap_flush_mode_parse(optarg, &cfg.flush_mode)) {
+			if (snap_smp_flush_mode_parse(optarg, &cfg.flush_mode)) {
 				fprintf(stderr, "snapsmp: --flush-mode %s: expected octal permission bits that include 0600\n",
 					optarg);
 				return 2;
@@ -147,16 +148,17 @@ int main(int argc, char **argv)
 			return 2;
 		}
 		char tmp[SNAP_PATH_MAX];
-		if (snap_mesh_expand(cfg.store, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
-		    snprintf(cfg.store, sizeof(cfg.store), "%s", tmp) < 0 ||
-		    snap_mesh_expand(cfg.socket, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
-		    snprintf(cfg.socket, sizeof(cfg.socket), "%s", tmp) < 0) {
+		if (snap_mesh_expand(cfg.client.store, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
+		    snprintf(cfg.client.store, sizeof(cfg.client.store), "%s", tmp) < 0 ||
+		    snap_mesh_expand(cfg.client.socket, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
+		    snprintf(cfg.client.socket, sizeof(cfg.client.socket), "%s", tmp) < 0) {
 			fprintf(stderr, "snapsmp: node %d: --store/--socket too long after %%n\n", snap_mesh_rank(mesh));
 			snap_mesh_abort(mesh, 2);
 		}
 	}
 	if (!socket_set && !getenv("SNAP_SOCKET") &&
-	    snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", cfg.store) >= (int)sizeof(cfg.socket)) {
+	    snprintf(cfg.client.socket, sizeof(cfg.client.socket), "%s/smp.sock", cfg.client.store) >=
+		    (int)sizeof(cfg.client.socket)) {
 		fprintf(stderr, "snapsmp: --store path is too long for a socket path\n");
 		return 2;
 	}
@@ -170,7 +172,7 @@ int main(int argc, char **argv)
 	 * slot lets the next saves go on meanwhile. */
 	if ((cfg.flush_dir[0] || mesh) && !slots_set)
 		cfg.slots = 3;
-	if (snap_config_check(&cfg, err, sizeof(err))) {
+	if (snap_config_check(&cfg.client, err, sizeof(err)) || snap_smp_config_check(&cfg, err, sizeof(err))) {
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;
 	}

@@ -19,6 +19,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include "daemon.h"
 #include "internal.h"
 #include "rehydrate.h"
 #include "snap/codec.h"
@@ -59,7 +60,7 @@ static int newest_sealed(const char *dir, const char *job, uint64_t *step)
 }
 
 /* Pick the job's disk step for this generation (cached in the job). */
-static int choose_step(const struct snap_config *cfg, struct store_job *j, uint64_t *step, char *err, size_t errlen)
+static int choose_step(const struct snap_smp_config *cfg, struct store_job *j, uint64_t *step, char *err, size_t errlen)
 {
 	if (j->has_disk && j->disk_gen == j->gen) {
 		*step = j->disk_step;
@@ -239,7 +240,7 @@ static int chunk_sums(struct load *L, char *err, size_t errlen)
 	return snap_layout_check_lens(lay, L->len, err, errlen);
 }
 
-int snap_rehydrate(const struct snap_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
+int snap_rehydrate(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
 		   void *owner, uint32_t *slot, char *err, size_t errlen)
 {
 	uint64_t step;

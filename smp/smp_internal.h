@@ -6,6 +6,7 @@
 #include <stdint.h>
 
 #include "buf.h"
+#include "config.h"
 #include "flush.h"
 #include "internal.h"
 #include "store.h"
@@ -33,7 +34,7 @@ struct conn {
 };
 
 struct smp {
-	const struct snap_config *cfg;
+	const struct snap_smp_config *cfg;
 	struct snap_store *store;
 	struct snap_flusher *flusher;  /* NULL without SNAP_FLUSH_DIR */
 	int lfd, sigfd;
