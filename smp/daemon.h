@@ -17,8 +17,4 @@ struct snap_mesh;
 /* Same, as one node of an --ec mesh (mesh from snap_mesh_init; NULL = no mesh). */
 int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen);
 
-/* "snapsmp[pid]: msg" on stderr. */
-void snap_smp_log(const char *msg);
-void snap_smp_logf(const char *fmt, ...) SNAP_PRINTF(1, 2);
-
 #endif

@@ -19,13 +19,13 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include "daemon.h"
 #include "internal.h"
+#include "log.h"
 #include "rehydrate.h"
 #include "snap/codec.h"
 #include "snap/io.h"
 
-#define MAX_STEPS 256
+#define REHYDRATE_MAX_STEPS 256
 
 /*
  * The newest step directory holding a MANIFEST: it was sealed once. If it is
@@ -66,9 +66,9 @@ static int choose_step(const struct snap_smp_config *cfg, struct store_job *j, u
 		*step = j->disk_step;
 		return 0;
 	}
-	uint64_t steps[MAX_STEPS];
+	uint64_t steps[REHYDRATE_MAX_STEPS];
 	struct snap_io_err e = { 0 };
-	int n = snap_io_list_steps(cfg->flush_dir, j->name, steps, MAX_STEPS, &e);
+	int n = snap_io_list_steps(cfg->flush_dir, j->name, steps, REHYDRATE_MAX_STEPS, &e);
 	if (n < 0) {
 		snap_fmt(err, errlen, "cannot list persisted steps of job %s in %s: %s", j->name, cfg->flush_dir, e.msg);
 		return n;
@@ -103,7 +103,7 @@ static int choose_step(const struct snap_smp_config *cfg, struct store_job *j, u
 			 "persisted in %s", j->name, cfg->flush_dir);
 		return SNAP_ENOENT;
 	}
-	for (int i = 0; i < n && i < MAX_STEPS; i++) {
+	for (int i = 0; i < n && i < REHYDRATE_MAX_STEPS; i++) {
 		uint32_t world = 0;
 		size_t bad = 0;
 		int rc = snap_io_step_world(cfg->flush_dir, j->name, steps[i], &world, &e);
