@@ -486,18 +486,26 @@ int snap_smp_run(const struct snap_smp_config *cfg, int quiet, char *err, size_t
 	return snap_smp_serve(cfg, quiet, NULL, err, errlen);
 }
 
-int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+/* Open the store; in a mesh, rebuild what a relaunch lost, first global
+ * view, mesh thread. */
+static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)
 {
-	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
-	int rc = snap_store_open(&m.store, cfg->client.store, cfg->slots, cfg->mem_limit, 0, quiet ? NULL : snap_smp_log,
-				 err, errlen);
+	const struct snap_smp_config *cfg = m->cfg;
+	int rc = snap_store_open(&m->store, cfg->client.store, cfg->slots, cfg->mem_limit, 0,
+				 quiet ? NULL : snap_smp_log, err, errlen);
 	if (rc)
 		return rc;
-	/* mesh: rebuild what a relaunch lost, first global view, mesh thread. */
-	if (mesh && (rc = snap_mesh_start(mesh, &m.store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
-		snap_store_close(m.store);
+	if (m->mesh && (rc = snap_mesh_start(m->mesh, &m->store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
+		snap_store_close(m->store);
+		m->store = NULL;
 		return rc;
 	}
+	return 0;
+}
+
+/* Signals through a signalfd, the listening socket, the flush thread. */
+static int serve_listen(struct smp *m, char *err, size_t errlen)
+{
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -505,32 +513,97 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 	sigaddset(&set, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	m.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (m.sigfd < 0 || (rc = listen_on(&m, err, errlen)) ||
-	    (cfg->flush_dir[0] && (rc = snap_flusher_start(&m.flusher, cfg, err, errlen)))) {
+	m->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	int rc = 0;
+	if (m->sigfd < 0 || (rc = listen_on(m, err, errlen)) ||
+	    (m->cfg->flush_dir[0] && (rc = snap_flusher_start(&m->flusher, m->cfg, err, errlen)))) {
 		if (!rc)
 			snap_fmt(err, errlen, "signalfd: %s", strerror(errno));
-		rc = rc ? rc : SNAP_EIO;
-		goto out;
+		return rc ? rc : SNAP_EIO;
 	}
-	/* The mesh thread runs already: the store is shared from here on. */
-	snap_mesh_lock(m.mesh);
-	rc = snap_files_open(&m.files, m.store, cfg, err, errlen);
-	if (rc) {
-		snap_mesh_unlock(m.mesh);
-		goto out;
-	}
-	load_persisted(&m);
-	smp_say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
-	    cfg->client.store, cfg->client.socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
-	    cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
-	snap_mesh_unlock(m.mesh);
+	return 0;
+}
 
+/* Captured files and what is already persisted, then say what is served. */
+static int serve_load(struct smp *m, char *err, size_t errlen)
+{
+	const struct snap_smp_config *cfg = m->cfg;
+	/* The mesh thread runs already: the store is shared from here on. */
+	snap_mesh_lock(m->mesh);
+	int rc = snap_files_open(&m->files, m->store, cfg, err, errlen);
+	if (rc) {
+		snap_mesh_unlock(m->mesh);
+		return rc;
+	}
+	load_persisted(m);
+	smp_say(m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
+		cfg->client.store, cfg->client.socket, cfg->slots, cfg->mem_limit, m->store->mem_used,
+		cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
+	snap_mesh_unlock(m->mesh);
+	return 0;
+}
+
+enum { SMP_POLL_FIXED = 4 };   /* signalfd, listening socket, flusher, captured-file flusher */
+
+/* The poll set: the fixed descriptors, then one per connection (pc[k]). */
+static unsigned poll_set(struct smp *m, struct pollfd *pfd, struct conn **pc)
+{
+	pfd[0] = (struct pollfd){ .fd = m->sigfd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = m->draining ? -1 : m->lfd, .events = POLLIN };
+	pfd[2] = (struct pollfd){ .fd = m->flusher ? snap_flusher_fd(m->flusher) : -1, .events = POLLIN };
+	pfd[3] = (struct pollfd){ .fd = snap_files_fd(m->files), .events = POLLIN };
+	unsigned k = SMP_POLL_FIXED;
+	for (struct conn *c = m->conns; c; c = c->next, k++) {
+		pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
+		pc[k] = c;
+	}
+	return k;
+}
+
+/* [mesh lock held] One round of events. Returns 1 when the daemon stops. */
+static int serve_events(struct smp *m, const struct pollfd *pfd, struct conn *const *pc, unsigned k)
+{
+	int stop = 0;
+	if (pfd[0].revents && on_signal(m))
+		stop = 1;
+	for (unsigned i = SMP_POLL_FIXED; i < k; i++)
+		if (pfd[i].revents && !pc[i]->dead)
+			on_readable(m, pc[i]);
+	if (pfd[1].revents)
+		on_accept(m);
+	if (pfd[2].revents)
+		persist_collect(m);
+	if (pfd[3].revents)
+		snap_files_collect(m);
+	persist_tick(m);
+	if (m->draining && !persist_busy(m) && !snap_files_busy(m->files))
+		stop = 1;
+	return stop;
+}
+
+/* [mesh lock held] Free the connections closed in this round. */
+static void reap_conns(struct smp *m)
+{
+	for (struct conn **pp = &m->conns; *pp;) {
+		if ((*pp)->dead) {
+			struct conn *d = *pp;
+			*pp = d->next;
+			free(d);
+			m->nconns--;
+		} else {
+			pp = &(*pp)->next;
+		}
+	}
+}
+
+/* Until a signal (or a peer's stop, in a mesh) ends it. 0, or an error. */
+static int serve_loop(struct smp *m, char *err, size_t errlen)
+{
 	struct pollfd *pfd = NULL;
 	struct conn **pc = NULL;
-	enum { FIXED = 4 };   /* signalfd, listening socket, flusher, captured-file flusher */
+	int rc = 0;
 	for (int stop = 0; !stop;) {
-		unsigned n = FIXED + m.nconns;
+		unsigned n = SMP_POLL_FIXED + m->nconns;
 		struct pollfd *np = realloc(pfd, n * sizeof(*pfd));
 		struct conn **nc = realloc(pc, n * sizeof(*pc));
 		if (np)
@@ -542,66 +615,52 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 			rc = SNAP_ENOMEM;
 			break;
 		}
-		pfd[0] = (struct pollfd){ .fd = m.sigfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = m.draining ? -1 : m.lfd, .events = POLLIN };
-		pfd[2] = (struct pollfd){ .fd = m.flusher ? snap_flusher_fd(m.flusher) : -1, .events = POLLIN };
-		pfd[3] = (struct pollfd){ .fd = snap_files_fd(m.files), .events = POLLIN };
-		unsigned k = FIXED;
-		for (struct conn *c = m.conns; c; c = c->next, k++) {
-			pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
-			pc[k] = c;
-		}
-		if (poll(pfd, k, persist_timeout_ms(&m)) < 0 && errno != EINTR) {
+		unsigned k = poll_set(m, pfd, pc);
+		if (poll(pfd, k, persist_timeout_ms(m)) < 0 && errno != EINTR) {
 			snap_fmt(err, errlen, "poll: %s", strerror(errno));
 			rc = SNAP_EIO;
 			break;
 		}
-		snap_mesh_lock(m.mesh); /* the mesh thread reads the store and pins slots */
-		if (pfd[0].revents && on_signal(&m))
-			stop = 1;
-		for (unsigned i = FIXED; i < k; i++)
-			if (pfd[i].revents && !pc[i]->dead)
-				on_readable(&m, pc[i]);
-		if (pfd[1].revents)
-			on_accept(&m);
-		if (pfd[2].revents)
-			persist_collect(&m);
-		if (pfd[3].revents)
-			snap_files_collect(&m);
-		persist_tick(&m);
-		if (m.draining && !persist_busy(&m) && !snap_files_busy(m.files))
-			stop = 1;
-		for (struct conn **pp = &m.conns; *pp;) {
-			if ((*pp)->dead) {
-				struct conn *d = *pp;
-				*pp = d->next;
-				free(d);
-				m.nconns--;
-			} else {
-				pp = &(*pp)->next;
-			}
-		}
-		snap_mesh_unlock(m.mesh);
+		snap_mesh_lock(m->mesh); /* the mesh thread reads the store and pins slots */
+		stop = serve_events(m, pfd, pc, k);
+		reap_conns(m);
+		snap_mesh_unlock(m->mesh);
 	}
 	free(pfd);
 	free(pc);
-out:
-	snap_mesh_stop(m.mesh); /* from here on this thread owns the store alone */
-	while (m.conns) {
-		struct conn *c = m.conns;
-		m.conns = c->next;
+	return rc;
+}
+
+/* Stop the mesh thread first: from then on this thread owns the store alone. */
+static void serve_shutdown(struct smp *m)
+{
+	snap_mesh_stop(m->mesh);
+	while (m->conns) {
+		struct conn *c = m->conns;
+		m->conns = c->next;
 		if (!c->dead)
-			close_conn(&m, c);
+			close_conn(m, c);
 		free(c);
 	}
-	if (m.lfd >= 0) {
-		close(m.lfd);
-		unlink(cfg->client.socket);
+	if (m->lfd >= 0) {
+		close(m->lfd);
+		unlink(m->cfg->client.socket);
 	}
-	if (m.sigfd >= 0)
-		close(m.sigfd);
-	snap_flusher_stop(m.flusher);
-	snap_files_close(m.files);
-	snap_store_close(m.store);
+	if (m->sigfd >= 0)
+		close(m->sigfd);
+	snap_flusher_stop(m->flusher);
+	snap_files_close(m->files);
+	snap_store_close(m->store);
+}
+
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+{
+	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
+	int rc = serve_open_store(&m, quiet, err, errlen);
+	if (rc)
+		return rc;
+	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen)))
+		rc = serve_loop(&m, err, errlen);
+	serve_shutdown(&m);
 	return rc;
 }
