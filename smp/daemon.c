@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <poll.h>
-#include <stdarg.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -32,46 +31,12 @@
 #include "snap/io.h"
 #include "smp_internal.h"
 #include "snap/base.h"
+#include "log.h"
 #include "mesh.h"
+#include "reply.h"
 #include "snap/wire.h"
 
-#define MAX_CONNS 4096
-#define ERRLEN SMP_ERRLEN
-
-void snap_smp_log(const char *msg)
-{
-	fprintf(stderr, "snapsmp[%d]: %s\n", (int)getpid(), msg);
-}
-
-static void vlog(const char *fmt, va_list ap)
-{
-	char msg[1024];
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	snap_smp_log(msg);
-}
-
-void snap_smp_logf(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-}
-
-void say(struct smp *m, const char *fmt, ...)
-{
-	if (m->quiet)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vlog(fmt, ap);
-	va_end(ap);
-}
-
-void reply_err(struct conn *c, uint16_t type, int rc, const char *msg)
-{
-	snap_wire_send(c->fd, type | SNAP_MSG_REPLY, rc, msg, (uint32_t)strlen(msg), -1);
-}
+#define SMP_MAX_CONNS 4096
 
 static void close_conn(struct smp *m, struct conn *c)
 {
@@ -80,7 +45,7 @@ static void close_conn(struct smp *m, struct conn *c)
 		snap_store_release_owner(m->store, c->rank, c);
 		c->rank->conn = NULL;
 		c->job->connected--;
-		say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
+		smp_say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
 	}
 	close(c->fd);
 	free(c->buf);
@@ -99,22 +64,22 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	 * client, and the counter must never wrap. */
 	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world ||
 	    world > (1u << 24) || gen > (UINT64_MAX >> 1)) {
-		snap_fmt(err, ERRLEN, "malformed HELLO (job name, rank %u, world %u or generation invalid)", rank, world);
+		snap_fmt(err, SMP_ERRLEN, "malformed HELLO (job name, rank %u, world %u or generation invalid)", rank, world);
 		return SNAP_EPROTO;
 	}
 	if (c->job) {
-		snap_fmt(err, ERRLEN, "HELLO sent twice on one connection");
+		snap_fmt(err, SMP_ERRLEN, "HELLO sent twice on one connection");
 		return SNAP_EPROTO;
 	}
 	struct store_job *j = snap_store_job(m->store, job, 1);
 	struct store_rank *rk = j ? snap_store_rank(m->store, j, rank, 1) : NULL;
 	if (!rk) {
-		snap_fmt(err, ERRLEN, "cannot create store directories for job %s rank %u under %s: %s", job, rank,
+		snap_fmt(err, SMP_ERRLEN, "cannot create store directories for job %s rank %u under %s: %s", job, rank,
 			 m->store->root, strerror(errno));
 		return SNAP_EIO;
 	}
 	if (rk->conn) {
-		snap_fmt(err, ERRLEN, "job %s rank %u is already connected (pid %u)", job, rank, rk->pid);
+		snap_fmt(err, SMP_ERRLEN, "job %s rank %u is already connected (pid %u)", job, rank, rk->pid);
 		return SNAP_EBUSY;
 	}
 	/*
@@ -134,7 +99,7 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 		 * announce a new one to the mesh (snap_store_rewind). */
 		j->rewound_gen = gen;
 	} else if (gen != 0) {
-		say(m, "job %s rank %u (pid %u) of generation %" PRIu64 " reconnected after generation %" PRIu64
+		smp_say(m, "job %s rank %u (pid %u) of generation %" PRIu64 " reconnected after generation %" PRIu64
 		    " started; it joins the new one", job, rank, pid, gen, j->gen);
 	} else if (j->connected == 0) {
 		snap_store_new_generation(m->store, j);
@@ -146,7 +111,7 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	c->job = j;
 	c->rank = rk;
 	c->pid = pid;
-	say(m, "job %s rank %u/%u connected (pid %u)", job, rank, world, pid);
+	smp_say(m, "job %s rank %u/%u connected (pid %u)", job, rank, world, pid);
 	snap_put_u32(out, m->store->nslots);
 	snap_put_u64(out, m->store->mem_limit);
 	snap_put_u64(out, m->store->mem_used);
@@ -160,15 +125,15 @@ static int on_register(struct smp *m, struct conn *c, struct snap_rbuf *r, char 
 	char why[512];
 	int rc = snap_layout_decode(r, &lay, why, sizeof(why));
 	if (rc) {
-		snap_fmt(err, ERRLEN, "malformed layout: %s", why);
+		snap_fmt(err, SMP_ERRLEN, "malformed layout: %s", why);
 		return rc;
 	}
 	if (snap_rbuf_left(r)) {
 		snap_layout_free(&lay);
-		snap_fmt(err, ERRLEN, "REGISTER carries %zu trailing bytes", snap_rbuf_left(r));
+		snap_fmt(err, SMP_ERRLEN, "REGISTER carries %zu trailing bytes", snap_rbuf_left(r));
 		return SNAP_EPROTO;
 	}
-	rc = snap_store_register(m->store, c->job, c->rank, &lay, err, ERRLEN);
+	rc = snap_store_register(m->store, c->job, c->rank, &lay, err, SMP_ERRLEN);
 	snap_layout_free(&lay);
 	return rc;
 }
@@ -177,11 +142,11 @@ static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 {
 	uint64_t step = snap_get_u64(r);
 	if (r->bad || snap_rbuf_left(r) || step == SNAP_STEP_LATEST) {
-		snap_fmt(err, ERRLEN, "malformed ACQUIRE");
+		snap_fmt(err, SMP_ERRLEN, "malformed ACQUIRE");
 		return SNAP_EPROTO;
 	}
 	uint32_t slot;
-	int rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, ERRLEN);
+	int rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, SMP_ERRLEN);
 	if (rc)
 		return rc;
 	snap_put_u32(out, slot);
@@ -196,7 +161,7 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	uint32_t ncrc = snap_get_u32(r);
 	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 8) {
 		/* EPROTO closes the connection, which frees the slots it was writing. */
-		snap_fmt(err, ERRLEN, "malformed COMMIT (%u chunks announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
+		snap_fmt(err, SMP_ERRLEN, "malformed COMMIT (%u chunks announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
 		return SNAP_EPROTO;
 	}
 	uint32_t *crc = malloc(sizeof(uint32_t) * (ncrc ? 2 * (size_t)ncrc : 1));
@@ -205,9 +170,9 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	for (uint32_t i = 0; i < 2 * ncrc; i++)
 		crc[i] = snap_get_u32(r);
 	int rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
-					     m->cfg->verify_commit, err, ERRLEN)
+					     m->cfg->verify_commit, err, SMP_ERRLEN)
 		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
-					   m->cfg->verify_commit, err, ERRLEN);
+					   m->cfg->verify_commit, err, SMP_ERRLEN);
 	free(crc);
 	if (rc == 0)
 		persist_on_commit(m, c->job);
@@ -219,28 +184,28 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 {
 	uint64_t latest;
 	struct store_job *j = c->job;
-	int rc0 = snap_mesh_job_error(m->mesh, j->name, err, ERRLEN);
+	int rc0 = snap_mesh_job_error(m->mesh, j->name, err, SMP_ERRLEN);
 	if (rc0)
 		return rc0;
 	if (want == SNAP_STEP_LATEST && m->mesh && !snap_mesh_view_fresh(m->mesh, &c->restore_ticket)) {
 		/* the client retries EBUSY: the answer comes from a view newer than this request */
-		snap_fmt(err, ERRLEN, "job %s: waiting for an agreement round newer than this restore; retry", j->name);
+		snap_fmt(err, SMP_ERRLEN, "job %s: waiting for an agreement round newer than this restore; retry", j->name);
 		return SNAP_EBUSY;
 	}
 	int have = snap_store_latest(m->store, j, &latest) == 0;
 	if (want == SNAP_STEP_LATEST) {
 		if (!have && m->cfg->flush_dir[0]) {
 			/* Nothing restorable in memory: fall back to the newest persisted step. */
-			int rc = snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, ERRLEN);
+			int rc = snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, SMP_ERRLEN);
 			if (rc != SNAP_ENOENT)
-				return rc ? rc : snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, ERRLEN);
+				return rc ? rc : snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, SMP_ERRLEN);
 		}
 		if (!have) {
 			/* Starting fresh: no older incarnation's partial step may join the new timeline. */
-			int rc = snap_store_rewind(m->store, j, 0, 0, err, ERRLEN);
+			int rc = snap_store_rewind(m->store, j, 0, 0, err, SMP_ERRLEN);
 			if (rc)
 				return rc;
-			snap_fmt(err, ERRLEN, "job %s has no step committed by all of its ranks in store %s", j->name,
+			snap_fmt(err, SMP_ERRLEN, "job %s has no step committed by all of its ranks in store %s", j->name,
 				 m->store->root);
 			return SNAP_ENOENT;
 		}
@@ -248,46 +213,46 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 	}
 	struct store_slot *sl = snap_store_find(m->store, c->rank, want, slot);
 	if (!sl) {
-		snap_fmt(err, ERRLEN, "job %s rank %u has no committed snapshot of step %" PRIu64 " in store %s", j->name,
+		snap_fmt(err, SMP_ERRLEN, "job %s rank %u has no committed snapshot of step %" PRIu64 " in store %s", j->name,
 			 c->rank->rank, want, m->store->root);
 		return SNAP_ENOENT;
 	}
 	/* A snapshot of a job with another number of ranks holds other shards:
 	 * restoring it would hand this rank the wrong part of the model. */
 	if (sl->man.world != j->world) {
-		snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s was saved by a job of world size %u, this job has %u "
+		snap_fmt(err, SMP_ERRLEN, "step %" PRIu64 " of job %s was saved by a job of world size %u, this job has %u "
 			 "ranks (world size mismatch; resharding is not supported: export the persisted step with "
 			 "snaptool export and load it by global shape)", want, j->name, sl->man.world, j->world);
 		return SNAP_EMISMATCH;
 	}
 	/* mesh: other nodes hold the other ranks; the agreement vouches for them. */
 	if (m->mesh && !snap_mesh_step_complete(m->mesh, j->name, want)) {
-		snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s is not globally complete in the mesh", want, j->name);
+		snap_fmt(err, SMP_ERRLEN, "step %" PRIu64 " of job %s is not globally complete in the mesh", want, j->name);
 		return SNAP_ENOENT;
 	}
 	for (uint32_t r = 0; !m->mesh && r < sl->man.world; r++) {
 		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
 		if (!snap_store_find(m->store, rk, want, NULL)) {
-			snap_fmt(err, ERRLEN, "step %" PRIu64 " of job %s is incomplete: rank %u has not committed it", want,
+			snap_fmt(err, SMP_ERRLEN, "step %" PRIu64 " of job %s is incomplete: rank %u has not committed it", want,
 				 j->name, r);
 			return SNAP_ENOENT;
 		}
 	}
-	return snap_store_rewind(m->store, j, 1, want, err, ERRLEN);
+	return snap_store_rewind(m->store, j, 1, want, err, SMP_ERRLEN);
 }
 
 static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)
 {
 	uint64_t want = snap_get_u64(r);
 	if (r->bad || snap_rbuf_left(r)) {
-		snap_fmt(err, ERRLEN, "malformed RESTORE");
+		snap_fmt(err, SMP_ERRLEN, "malformed RESTORE");
 		return SNAP_EPROTO;
 	}
 	uint32_t slot;
 	int rc = pick_restore(m, c, want, &slot, err);
 	if (rc)
 		return rc;
-	rc = snap_store_open_slot(m->store, c->job, c->rank, slot, err, ERRLEN);
+	rc = snap_store_open_slot(m->store, c->job, c->rank, slot, err, SMP_ERRLEN);
 	if (rc < 0)
 		return rc;
 	*fd = rc;
@@ -299,18 +264,18 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 {
 	struct snap_rbuf r;
 	struct snap_wbuf out = { 0 };
-	char err[ERRLEN] = "";
+	char err[SMP_ERRLEN] = "";
 	int fd = -1, rc, deferred = 0;
 	snap_rbuf_init(&r, payload, h->len);
 	if (h->type == SNAP_MSG_FLUSH) {
 		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
 	} else if (h->type >= SNAP_MSG_FATTACH && h->type <= SNAP_MSG_FFLUSH) {
-		rc = snap_files_dispatch(m, c, h->type, &r, &out, err, ERRLEN, &deferred);
+		rc = snap_files_dispatch(m, c, h->type, &r, &out, err, SMP_ERRLEN, &deferred);
 	} else if (h->type == SNAP_MSG_STATUS) {
 		/* The daemon's own budget, for snaptool status (its defaults are not ours). */
 		rc = 0;
 		if (snap_rbuf_left(&r)) {
-			snap_fmt(err, ERRLEN, "STATUS carries a payload");
+			snap_fmt(err, SMP_ERRLEN, "STATUS carries a payload");
 			rc = SNAP_EPROTO;
 		}
 		snap_put_u64(&out, m->store->mem_limit);
@@ -318,7 +283,7 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 		snap_put_u32(&out, m->store->nslots);
 		snap_put_u32(&out, (uint32_t)getpid());
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
-		snap_fmt(err, ERRLEN, "send HELLO first");
+		snap_fmt(err, SMP_ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;
 	} else {
 		switch (h->type) {
@@ -329,7 +294,7 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 		case SNAP_MSG_RECOMMIT: rc = on_commit(m, c, &r, 1, err); break;
 		case SNAP_MSG_LATEST: {
 			uint64_t step;
-			rc = snap_mesh_job_error(m->mesh, c->job->name, err, ERRLEN);
+			rc = snap_mesh_job_error(m->mesh, c->job->name, err, SMP_ERRLEN);
 			if (rc == 0)
 				rc = snap_store_latest(m->store, c->job, &step);
 			if (rc == SNAP_ELOST)
@@ -337,29 +302,29 @@ static void dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h
 			if (rc == 0)
 				snap_put_u64(&out, step);
 			else
-				snap_fmt(err, ERRLEN, "job %s has no step committed by all of its ranks", c->job->name);
+				snap_fmt(err, SMP_ERRLEN, "job %s has no step committed by all of its ranks", c->job->name);
 			break;
 		}
 		case SNAP_MSG_RESTORE: rc = on_restore(m, c, &r, &out, &fd, err); break;
 		default:
-			snap_fmt(err, ERRLEN, "unknown message type %u", h->type);
+			snap_fmt(err, SMP_ERRLEN, "unknown message type %u", h->type);
 			rc = SNAP_EPROTO;
 		}
 	}
 	if (rc == 0 && out.oom) {
 		rc = SNAP_ENOMEM;
-		snap_fmt(err, ERRLEN, "snapsmp is out of memory");
+		snap_fmt(err, SMP_ERRLEN, "snapsmp is out of memory");
 	}
 	if (rc == 0 && deferred) {
 		/* answered when the flush ends (persist_collect) */
 	} else if (rc == 0) {
-		if (snap_wire_send(c->fd, h->type | SNAP_MSG_REPLY, 0, out.p, (uint32_t)out.len, fd) != 0)
+		if (smp_reply_ok(c->fd, h->type, &out, fd) != 0)
 			close_conn(m, c);
 	} else {
 		if (rc != SNAP_EBUSY)
-			say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
+			smp_say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
 			    err);
-		reply_err(c, h->type, rc, err);
+		smp_reply_err(c->fd, h->type, rc, err);
 		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
 			close_conn(m, c);
 	}
@@ -414,7 +379,7 @@ static void on_readable(struct smp *m, struct conn *c)
 			struct snap_msg_hdr h;
 			int rc = snap_wire_parse_hdr(c->buf, &h);
 			if (rc) {
-				reply_err(c, 0, rc, rc == SNAP_EFORMAT ? "bad magic or unsupported protocol version"
+				smp_reply_err(c->fd, 0, rc, rc == SNAP_EFORMAT ? "bad magic or unsupported protocol version"
 								       : "message longer than the protocol allows");
 				close_conn(m, c);
 				return;
@@ -440,16 +405,14 @@ static void on_accept(struct smp *m)
 	struct ucred cred;
 	socklen_t len = sizeof(cred);
 	if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 || cred.uid != geteuid()) {
-		say(m, "refusing connection from uid %d (pid %d): only uid %d may use this store", (int)cred.uid,
+		smp_say(m, "refusing connection from uid %d (pid %d): only uid %d may use this store", (int)cred.uid,
 		    (int)cred.pid, (int)geteuid());
-		struct conn tmp = { .fd = fd };
-		reply_err(&tmp, SNAP_MSG_HELLO, SNAP_EPERM, "snapsmp serves only its own user");
+		smp_reply_err(fd, SNAP_MSG_HELLO, SNAP_EPERM, "snapsmp serves only its own user");
 		close(fd);
 		return;
 	}
-	if (m->nconns >= MAX_CONNS) {
-		struct conn tmp = { .fd = fd };
-		reply_err(&tmp, SNAP_MSG_HELLO, SNAP_EBUSY, "snapsmp has too many connections");
+	if (m->nconns >= SMP_MAX_CONNS) {
+		smp_reply_err(fd, SNAP_MSG_HELLO, SNAP_EBUSY, "snapsmp has too many connections");
 		close(fd);
 		return;
 	}
@@ -467,19 +430,19 @@ static void on_accept(struct smp *m)
 static int listen_on(struct smp *m, char *err, size_t errlen)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(m->cfg->socket) >= sizeof(a.sun_path)) {
-		snap_fmt(err, errlen, "socket path %s is longer than %zu bytes", m->cfg->socket, sizeof(a.sun_path) - 1);
+	if (strlen(m->cfg->client.socket) >= sizeof(a.sun_path)) {
+		snap_fmt(err, errlen, "socket path %s is longer than %zu bytes", m->cfg->client.socket, sizeof(a.sun_path) - 1);
 		return SNAP_EINVAL;
 	}
-	strcpy(a.sun_path, m->cfg->socket);
+	strcpy(a.sun_path, m->cfg->client.socket);
 	m->lfd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
 	/* We hold the store lock, so an existing socket file is a dead daemon's. */
-	unlink(m->cfg->socket);
+	unlink(m->cfg->client.socket);
 	mode_t old = umask(077);
 	int rc = m->lfd < 0 || bind(m->lfd, (struct sockaddr *)&a, sizeof(a)) != 0 || listen(m->lfd, 512) != 0;
 	umask(old);
 	if (rc) {
-		snap_fmt(err, errlen, "cannot listen on %s: %s", m->cfg->socket, strerror(errno));
+		snap_fmt(err, errlen, "cannot listen on %s: %s", m->cfg->client.socket, strerror(errno));
 		return SNAP_EIO;
 	}
 	return 0;
@@ -511,30 +474,38 @@ static int on_signal(struct smp *m)
 	}
 	if (m->draining)
 		return 1;   /* a second signal: stop now */
-	say(m, "signal %u: shutting down%s", si.ssi_signo, m->flusher ? " after flushing the newest steps" : "");
+	smp_say(m, "signal %u: shutting down%s", si.ssi_signo, m->flusher ? " after flushing the newest steps" : "");
 	m->draining = 1;
 	persist_all(m, "shutdown");
 	snap_files_flush_all(m->files, "shutdown");
 	return !persist_busy(m) && !snap_files_busy(m->files);
 }
 
-int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen)
+int snap_smp_run(const struct snap_smp_config *cfg, int quiet, char *err, size_t errlen)
 {
 	return snap_smp_serve(cfg, quiet, NULL, err, errlen);
 }
 
-int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+/* Open the store; in a mesh, rebuild what a relaunch lost, first global
+ * view, mesh thread. */
+static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)
 {
-	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .quiet = quiet, .mesh = mesh };
-	int rc = snap_store_open(&m.store, cfg->store, cfg->slots, cfg->mem_limit, 0, quiet ? NULL : snap_smp_log,
-				 err, errlen);
+	const struct snap_smp_config *cfg = m->cfg;
+	int rc = snap_store_open(&m->store, cfg->client.store, cfg->slots, cfg->mem_limit, 0,
+				 quiet ? NULL : snap_smp_log, err, errlen);
 	if (rc)
 		return rc;
-	/* mesh: rebuild what a relaunch lost, first global view, mesh thread. */
-	if (mesh && (rc = snap_mesh_start(mesh, &m.store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
-		snap_store_close(m.store);
+	if (m->mesh && (rc = snap_mesh_start(m->mesh, &m->store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
+		snap_store_close(m->store);
+		m->store = NULL;
 		return rc;
 	}
+	return 0;
+}
+
+/* Signals through a signalfd, the listening socket, the flush thread. */
+static int serve_listen(struct smp *m, char *err, size_t errlen)
+{
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGTERM);
@@ -542,32 +513,97 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 	sigaddset(&set, SIGUSR1);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	m.sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
-	if (m.sigfd < 0 || (rc = listen_on(&m, err, errlen)) ||
-	    (cfg->flush_dir[0] && (rc = snap_flusher_start(&m.flusher, cfg, err, errlen)))) {
+	m->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	int rc = 0;
+	if (m->sigfd < 0 || (rc = listen_on(m, err, errlen)) ||
+	    (m->cfg->flush_dir[0] && (rc = snap_flusher_start(&m->flusher, m->cfg, err, errlen)))) {
 		if (!rc)
 			snap_fmt(err, errlen, "signalfd: %s", strerror(errno));
-		rc = rc ? rc : SNAP_EIO;
-		goto out;
+		return rc ? rc : SNAP_EIO;
 	}
-	/* The mesh thread runs already: the store is shared from here on. */
-	snap_mesh_lock(m.mesh);
-	rc = snap_files_open(&m.files, m.store, cfg, err, errlen);
-	if (rc) {
-		snap_mesh_unlock(m.mesh);
-		goto out;
-	}
-	load_persisted(&m);
-	say(&m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
-	    cfg->store, cfg->socket, cfg->slots, cfg->mem_limit, m.store->mem_used,
-	    cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
-	snap_mesh_unlock(m.mesh);
+	return 0;
+}
 
+/* Captured files and what is already persisted, then say what is served. */
+static int serve_load(struct smp *m, char *err, size_t errlen)
+{
+	const struct snap_smp_config *cfg = m->cfg;
+	/* The mesh thread runs already: the store is shared from here on. */
+	snap_mesh_lock(m->mesh);
+	int rc = snap_files_open(&m->files, m->store, cfg, err, errlen);
+	if (rc) {
+		snap_mesh_unlock(m->mesh);
+		return rc;
+	}
+	load_persisted(m);
+	smp_say(m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
+		cfg->client.store, cfg->client.socket, cfg->slots, cfg->mem_limit, m->store->mem_used,
+		cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
+	snap_mesh_unlock(m->mesh);
+	return 0;
+}
+
+enum { SMP_POLL_FIXED = 4 };   /* signalfd, listening socket, flusher, captured-file flusher */
+
+/* The poll set: the fixed descriptors, then one per connection (pc[k]). */
+static unsigned poll_set(struct smp *m, struct pollfd *pfd, struct conn **pc)
+{
+	pfd[0] = (struct pollfd){ .fd = m->sigfd, .events = POLLIN };
+	pfd[1] = (struct pollfd){ .fd = m->draining ? -1 : m->lfd, .events = POLLIN };
+	pfd[2] = (struct pollfd){ .fd = m->flusher ? snap_flusher_fd(m->flusher) : -1, .events = POLLIN };
+	pfd[3] = (struct pollfd){ .fd = snap_files_fd(m->files), .events = POLLIN };
+	unsigned k = SMP_POLL_FIXED;
+	for (struct conn *c = m->conns; c; c = c->next, k++) {
+		pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
+		pc[k] = c;
+	}
+	return k;
+}
+
+/* [mesh lock held] One round of events. Returns 1 when the daemon stops. */
+static int serve_events(struct smp *m, const struct pollfd *pfd, struct conn *const *pc, unsigned k)
+{
+	int stop = 0;
+	if (pfd[0].revents && on_signal(m))
+		stop = 1;
+	for (unsigned i = SMP_POLL_FIXED; i < k; i++)
+		if (pfd[i].revents && !pc[i]->dead)
+			on_readable(m, pc[i]);
+	if (pfd[1].revents)
+		on_accept(m);
+	if (pfd[2].revents)
+		persist_collect(m);
+	if (pfd[3].revents)
+		snap_files_collect(m);
+	persist_tick(m);
+	if (m->draining && !persist_busy(m) && !snap_files_busy(m->files))
+		stop = 1;
+	return stop;
+}
+
+/* [mesh lock held] Free the connections closed in this round. */
+static void reap_conns(struct smp *m)
+{
+	for (struct conn **pp = &m->conns; *pp;) {
+		if ((*pp)->dead) {
+			struct conn *d = *pp;
+			*pp = d->next;
+			free(d);
+			m->nconns--;
+		} else {
+			pp = &(*pp)->next;
+		}
+	}
+}
+
+/* Until a signal (or a peer's stop, in a mesh) ends it. 0, or an error. */
+static int serve_loop(struct smp *m, char *err, size_t errlen)
+{
 	struct pollfd *pfd = NULL;
 	struct conn **pc = NULL;
-	enum { FIXED = 4 };   /* signalfd, listening socket, flusher, captured-file flusher */
+	int rc = 0;
 	for (int stop = 0; !stop;) {
-		unsigned n = FIXED + m.nconns;
+		unsigned n = SMP_POLL_FIXED + m->nconns;
 		struct pollfd *np = realloc(pfd, n * sizeof(*pfd));
 		struct conn **nc = realloc(pc, n * sizeof(*pc));
 		if (np)
@@ -579,66 +615,52 @@ int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *m
 			rc = SNAP_ENOMEM;
 			break;
 		}
-		pfd[0] = (struct pollfd){ .fd = m.sigfd, .events = POLLIN };
-		pfd[1] = (struct pollfd){ .fd = m.draining ? -1 : m.lfd, .events = POLLIN };
-		pfd[2] = (struct pollfd){ .fd = m.flusher ? snap_flusher_fd(m.flusher) : -1, .events = POLLIN };
-		pfd[3] = (struct pollfd){ .fd = snap_files_fd(m.files), .events = POLLIN };
-		unsigned k = FIXED;
-		for (struct conn *c = m.conns; c; c = c->next, k++) {
-			pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
-			pc[k] = c;
-		}
-		if (poll(pfd, k, persist_timeout_ms(&m)) < 0 && errno != EINTR) {
+		unsigned k = poll_set(m, pfd, pc);
+		if (poll(pfd, k, persist_timeout_ms(m)) < 0 && errno != EINTR) {
 			snap_fmt(err, errlen, "poll: %s", strerror(errno));
 			rc = SNAP_EIO;
 			break;
 		}
-		snap_mesh_lock(m.mesh); /* the mesh thread reads the store and pins slots */
-		if (pfd[0].revents && on_signal(&m))
-			stop = 1;
-		for (unsigned i = FIXED; i < k; i++)
-			if (pfd[i].revents && !pc[i]->dead)
-				on_readable(&m, pc[i]);
-		if (pfd[1].revents)
-			on_accept(&m);
-		if (pfd[2].revents)
-			persist_collect(&m);
-		if (pfd[3].revents)
-			snap_files_collect(&m);
-		persist_tick(&m);
-		if (m.draining && !persist_busy(&m) && !snap_files_busy(m.files))
-			stop = 1;
-		for (struct conn **pp = &m.conns; *pp;) {
-			if ((*pp)->dead) {
-				struct conn *d = *pp;
-				*pp = d->next;
-				free(d);
-				m.nconns--;
-			} else {
-				pp = &(*pp)->next;
-			}
-		}
-		snap_mesh_unlock(m.mesh);
+		snap_mesh_lock(m->mesh); /* the mesh thread reads the store and pins slots */
+		stop = serve_events(m, pfd, pc, k);
+		reap_conns(m);
+		snap_mesh_unlock(m->mesh);
 	}
 	free(pfd);
 	free(pc);
-out:
-	snap_mesh_stop(m.mesh); /* from here on this thread owns the store alone */
-	while (m.conns) {
-		struct conn *c = m.conns;
-		m.conns = c->next;
+	return rc;
+}
+
+/* Stop the mesh thread first: from then on this thread owns the store alone. */
+static void serve_shutdown(struct smp *m)
+{
+	snap_mesh_stop(m->mesh);
+	while (m->conns) {
+		struct conn *c = m->conns;
+		m->conns = c->next;
 		if (!c->dead)
-			close_conn(&m, c);
+			close_conn(m, c);
 		free(c);
 	}
-	if (m.lfd >= 0) {
-		close(m.lfd);
-		unlink(cfg->socket);
+	if (m->lfd >= 0) {
+		close(m->lfd);
+		unlink(m->cfg->client.socket);
 	}
-	if (m.sigfd >= 0)
-		close(m.sigfd);
-	snap_flusher_stop(m.flusher);
-	snap_files_close(m.files);
-	snap_store_close(m.store);
+	if (m->sigfd >= 0)
+		close(m->sigfd);
+	snap_flusher_stop(m->flusher);
+	snap_files_close(m->files);
+	snap_store_close(m->store);
+}
+
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+{
+	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
+	int rc = serve_open_store(&m, quiet, err, errlen);
+	if (rc)
+		return rc;
+	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen)))
+		rc = serve_loop(&m, err, errlen);
+	serve_shutdown(&m);
 	return rc;
 }

@@ -5,19 +5,16 @@
 
 #include <stddef.h>
 
+#include "snap/smp_config.h"
 #include "snap/base.h"
 #include "snap/snap.h"
-#include "store.h"
+#include "snap/store.h"
 
 /* Serve cfg->store on cfg->socket until SIGTERM/SIGINT. 0 on clean shutdown. */
-int snap_smp_run(const struct snap_config *cfg, int quiet, char *err, size_t errlen);
+int snap_smp_run(const struct snap_smp_config *cfg, int quiet, char *err, size_t errlen);
 
 struct snap_mesh;
 /* Same, as one node of an --ec mesh (mesh from snap_mesh_init; NULL = no mesh). */
-int snap_smp_serve(const struct snap_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen);
-
-/* "snapsmp[pid]: msg" on stderr. */
-void snap_smp_log(const char *msg);
-void snap_smp_logf(const char *fmt, ...) SNAP_PRINTF(1, 2);
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen);
 
 #endif

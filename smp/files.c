@@ -31,9 +31,9 @@
 #include "smp_internal.h"
 #include "snap/wire.h"
 
-#define HBUCKETS 4096
-#define FPATH_MAX 4096
-#define SCAN_DEPTH 128
+#define FILES_HBUCKETS 4096
+#define FILES_PATH_MAX 4096
+#define FILES_SCAN_DEPTH 128
 
 enum { F_DIRTY = 0, F_FLUSHING = 1, F_CLEAN = 2 };
 
@@ -67,7 +67,7 @@ struct fjob {
 	int nsfd, datafd, tmpfd;    /* directory descriptors */
 	int lockfd;                 /* files/lock, held (flock) while this daemon runs: a preloaded
 	                               process changes the namespace itself only when nobody holds it */
-	struct fent *hash[HBUCKETS];
+	struct fent *hash[FILES_HBUCKETS];
 	struct fent *head, *tail;
 	struct fwip *wip;
 	int urgent;                 /* flush everything now (FFLUSH, SIGUSR1, SIGTERM) */
@@ -76,7 +76,7 @@ struct fjob {
 
 struct snap_files {
 	struct snap_store *store;
-	const struct snap_config *cfg;
+	const struct snap_smp_config *cfg;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_t th;
@@ -98,7 +98,7 @@ static unsigned hash_path(const char *p)
 	uint32_t h = 2166136261u;
 	for (; *p; p++)
 		h = (h ^ (uint8_t)*p) * 16777619u;
-	return h % HBUCKETS;
+	return h % FILES_HBUCKETS;
 }
 
 static struct fent *lookup(struct fjob *j, const char *path)
@@ -164,7 +164,7 @@ static void free_entry(struct fent *e)
 static int path_ok(const struct snap_files *f, const char *p)
 {
 	size_t n = strlen(p), rl = strlen(f->store->root);
-	if (n < 2 || n >= FPATH_MAX || p[0] != '/' || p[n - 1] == '/')
+	if (n < 2 || n >= FILES_PATH_MAX || p[0] != '/' || p[n - 1] == '/')
 		return 0;
 	for (const char *c = p; *c;) {
 		const char *s = ++c;   /* past '/' */
@@ -189,7 +189,7 @@ static void split_path(const char *p, char *dir, size_t dcap, const char **base)
 /* The flush's temporary name beside the real file: hidden, and the preload hides it from listings. */
 static int flush_tmp_name(const char *path, uint64_t id, char *out, size_t cap)
 {
-	char dir[FPATH_MAX];
+	char dir[FILES_PATH_MAX];
 	const char *base;
 	split_path(path, dir, sizeof(dir), &base);
 	int n = snprintf(out, cap, "%s%s.%s.snapflush-%016" PRIx64, dir, strcmp(dir, "/") ? "/" : "", base, id);
@@ -199,7 +199,7 @@ static int flush_tmp_name(const char *path, uint64_t id, char *out, size_t cap)
 /* mkdir -p of the parents of rel (relative to dirfd). */
 static int mkparents(int dirfd, const char *rel)
 {
-	char buf[FPATH_MAX];
+	char buf[FILES_PATH_MAX];
 	snprintf(buf, sizeof(buf), "%s", rel);
 	for (char *c = strchr(buf, '/'); c; c = strchr(c + 1, '/')) {
 		*c = '\0';
@@ -408,7 +408,7 @@ static int scan_tree(struct scan *sc, int dfd, char *path, size_t plen, int dept
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
 		size_t nl = strlen(de->d_name);
-		if (plen + 1 + nl >= FPATH_MAX) {
+		if (plen + 1 + nl >= FILES_PATH_MAX) {
 			left++;
 			continue;
 		}
@@ -419,7 +419,7 @@ static int scan_tree(struct scan *sc, int dfd, char *path, size_t plen, int dept
 			path[plen] = '\0';
 			continue;
 		}
-		if (S_ISDIR(st.st_mode) && depth < SCAN_DEPTH) {
+		if (S_ISDIR(st.st_mode) && depth < FILES_SCAN_DEPTH) {
 			int sub = openat(dfd, de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			int n = sub >= 0 ? scan_tree(sc, sub, path, plen + 1 + nl, depth + 1) : 1;
 			if (sub >= 0)
@@ -473,10 +473,10 @@ static void clear_dir(int dirfd)
 /* Leftover temporaries of flushes a crash interrupted, beside the files they were for. */
 static void remove_flush_leftovers(struct snap_files *f, struct fent **list, size_t n)
 {
-	char done[64][FPATH_MAX / 16];
+	char done[64][FILES_PATH_MAX / 16];
 	int ndone = 0;
 	for (size_t i = 0; i < n; i++) {
-		char dir[FPATH_MAX];
+		char dir[FILES_PATH_MAX];
 		const char *base;
 		split_path(list[i]->path, dir, sizeof(dir), &base);
 		int seen = 0;
@@ -491,7 +491,7 @@ static void remove_flush_leftovers(struct snap_files *f, struct fent **list, siz
 		while (d && (de = readdir(d))) {
 			if (de->d_name[0] != '.' || !strstr(de->d_name, ".snapflush-"))
 				continue;
-			char p[FPATH_MAX];
+			char p[FILES_PATH_MAX];
 			if (snprintf(p, sizeof(p), "%s/%s", dir, de->d_name) < (int)sizeof(p)) {
 				snap_store_logf(f->store, "removing %s (a flush that did not finish)", p);
 				unlink(p);
@@ -545,7 +545,7 @@ static struct fjob *load_job(struct snap_files *f, const char *name, int create)
 		goto fail;
 	clear_dir(j->tmpfd);
 	struct scan sc = { .f = f, .j = j };
-	char path[FPATH_MAX] = "";
+	char path[FILES_PATH_MAX] = "";
 	scan_tree(&sc, j->nsfd, path, 0, 0);
 	if (sc.n)
 		qsort(sc.list, sc.n, sizeof(*sc.list), cmp_mtime);
@@ -745,7 +745,7 @@ static int manifest_names(struct fjob *j, const char *path, uint64_t id)
 
 static void fsync_dir_of(const char *path)
 {
-	char dir[FPATH_MAX];
+	char dir[FILES_PATH_MAX];
 	const char *base;
 	split_path(path, dir, sizeof(dir), &base);
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -777,7 +777,7 @@ static void *flusher(void *arg)
 		struct snap_fman m = e->man;   /* crc[] stays owned by e, which outlives the copy */
 		pthread_mutex_unlock(&f->mu);
 
-		char tmp[FPATH_MAX + 64] = "", why[512] = "";
+		char tmp[FILES_PATH_MAX + 64] = "", why[512] = "";
 		uint64_t t0 = snap_now_ns();
 		int rc = path ? flush_copy(datafd, path, &m, check, tmp, sizeof(tmp), why, sizeof(why)) : -1;
 		if (!path)
@@ -835,7 +835,7 @@ static void *flusher(void *arg)
 
 /* ---- open / close -------------------------------------------------------- */
 
-int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_config *cfg,
+int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_smp_config *cfg,
 		    char *err, size_t errlen)
 {
 	*fp = NULL;
@@ -932,7 +932,7 @@ static void reply_flush(struct conn *c, struct snap_files *f, struct fjob *j)
 	(void)f;
 	snap_put_u64(&w, left);
 	snap_put_u64(&w, failed);
-	snap_wire_send(c->fd, SNAP_MSG_FFLUSH | SNAP_MSG_REPLY, 0, w.p, (uint32_t)w.len, -1);
+	smp_reply_ok(c->fd, SNAP_MSG_FFLUSH, &w, -1);
 	snap_wbuf_free(&w);
 }
 
@@ -1046,7 +1046,7 @@ static int reserve(struct snap_files *f, uint64_t bytes)
 static int on_create(struct snap_files *f, struct fjob *j, struct conn *c, struct snap_rbuf *r,
 		     struct snap_wbuf *out, char *err, size_t errlen)
 {
-	char path[FPATH_MAX];
+	char path[FILES_PATH_MAX];
 	snap_get_str(r, path, sizeof(path));
 	uint32_t mode = snap_get_u32(r);
 	uint8_t excl = snap_get_u8(r);
@@ -1245,7 +1245,8 @@ static int ns_has_files(int at, const char *rel, int depth)
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
 		    fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
 			continue;
-		found = S_ISDIR(st.st_mode) ? depth < SCAN_DEPTH && ns_has_files(dirfd(d), de->d_name, depth + 1) : 1;
+		found = S_ISDIR(st.st_mode) ? depth < FILES_SCAN_DEPTH && ns_has_files(dirfd(d), de->d_name, depth + 1)
+					    : 1;
 	}
 	closedir(d);
 	return found;
@@ -1265,7 +1266,7 @@ static void move_subtree(struct snap_files *f, struct fjob *j, const char *from,
 	}
 	size_t fl = strlen(from), tl = strlen(to);
 	struct fent *moved = NULL;
-	for (unsigned h = 0; h < HBUCKETS; h++)
+	for (unsigned h = 0; h < FILES_HBUCKETS; h++)
 		for (struct fent **pp = &j->hash[h]; *pp;) {
 			struct fent *e = *pp;
 			if (strncmp(e->path, from, fl) || e->path[fl] != '/') {
@@ -1311,7 +1312,7 @@ static uint32_t do_rename(struct snap_files *f, struct fjob *j, struct conn *c, 
 	if (strcmp(from, to) == 0)
 		return 0;
 	struct fent *e = lookup(j, from), *t = lookup(j, to);
-	char dir[FPATH_MAX];
+	char dir[FILES_PATH_MAX];
 	const char *base;
 	split_path(to, dir, sizeof(dir), &base);
 	if (wip) {
@@ -1466,7 +1467,7 @@ int snap_files_dispatch(struct smp *m, struct conn *c, uint16_t type, struct sna
 		break;
 	}
 	case SNAP_MSG_FRENAME: {
-		char from[FPATH_MAX], to[FPATH_MAX];
+		char from[FILES_PATH_MAX], to[FILES_PATH_MAX];
 		snap_get_str(r, from, sizeof(from));
 		snap_get_str(r, to, sizeof(to));
 		uint8_t wip = snap_get_u8(r);
@@ -1479,7 +1480,7 @@ int snap_files_dispatch(struct smp *m, struct conn *c, uint16_t type, struct sna
 		break;
 	}
 	case SNAP_MSG_FUNLINK: {
-		char path[FPATH_MAX];
+		char path[FILES_PATH_MAX];
 		snap_get_str(r, path, sizeof(path));
 		uint8_t store_only = snap_get_u8(r);
 		if (r->bad || snap_rbuf_left(r) || store_only > 1) {

@@ -28,7 +28,8 @@
 #include <stdint.h>
 
 #include "snap/buf.h"
-#include "store.h"
+#include "snap/smp_config.h"
+#include "snap/store.h"
 
 struct snap_files;
 struct smp;
@@ -40,7 +41,7 @@ struct conn;
  * the flush thread. Files found are re-checked against their real paths
  * and flushed where they differ.
  */
-int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_config *cfg,
+int snap_files_open(struct snap_files **fp, struct snap_store *store, const struct snap_smp_config *cfg,
 		    char *err, size_t errlen);
 /* Stop the flush thread (a flush under way ends first) and free everything. */
 void snap_files_close(struct snap_files *f);

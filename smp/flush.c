@@ -188,7 +188,7 @@ static void *thread_main(void *arg)
 	return NULL;
 }
 
-int snap_flusher_start(struct snap_flusher **fp, const struct snap_config *cfg, char *err, size_t errlen)
+int snap_flusher_start(struct snap_flusher **fp, const struct snap_smp_config *cfg, char *err, size_t errlen)
 {
 	struct snap_flusher *f = calloc(1, sizeof(*f));
 	if (!f)

@@ -17,8 +17,9 @@
 
 #include <stdint.h>
 
+#include "snap/smp_config.h"
 #include "snap/manifest.h"
-#include "store.h"
+#include "snap/store.h"
 
 struct flush_rank {
 	uint32_t slot;
@@ -42,7 +43,7 @@ struct flush_req {
 struct snap_flusher;
 
 /* Start the thread. flush_dir must be set in cfg. */
-int snap_flusher_start(struct snap_flusher **fp, const struct snap_config *cfg, char *err, size_t errlen);
+int snap_flusher_start(struct snap_flusher **fp, const struct snap_smp_config *cfg, char *err, size_t errlen);
 
 /* Queue a request (takes ownership). */
 void snap_flusher_submit(struct snap_flusher *f, struct flush_req *req);

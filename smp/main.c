@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "snap/smp_config.h"
 #include "daemon.h"
 #include "snap/proto.h"
 #include "mesh.h"
@@ -45,15 +46,15 @@ static void usage(FILE *f)
 		"on the next start. Exit codes: 0 clean shutdown, 1 error, 2 usage.\n");
 }
 
-int main(int argc, char **argv)
+/* What the command line says besides the config. */
+struct flags {
+	int quiet, socket_set, slots_set;
+	const char *ec;   /* --ec / SNAP_EC: K+M, NULL without a mesh */
+};
+
+/* Flags over the SNAP_* settings already in cfg. -1 to go on, else the exit code. */
+static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struct flags *f)
 {
-	struct snap_config cfg;
-	char err[768] = "";
-	snap_config_init(&cfg);
-	if (snap_config_from_env(&cfg, err, sizeof(err))) {
-		fprintf(stderr, "snapsmp: %s\n", err);
-		return 2;
-	}
 	static const struct option opts[] = {
 		{ "store", required_argument, NULL, 's' },  { "socket", required_argument, NULL, 'k' },
 		{ "mem-limit", required_argument, NULL, 'm' }, { "slots", required_argument, NULL, 'n' },
@@ -65,42 +66,42 @@ int main(int argc, char **argv)
 		{ "flush-mode", required_argument, NULL, 'M' }, { "flush-files", required_argument, NULL, 'L' },
 		{ NULL, 0, NULL, 0 },
 	};
-	int quiet = 0, socket_set = 0, slots_set = getenv("SNAP_SLOTS") != NULL, o, ec_k = 0, ec_m = 0;
-	const char *ec = getenv("SNAP_EC");
-	if (ec && !*ec)
-		ec = NULL;
+	int o;
+	*f = (struct flags){ .slots_set = getenv("SNAP_SLOTS") != NULL, .ec = getenv("SNAP_EC") };
+	if (f->ec && !*f->ec)
+		f->ec = NULL;
 	while ((o = getopt_long(argc, argv, "qh", opts, NULL)) != -1) {
 		switch (o) {
 		case 's':
-			snprintf(cfg.store, sizeof(cfg.store), "%s", optarg);
+			snprintf(cfg->client.store, sizeof(cfg->client.store), "%s", optarg);
 			break;
 		case 'k':
-			snprintf(cfg.socket, sizeof(cfg.socket), "%s", optarg);
-			socket_set = 1;
+			snprintf(cfg->client.socket, sizeof(cfg->client.socket), "%s", optarg);
+			f->socket_set = 1;
 			break;
 		case 'm':
-			if (snap_parse_size(optarg, &cfg.mem_limit)) {
+			if (snap_parse_size(optarg, &cfg->mem_limit)) {
 				fprintf(stderr, "snapsmp: --mem-limit %s: expected a size like 512M or 4G\n", optarg);
 				return 2;
 			}
 			break;
 		case 'n':
-			cfg.slots = (unsigned)atoi(optarg);
-			slots_set = 1;
+			cfg->slots = (unsigned)atoi(optarg);
+			f->slots_set = 1;
 			break;
-		case 'v': cfg.verify_commit = 1; break;
-		case 'F': snprintf(cfg.flush_dir, sizeof(cfg.flush_dir), "%s", optarg); break;
-		case 'E': cfg.flush_every = (unsigned)atoi(optarg); break;
-		case 'I': cfg.flush_interval = (unsigned)atoi(optarg); break;
-		case 'K': cfg.flush_keep = (unsigned)atoi(optarg); break;
+		case 'v': cfg->verify_commit = 1; break;
+		case 'F': snprintf(cfg->flush_dir, sizeof(cfg->flush_dir), "%s", optarg); break;
+		case 'E': cfg->flush_every = (unsigned)atoi(optarg); break;
+		case 'I': cfg->flush_interval = (unsigned)atoi(optarg); break;
+		case 'K': cfg->flush_keep = (unsigned)atoi(optarg); break;
 		case 'C':
-			if (snap_flush_codec_parse(optarg, &cfg.flush_codec)) {
+			if (snap_smp_flush_codec_parse(optarg, &cfg->flush_codec)) {
 				fprintf(stderr, "snapsmp: --flush-codec %s: expected none or lz4\n", optarg);
 				return 2;
 			}
 			break;
 		case 'M':
-			if (snap_flush_mode_parse(optarg, &cfg.flush_mode)) {
+			if (snap_smp_flush_mode_parse(optarg, &cfg->flush_mode)) {
 				fprintf(stderr, "snapsmp: --flush-mode %s: expected octal permission bits that include 0600\n",
 					optarg);
 				return 2;
@@ -111,11 +112,11 @@ int main(int argc, char **argv)
 				fprintf(stderr, "snapsmp: --flush-files %s: expected 0 or 1\n", optarg);
 				return 2;
 			}
-			cfg.flush_files = optarg[0] == '1';
+			cfg->flush_files = optarg[0] == '1';
 			break;
-		case 'O': cfg.allow_older = 1; break;
-		case 'e': ec = optarg; break;
-		case 'q': quiet = 1; break;
+		case 'O': cfg->allow_older = 1; break;
+		case 'e': f->ec = optarg; break;
+		case 'q': f->quiet = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -124,43 +125,59 @@ int main(int argc, char **argv)
 		usage(stderr);
 		return 2;
 	}
-	/* --ec: become one node of the mesh; every path may name the node (%n). */
-	struct snap_mesh *mesh = NULL;
-	if (ec) {
-		if (snap_mesh_parse_ec(ec, &ec_k, &ec_m, err, sizeof(err))) {
-			fprintf(stderr, "snapsmp: %s\n", err);
-			return 2;
-		}
-		/* Before MPI starts its threads: they (and the mesh thread) inherit
-		 * the mask, so SIGTERM reaches only the poll loop's signalfd. */
-		sigset_t set;
-		sigemptyset(&set);
-		sigaddset(&set, SIGTERM);
-		sigaddset(&set, SIGINT);
-		sigaddset(&set, SIGUSR1);
-		sigprocmask(SIG_BLOCK, &set, NULL);
-		int rc = snap_mesh_init(&mesh, &argc, &argv, ec_k, ec_m, err, sizeof(err));
-		if (rc) {
-			if (!mesh || snap_mesh_rank(mesh) == 0)
-				fprintf(stderr, "snapsmp: %s\n", err);
-			snap_mesh_finalize(mesh);
-			return 2;
-		}
-		char tmp[SNAP_PATH_MAX];
-		if (snap_mesh_expand(cfg.store, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
-		    snprintf(cfg.store, sizeof(cfg.store), "%s", tmp) < 0 ||
-		    snap_mesh_expand(cfg.socket, snap_mesh_rank(mesh), tmp, sizeof(tmp)) ||
-		    snprintf(cfg.socket, sizeof(cfg.socket), "%s", tmp) < 0) {
-			fprintf(stderr, "snapsmp: node %d: --store/--socket too long after %%n\n", snap_mesh_rank(mesh));
-			snap_mesh_abort(mesh, 2);
-		}
+	return -1;
+}
+
+/* --ec: become one node of the mesh; every path may name the node (%n).
+ * -1 to go on, else the exit code. */
+static int join_mesh(struct snap_mesh **mesh, int *argc, char ***argv, const char *ec, struct snap_smp_config *cfg,
+		     char *err, size_t errlen)
+{
+	int ec_k = 0, ec_m = 0;
+	if (snap_mesh_parse_ec(ec, &ec_k, &ec_m, err, errlen)) {
+		fprintf(stderr, "snapsmp: %s\n", err);
+		return 2;
 	}
-	if (!socket_set && !getenv("SNAP_SOCKET") &&
-	    snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", cfg.store) >= (int)sizeof(cfg.socket)) {
+	/* Before MPI starts its threads: they (and the mesh thread) inherit
+	 * the mask, so SIGTERM reaches only the poll loop's signalfd. */
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGTERM);
+	sigaddset(&set, SIGINT);
+	sigaddset(&set, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	int rc = snap_mesh_init(mesh, argc, argv, ec_k, ec_m, err, errlen);
+	if (rc) {
+		if (!*mesh || snap_mesh_rank(*mesh) == 0)
+			fprintf(stderr, "snapsmp: %s\n", err);
+		snap_mesh_finalize(*mesh);
+		return 2;
+	}
+	char tmp[SNAP_PATH_MAX];
+	int node = snap_mesh_rank(*mesh);
+	if (snap_mesh_expand(cfg->client.store, node, tmp, sizeof(tmp)) ||
+	    snprintf(cfg->client.store, sizeof(cfg->client.store), "%s", tmp) < 0 ||
+	    snap_mesh_expand(cfg->client.socket, node, tmp, sizeof(tmp)) ||
+	    snprintf(cfg->client.socket, sizeof(cfg->client.socket), "%s", tmp) < 0) {
+		fprintf(stderr, "snapsmp: node %d: --store/--socket too long after %%n\n", node);
+		snap_mesh_abort(*mesh, 2);
+	}
+	return -1;
+}
+
+/* What follows from the flags together: the socket beside the store, three
+ * slots where a step gets pinned, and the checks. -1 to go on, else the
+ * exit code. */
+static int finish_config(struct snap_smp_config *cfg, const struct flags *f, struct snap_mesh *mesh, char *err,
+			 size_t errlen)
+{
+	if (!f->socket_set && !getenv("SNAP_SOCKET") &&
+	    snprintf(cfg->client.socket, sizeof(cfg->client.socket), "%s/smp.sock", cfg->client.store) >=
+		    (int)sizeof(cfg->client.socket)) {
 		fprintf(stderr, "snapsmp: --store path is too long for a socket path\n");
 		return 2;
 	}
-	if (mesh && cfg.flush_dir[0]) {
+	if (mesh && cfg->flush_dir[0]) {
 		/* Each node holds only its own ranks; sealing a step needs every
 		 * node's files, which needs a cross-node agreement not built yet. */
 		fprintf(stderr, "snapsmp: --flush-dir with --ec is not supported yet\n");
@@ -168,13 +185,34 @@ int main(int argc, char **argv)
 	}
 	/* A flush or an encode pins the slots of the step it reads; a third
 	 * slot lets the next saves go on meanwhile. */
-	if ((cfg.flush_dir[0] || mesh) && !slots_set)
-		cfg.slots = 3;
-	if (snap_config_check(&cfg, err, sizeof(err))) {
+	if ((cfg->flush_dir[0] || mesh) && !f->slots_set)
+		cfg->slots = 3;
+	if (snap_config_check(&cfg->client, err, errlen) || snap_smp_config_check(cfg, err, errlen)) {
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;
 	}
-	int rc = snap_smp_serve(&cfg, quiet, mesh, err, sizeof(err));
+	return -1;
+}
+
+int main(int argc, char **argv)
+{
+	struct snap_smp_config cfg;
+	char err[768] = "";
+	snap_smp_config_init(&cfg);
+	if (snap_smp_config_from_env(&cfg, err, sizeof(err))) {
+		fprintf(stderr, "snapsmp: %s\n", err);
+		return 2;
+	}
+	struct flags f;
+	struct snap_mesh *mesh = NULL;
+	int code = parse_flags(argc, argv, &cfg, &f);
+	if (code < 0 && f.ec)
+		code = join_mesh(&mesh, &argc, &argv, f.ec, &cfg, err, sizeof(err));
+	if (code < 0)
+		code = finish_config(&cfg, &f, mesh, err, sizeof(err));
+	if (code >= 0)
+		return code;
+	int rc = snap_smp_serve(&cfg, f.quiet, mesh, err, sizeof(err));
 	if (rc) {
 		if (mesh)
 			fprintf(stderr, "snapsmp: node %d: %s (%s)\n", snap_mesh_rank(mesh), err, snap_strerror(rc));

@@ -21,7 +21,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,7 +28,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "daemon.h"
+#include "log.h"
 #include "mesh_int.h"
 
 int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen)
@@ -45,32 +44,6 @@ int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen)
 	*k = (int)a;
 	*m = (int)b;
 	return 0;
-}
-
-static void vlog(struct snap_mesh *mesh, const char *fmt, va_list ap)
-{
-	char msg[MESH_ERRLEN + 256];
-	int n = snprintf(msg, sizeof(msg), "node %d: ", mesh->rank);
-	vsnprintf(msg + n, sizeof(msg) - (size_t)n, fmt, ap);
-	snap_smp_log(msg);
-}
-
-void mesh_say(struct snap_mesh *mesh, const char *fmt, ...)
-{
-	if (mesh->quiet)
-		return;
-	va_list ap;
-	va_start(ap, fmt);
-	vlog(mesh, fmt, ap);
-	va_end(ap);
-}
-
-void mesh_warn(struct snap_mesh *mesh, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	vlog(mesh, fmt, ap);
-	va_end(ap);
 }
 
 int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m, char *err, size_t errlen)
@@ -99,6 +72,7 @@ int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m
 	}
 	MPI_Comm_dup(MPI_COMM_WORLD, &mesh->world);
 	MPI_Comm_rank(mesh->world, &mesh->rank);
+	mesh->log.node = mesh->rank;
 	MPI_Comm_size(mesh->world, &mesh->size);
 	char why[512] = "";
 	int rc = snap_ec_comm_split(mesh->world, k, m, 0, &mesh->grp, &mesh->group, why, sizeof(why));
@@ -130,25 +104,6 @@ void snap_mesh_unlock(struct snap_mesh *mesh)
 {
 	if (mesh)
 		pthread_mutex_unlock(&mesh->mu);
-}
-
-struct mjob *mesh_job(struct snap_mesh *mesh, const char *name)
-{
-	struct mjob **pp = &mesh->jobs;
-	for (; *pp; pp = &(*pp)->next) {
-		int c = strcmp((*pp)->name, name);
-		if (c == 0)
-			return *pp;
-		if (c > 0)
-			break;
-	}
-	struct mjob *j = calloc(1, sizeof(*j));
-	if (!j)
-		return NULL;
-	snprintf(j->name, sizeof(j->name), "%s", name);
-	j->next = *pp;
-	*pp = j;
-	return j;
 }
 
 int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size_t errlen)
@@ -439,7 +394,7 @@ static void account_parity(struct snap_mesh *mesh)
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
 		    int quiet, char *err, size_t errlen)
 {
-	mesh->quiet = quiet;
+	mesh->log.quiet = quiet;
 	mesh->store = *store;
 	char root[SNAP_PATH_MAX];
 	snprintf(root, sizeof(root), "%s", (*store)->root);
@@ -483,13 +438,6 @@ void snap_mesh_stop(struct snap_mesh *mesh)
 	atomic_store(&mesh->stop_req, 1);
 	pthread_join(mesh->thr, NULL);
 	mesh->thr_started = 0;
-}
-
-_Noreturn void snap_mesh_abort(struct snap_mesh *mesh, int code)
-{
-	(void)mesh;
-	MPI_Abort(MPI_COMM_WORLD, code);
-	_exit(code); /* not reached */
 }
 
 void snap_mesh_finalize(struct snap_mesh *mesh)

@@ -27,8 +27,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "meshfiles.h" /* snap_mesh_expand */
-#include "store.h"
+#include "snap/meshfiles.h" /* snap_mesh_expand */
+#include "snap/store.h"
 
 struct snap_mesh;
 
@@ -78,7 +78,7 @@ int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t st
 void snap_mesh_stop(struct snap_mesh *mesh);
 /* Error exit of a mesh node (snapsmp's main, and the mesh thread when an
  * agreement round cannot go on): MPI_Abort, so that peers waiting in a
- * collective do not hang. Does not return. */
+ * collective do not hang. Does not return. (meshutil.c) */
 _Noreturn void snap_mesh_abort(struct snap_mesh *mesh, int code);
 /* Free communicators, MPI_Finalize, free. */
 void snap_mesh_finalize(struct snap_mesh *mesh);

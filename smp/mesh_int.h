@@ -1,5 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* mesh_int.h - state shared by mesh.c, protect.c and recover.c (not an API). */
+/*
+ * mesh_int.h - state shared by mesh.c, protect.c and recover.c (not an API),
+ * and the helpers of meshutil.c they share. Calls go one way (see the layers
+ * in smp_internal.h): mesh.c -> protect.c, recover.c -> meshutil.c.
+ */
 #ifndef SNAP_MESH_INT_H
 #define SNAP_MESH_INT_H
 
@@ -8,8 +12,9 @@
 #include <stdatomic.h>
 
 #include "snap/base.h"
+#include "log.h"
 #include "mesh.h"
-#include "meshfiles.h"
+#include "snap/meshfiles.h"
 #include "snap/ec.h"
 
 #define MESH_MAX_COMPLETE 16 /* globally complete steps remembered per job */
@@ -50,14 +55,20 @@ struct snap_mesh {
 	struct mjob *jobs;
 	uint64_t rounds_started;      /* [mu] summaries taken (round numbers handed out) */
 	uint64_t rounds_done;         /* [mu] the last round whose view is published */
-	int quiet;
+	struct smp_log log;           /* --quiet; node = rank */
 	unsigned period_ms;
 };
 
-void mesh_say(struct snap_mesh *mesh, const char *fmt, ...) SNAP_PRINTF(2, 3);
-/* Errors are logged even with --quiet. */
-void mesh_warn(struct snap_mesh *mesh, const char *fmt, ...) SNAP_PRINTF(2, 3);
+/* ---- meshutil.c (and log.c) ---- */
+
+/* "node N: ..." lines; errors are logged even with --quiet. */
+#define mesh_say(mesh, ...) smp_logf(&(mesh)->log, SMP_LOG_INFO, __VA_ARGS__)
+#define mesh_warn(mesh, ...) smp_logf(&(mesh)->log, SMP_LOG_WARN, __VA_ARGS__)
+/* The job's entry, created in name order when new; NULL when out of memory. */
 struct mjob *mesh_job(struct snap_mesh *mesh, const char *name);
+/* snap_mesh_abort (mesh.h) is defined there too. */
+
+/* ---- protect.c, recover.c (called by mesh.c) ---- */
 
 /* [no lock held; collective over the mesh] Encode step g of job j across
  * every group, agree, and on success make g the job's protected step. */

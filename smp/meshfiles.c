@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "snap/base.h"
-#include "meshfiles.h"
+#include "snap/meshfiles.h"
 
 int snap_mesh_expand(const char *pat, int rank, char *out, size_t cap)
 {

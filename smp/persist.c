@@ -67,7 +67,7 @@ static int start(struct smp *m, struct store_job *j, uint64_t step, char *err, s
 	j->flush_step = step;
 	j->since_flush = 0;
 	j->last_flush_ns = snap_now_ns();
-	say(m, "flushing step %" PRIu64 " of job %s to %s", step, j->name, m->cfg->flush_dir);
+	smp_say(m, "flushing step %" PRIu64 " of job %s to %s", step, j->name, m->cfg->flush_dir);
 	snap_flusher_submit(m->flusher, q);
 	return 0;
 }
@@ -120,7 +120,7 @@ void persist_on_commit(struct smp *m, struct store_job *j)
 	if (m->flusher && m->cfg->flush_every && j->since_flush >= m->cfg->flush_every) {
 		char err[SMP_ERRLEN];
 		if (persist_request(m, j, SNAP_STEP_LATEST, err, sizeof(err)))
-			say(m, "%s", err);
+			smp_say(m, "%s", err);
 	}
 }
 
@@ -133,9 +133,9 @@ void persist_all(struct smp *m, const char *why)
 		uint64_t latest;
 		if (snap_store_latest(m->store, j, &latest) != 0 || (j->has_persisted && j->persisted >= latest))
 			continue;
-		say(m, "%s: flushing step %" PRIu64 " of job %s now", why, latest, j->name);
+		smp_say(m, "%s: flushing step %" PRIu64 " of job %s now", why, latest, j->name);
 		if (persist_request(m, j, SNAP_STEP_LATEST, err, sizeof(err)))
-			say(m, "%s", err);
+			smp_say(m, "%s", err);
 	}
 }
 
@@ -156,7 +156,7 @@ void persist_tick(struct smp *m)
 			continue;
 		char err[SMP_ERRLEN];
 		if (persist_request(m, j, SNAP_STEP_LATEST, err, sizeof(err)))
-			say(m, "%s", err);
+			smp_say(m, "%s", err);
 	}
 }
 
@@ -167,13 +167,13 @@ static void answer_waiters(struct smp *m, const struct flush_req *q)
 			continue;
 		c->waiting = 0;
 		if (q->rc) {
-			reply_err(c, SNAP_MSG_FLUSH, q->rc, q->err);
+			smp_reply_err(c->fd, SNAP_MSG_FLUSH, q->rc, q->err);
 		} else {
 			struct snap_wbuf w = { 0 };
 			snap_put_u64(&w, q->step);
 			snap_put_u64(&w, q->bytes);
 			snap_put_u64(&w, (uint64_t)(q->seconds * 1e9));
-			snap_wire_send(c->fd, SNAP_MSG_FLUSH | SNAP_MSG_REPLY, 0, w.p, (uint32_t)w.len, -1);
+			smp_reply_ok(c->fd, SNAP_MSG_FLUSH, &w, -1);
 			snap_wbuf_free(&w);
 		}
 	}
@@ -186,7 +186,7 @@ void persist_collect(struct smp *m)
 		pin(m, q, -1);
 		struct store_job *j = snap_store_job(m->store, q->job, 0);
 		if (q->rc == 0) {
-			say(m, "persisted step %" PRIu64 " of job %s: %.1f MiB in %.2f s (%.2f GB/s)%s%s", q->step, q->job,
+			smp_say(m, "persisted step %" PRIu64 " of job %s: %.1f MiB in %.2f s (%.2f GB/s)%s%s", q->step, q->job,
 			    q->bytes / 1048576.0, q->seconds, q->seconds > 0 ? q->bytes / q->seconds / 1e9 : 0.0,
 			    q->err[0] ? "; " : "", q->err);
 			if (j && (!j->has_persisted || q->step > j->persisted)) {
@@ -194,7 +194,7 @@ void persist_collect(struct smp *m)
 				j->persisted = q->step;
 			}
 		} else {
-			say(m, "flush of step %" PRIu64 " of job %s failed: %s", q->step, q->job, q->err);
+			smp_say(m, "flush of step %" PRIu64 " of job %s failed: %s", q->step, q->job, q->err);
 		}
 		answer_waiters(m, q);
 		if (j) {
@@ -203,11 +203,11 @@ void persist_collect(struct smp *m)
 			if (j->want_step_set) {
 				j->want_step_set = 0;
 				if (persist_request(m, j, j->want_step, err, sizeof(err)))
-					say(m, "%s", err);
+					smp_say(m, "%s", err);
 			} else if (j->want_latest) {
 				j->want_latest = 0;
 				if (persist_request(m, j, SNAP_STEP_LATEST, err, sizeof(err)) && !m->draining)
-					say(m, "%s", err);
+					smp_say(m, "%s", err);
 			}
 		}
 		snap_flush_req_free(q);

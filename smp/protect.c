@@ -155,140 +155,183 @@ static void drop_other_steps(struct snap_mesh *mesh, const char *job, uint64_t k
 	pthread_mutex_unlock(&mesh->mu);
 }
 
-int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
-{
-	char err[MESH_ERRLEN] = "";
-	struct enc_src src = { 0 };
-	struct iovec *iov = NULL;
-	struct snap_ec_encode *enc = NULL;
-	void *parity = NULL, *blob = NULL, *rec = NULL;
-	uint64_t plen = 0, data_len = 0, t0 = snap_now_ns();
-	int local = 0, accounted = 0;
-	char ppath[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ptmp[SNAP_FILE_MAX + 8];
-	mesh_ec_path(mesh->store->root, j->name, g, "parity", ppath, sizeof(ppath));
-	mesh_ec_path(mesh->store->root, j->name, g, "rec", rpath, sizeof(rpath));
-	snprintf(ptmp, sizeof(ptmp), "%s.tmp", ppath);
+/* One protect of step g: what the phases below hand each other. local: this
+ * node's first failure (0: none so far), err its message. */
+struct protect_run {
+	struct enc_src src;
+	struct iovec *iov;
+	struct snap_ec_encode *enc;
+	void *parity, *blob, *rec;
+	size_t blen, need;
+	uint64_t plen, data_len;
+	int local, accounted;
+	char err[MESH_ERRLEN];
+	const char *ppath, *rpath, *ptmp;  /* parity, record, parity being written */
+};
 
+/* Local: pin and map this node's slots of step g, build the slot list. */
+static void protect_prepare(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p)
+{
 	pthread_mutex_lock(&mesh->mu);
-	local = collect(mesh, j->name, g, &src);
+	p->local = collect(mesh, j->name, g, &p->src);
 	pthread_mutex_unlock(&mesh->mu);
-	if (local)
-		snap_fmt(err, sizeof(err), "out of memory collecting step %" PRIu64, g);
-	size_t blen = mesh_blob_size(src.n);
-	if (!local && blen > SNAP_EC_APP_MAX) {
-		snap_fmt(err, sizeof(err), "%u ranks on one node do not fit the %u-byte slot list", src.n, SNAP_EC_APP_MAX);
-		local = SNAP_EINVAL;
+	if (p->local)
+		snap_fmt(p->err, sizeof(p->err), "out of memory collecting step %" PRIu64, g);
+	p->blen = mesh_blob_size(p->src.n);
+	if (!p->local && p->blen > SNAP_EC_APP_MAX) {
+		snap_fmt(p->err, sizeof(p->err), "%u ranks on one node do not fit the %u-byte slot list", p->src.n,
+			 SNAP_EC_APP_MAX);
+		p->local = SNAP_EINVAL;
 	}
-	if (!local && (!(blob = malloc(blen)) || !(iov = calloc(2 * (size_t)src.n + 1, sizeof(*iov))))) {
-		snap_fmt(err, sizeof(err), "out of memory for the slot list of step %" PRIu64, g);
-		local = SNAP_ENOMEM;
+	if (!p->local && (!(p->blob = malloc(p->blen)) || !(p->iov = calloc(2 * (size_t)p->src.n + 1, sizeof(*p->iov))))) {
+		snap_fmt(p->err, sizeof(p->err), "out of memory for the slot list of step %" PRIu64, g);
+		p->local = SNAP_ENOMEM;
 	}
-	if (!local) {
-		mesh_blob_pack(src.ent, src.n, blob);
-		local = map_sources(mesh, j->name, &src, iov, err, sizeof(err));
+	if (!p->local) {
+		mesh_blob_pack(p->src.ent, p->src.n, p->blob);
+		p->local = map_sources(mesh, j->name, &p->src, p->iov, p->err, sizeof(p->err));
 	}
-	for (uint32_t i = 0; i < src.n; i++)
-		data_len += src.ent[i].man_len + src.ent[i].slot_bytes;
-	if (!local && mesh_mkdirs(mesh->store->root, j->name, -1)) {
-		snap_fmt(err, sizeof(err), "cannot create %s/%s/ec: %s", mesh->store->root, j->name, strerror(errno));
-		local = SNAP_EIO;
+	for (uint32_t i = 0; i < p->src.n; i++)
+		p->data_len += p->src.ent[i].man_len + p->src.ent[i].slot_bytes;
+	if (!p->local && mesh_mkdirs(mesh->store->root, j->name, -1)) {
+		snap_fmt(p->err, sizeof(p->err), "cannot create %s/%s/ec: %s", mesh->store->root, j->name, strerror(errno));
+		p->local = SNAP_EIO;
 	}
-	/* Every member must take part in both collective phases, even after a
-	 * local failure: it then passes a zero length / no parity and the
-	 * library fails the whole group instead of hanging it. */
+}
+
+/* Collective over the group (both ec phases), whatever failed here: a member
+ * after a local failure passes a zero length / no parity and the library
+ * fails the whole group instead of hanging it. Between the phases, the
+ * parity is charged to the budget and its file created. */
+static void protect_encode(struct snap_mesh *mesh, uint64_t g, struct protect_run *p)
+{
 	struct snap_ec_opts opts = { 0 }; /* default chunk and window */
 	char why[512] = "";
-	int rc = snap_ec_encode_begin(mesh->group, &mesh->grp, g, local ? 0 : data_len, local ? NULL : blob,
-				      local ? 0 : blen, &opts, &enc, why, sizeof(why));
-	if (rc && !local) {
-		snap_fmt(err, sizeof(err), "%s", why);
-		local = rc;
+	int local = p->local;
+	int rc = snap_ec_encode_begin(mesh->group, &mesh->grp, g, local ? 0 : p->data_len, local ? NULL : p->blob,
+				      local ? 0 : p->blen, &opts, &p->enc, why, sizeof(why));
+	if (rc && !p->local) {
+		snap_fmt(p->err, sizeof(p->err), "%s", why);
+		p->local = rc;
 	}
-	if (!rc) {
-		plen = snap_ec_encode_parity_len(enc);
-		pthread_mutex_lock(&mesh->mu);
-		struct snap_store *s = mesh->store;
-		if (!local && s->mem_used + plen > s->mem_limit) {
-			snap_fmt(err, sizeof(err), "parity of %" PRIu64 " bytes would exceed the memory budget"
-				 " SNAP_MEM_LIMIT=%" PRIu64 " (%" PRIu64 " in use)", plen, s->mem_limit, s->mem_used);
-			local = SNAP_ENOSPC;
-		} else if (!local) {
-			s->mem_used += plen;
-			accounted = 1;
-		}
-		pthread_mutex_unlock(&mesh->mu);
-		if (!local && plen && !(parity = create_parity(ptmp, plen, err, sizeof(err))))
-			local = SNAP_EIO;
-		rc = snap_ec_encode_run(enc, local ? NULL : iov, local ? 0 : 2 * (int)src.n, local ? NULL : parity,
-					local ? 0 : plen);
-		if (rc && !local) {
-			snap_fmt(err, sizeof(err), "%s", snap_ec_encode_error(enc));
-			local = rc;
-		}
+	if (rc)
+		return;
+	p->plen = snap_ec_encode_parity_len(p->enc);
+	pthread_mutex_lock(&mesh->mu);
+	struct snap_store *s = mesh->store;
+	if (!p->local && s->mem_used + p->plen > s->mem_limit) {
+		snap_fmt(p->err, sizeof(p->err), "parity of %" PRIu64 " bytes would exceed the memory budget"
+			 " SNAP_MEM_LIMIT=%" PRIu64 " (%" PRIu64 " in use)", p->plen, s->mem_limit, s->mem_used);
+		p->local = SNAP_ENOSPC;
+	} else if (!p->local) {
+		s->mem_used += p->plen;
+		p->accounted = 1;
 	}
-	size_t need = 0;
-	if (!local) {
-		snap_ec_meta_pack(snap_ec_encode_meta(enc), NULL, 0, &need);
-		if (!(rec = malloc(need)) || snap_ec_meta_pack(snap_ec_encode_meta(enc), rec, need, &need))
-			local = SNAP_ENOMEM;
+	pthread_mutex_unlock(&mesh->mu);
+	if (!p->local && p->plen && !(p->parity = create_parity(p->ptmp, p->plen, p->err, sizeof(p->err))))
+		p->local = SNAP_EIO;
+	local = p->local;
+	rc = snap_ec_encode_run(p->enc, local ? NULL : p->iov, local ? 0 : 2 * (int)p->src.n, local ? NULL : p->parity,
+				local ? 0 : p->plen);
+	if (rc && !p->local) {
+		snap_fmt(p->err, sizeof(p->err), "%s", snap_ec_encode_error(p->enc));
+		p->local = rc;
 	}
-	if (parity)
-		munmap(parity, plen);
-	/* Parity first, then the record that vouches for it. */
-	if (!local && ((plen ? rename(ptmp, ppath) : mesh_write_atomic(ppath, "", 0)) != 0 ||
-		       mesh_write_atomic(rpath, rec, need) != 0)) {
-		snap_fmt(err, sizeof(err), "cannot publish %s: %s", rpath, strerror(errno));
-		local = SNAP_EIO;
+}
+
+/* Local: parity first, then the record that vouches for it. */
+static void protect_publish(struct protect_run *p)
+{
+	if (!p->local) {
+		const struct snap_ec_meta *meta = snap_ec_encode_meta(p->enc);
+		snap_ec_meta_pack(meta, NULL, 0, &p->need);
+		if (!(p->rec = malloc(p->need)) || snap_ec_meta_pack(meta, p->rec, p->need, &p->need))
+			p->local = SNAP_ENOMEM;
 	}
-	int ok = local == 0, all = 0;
+	if (p->parity)
+		munmap(p->parity, p->plen);
+	p->parity = NULL;
+	if (!p->local && ((p->plen ? rename(p->ptmp, p->ppath) : mesh_write_atomic(p->ppath, "", 0)) != 0 ||
+			  mesh_write_atomic(p->rpath, p->rec, p->need) != 0)) {
+		snap_fmt(p->err, sizeof(p->err), "cannot publish %s: %s", p->rpath, strerror(errno));
+		p->local = SNAP_EIO;
+	}
+}
+
+/* Collective over the mesh: did every node publish? Then g becomes the
+ * protected step (its pins replace the old ones); else this attempt's
+ * pins, budget and files go, and g is not tried again. */
+static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p, uint64_t t0)
+{
+	int ok = p->local == 0, all = 0;
 	MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mesh->world);
 
 	pthread_mutex_lock(&mesh->mu);
 	if (all) {
 		unpin(mesh, j->name, j->pins, j->npins);
 		free(j->pins);
-		j->pins = src.pins;
-		j->npins = src.n;
-		src.pins = NULL;
+		j->pins = p->src.pins;
+		j->npins = p->src.n;
+		p->src.pins = NULL;
 		j->has_prot = 1;
 		j->prot = g;
 	} else {
-		unpin(mesh, j->name, src.pins, src.n);
+		unpin(mesh, j->name, p->src.pins, p->src.n);
 		j->has_failed = 1;
 		j->failed = g;
-		if (accounted)
-			mesh->store->mem_used -= plen;
+		if (p->accounted)
+			mesh->store->mem_used -= p->plen;
 	}
 	pthread_mutex_unlock(&mesh->mu);
 	if (all) {
 		drop_other_steps(mesh, j->name, g);
 		mesh_say(mesh, "job %s step %" PRIu64 " protected (group %d, %d+%d, %" PRIu64 " data + %" PRIu64
-			 " parity bytes here, %.1f ms)", j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, data_len, plen,
-			 (double)(snap_now_ns() - t0) / 1e6);
+			 " parity bytes here, %.1f ms)", j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len,
+			 p->plen, (double)(snap_now_ns() - t0) / 1e6);
 	} else {
-		unlink(rpath);
-		unlink(ppath);
-		unlink(ptmp);
-		if (local)
+		unlink(p->rpath);
+		unlink(p->ppath);
+		unlink(p->ptmp);
+		if (p->local)
 			mesh_warn(mesh, "job %s step %" PRIu64 ": protect failed on node %d (group %d): %s; step %s stays "
-				  "the protected one", j->name, g, mesh->rank, mesh->grp.id, err[0] ? err : snap_strerror(local),
-				  j->has_prot ? "the previous" : "none");
+				  "the protected one", j->name, g, mesh->rank, mesh->grp.id,
+				  p->err[0] ? p->err : snap_strerror(p->local), j->has_prot ? "the previous" : "none");
 		else
 			mesh_say(mesh, "job %s step %" PRIu64 ": protect failed on another node; keeping the previous one",
 				 j->name, g);
 	}
-	for (uint32_t i = 0; i < src.n; i++) {
-		free(src.man[i]);
-		if (src.map && src.map[i])
-			munmap(src.map[i], src.ent[i].slot_bytes);
+	return all;
+}
+
+static void protect_free(struct protect_run *p)
+{
+	for (uint32_t i = 0; i < p->src.n; i++) {
+		free(p->src.man[i]);
+		if (p->src.map && p->src.map[i])
+			munmap(p->src.map[i], p->src.ent[i].slot_bytes);
 	}
-	free(src.man);
-	free(src.map);
-	free(src.ent);
-	free(src.pins);
-	free(iov);
-	free(blob);
-	free(rec);
-	snap_ec_encode_free(enc);
+	free(p->src.man);
+	free(p->src.map);
+	free(p->src.ent);
+	free(p->src.pins);
+	free(p->iov);
+	free(p->blob);
+	free(p->rec);
+	snap_ec_encode_free(p->enc);
+}
+
+int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
+{
+	uint64_t t0 = snap_now_ns();
+	char ppath[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ptmp[SNAP_FILE_MAX + 8];
+	mesh_ec_path(mesh->store->root, j->name, g, "parity", ppath, sizeof(ppath));
+	mesh_ec_path(mesh->store->root, j->name, g, "rec", rpath, sizeof(rpath));
+	snprintf(ptmp, sizeof(ptmp), "%s.tmp", ppath);
+	struct protect_run run = { .ppath = ppath, .rpath = rpath, .ptmp = ptmp }, *p = &run;
+	protect_prepare(mesh, j, g, p);
+	protect_encode(mesh, g, p);
+	protect_publish(p);
+	int all = protect_agree(mesh, j, g, p, t0);
+	protect_free(p);
 	return all ? 0 : SNAP_EIO;
 }

@@ -142,45 +142,47 @@ static int rebuildable(struct snap_mesh *mesh, const struct rent *all, const int
 	return 1;
 }
 
-/* Rebuild (or verify) step g of job on this node. Returns 0 or an error with msg. */
-static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
+/* This node's files of one step, opened for the rebuild: per slot-list
+ * entry its manifest (read into memory) and its slot file (mapped
+ * read-write), and the parity file. */
+struct rebuild_files {
+	struct mesh_slot_ent *ent;   /* the slot list of this node, from the record */
+	uint32_t n;
+	struct iovec *iov;           /* [2n + 1]: (manifest, slot) pairs */
+	void **man;                  /* [n + 1] */
+	void *parity;
+	uint64_t parity_len;
+};
+
+/* This node's record of the step, if it has a readable one (else the
+ * rebuild treats this node as lost). */
+static struct snap_ec_meta *read_record(const char *rpath)
+{
+	struct snap_ec_meta *mine = NULL;
+	void *buf;
+	size_t blen;
+	if (!mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
+		snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
+		free(buf);
+	}
+	return mine;
+}
+
+/* The slot list and its buffers; the manifests as they are (missing: zeros,
+ * a wrong size fails its CRC) and the slot files, created when missing. */
+static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, const struct snap_ec_meta *meta,
+			   struct rebuild_files *f, char *msg, size_t len)
 {
 	const char *root = mesh->store->root;
-	char rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], why[MESH_ERRLEN] = "";
-	mesh_ec_path(root, job, g, "rec", rpath, sizeof(rpath));
-	mesh_ec_path(root, job, g, "parity", ppath, sizeof(ppath));
-	struct snap_ec_meta *mine = NULL;
-	if (have) {
-		void *buf;
-		size_t blen;
-		if (!mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
-			snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
-			free(buf);
-		}
-	}
-	struct snap_ec_rebuild *rb = NULL;
-	struct snap_ec_opts opts = { 0 }; /* the chunk size comes from the record */
-	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
-	snap_ec_meta_free(mine);
-	if (rc) {
-		snap_fmt(msg, len, "%s", why);
-		return rc;
-	}
-	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
-	struct snap_ec_meta_info in;
-	snap_ec_meta_info(meta, &in);
 	const void *app = NULL;
 	size_t alen = 0;
-	struct mesh_slot_ent *ent = NULL;
-	uint32_t n = 0;
 	snap_ec_meta_app(meta, mesh->grp.index, &app, &alen);
-	int local = mesh_blob_unpack(app, alen, &ent, &n);
+	int local = mesh_blob_unpack(app, alen, &f->ent, &f->n);
 	if (local)
 		snap_fmt(msg, len, "the slot list of step %" PRIu64 " in the record is malformed", g);
-	struct iovec *iov = calloc(2 * (size_t)n + 1, sizeof(*iov));
-	void **man = calloc((size_t)n + 1, sizeof(void *));
-	void *parity = NULL;
-	if (!local && (!iov || !man)) {
+	f->iov = calloc(2 * (size_t)f->n + 1, sizeof(*f->iov));
+	f->man = calloc((size_t)f->n + 1, sizeof(void *));
+	if (!local && (!f->iov || !f->man)) {
 		snap_fmt(msg, len, "out of memory for the slot list of step %" PRIu64, g);
 		local = SNAP_ENOMEM;
 	}
@@ -188,8 +190,8 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 		snap_fmt(msg, len, "cannot create %s/%s/ec: %s", root, job, strerror(errno));
 		local = SNAP_EIO;
 	}
-	for (uint32_t i = 0; !local && i < n; i++) {
-		const struct mesh_slot_ent *e = &ent[i];
+	for (uint32_t i = 0; !local && i < f->n; i++) {
+		const struct mesh_slot_ent *e = &f->ent[i];
 		char sp[SNAP_FILE_MAX], mp[SNAP_FILE_MAX];
 		snap_store_path(mesh->store, job, e->rank, e->slot, 0, sp, sizeof(sp));
 		snap_store_path(mesh->store, job, e->rank, e->slot, 1, mp, sizeof(mp));
@@ -198,7 +200,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 			snap_fmt(msg, len, "cannot create the directory of %s", sp);
 			break;
 		}
-		if (!(man[i] = calloc(1, e->man_len ? e->man_len : 1))) {
+		if (!(f->man[i] = calloc(1, e->man_len ? e->man_len : 1))) {
 			local = SNAP_ENOMEM;
 			snap_fmt(msg, len, "out of memory for manifest %s", mp);
 			break;
@@ -206,10 +208,10 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 		void *fb;
 		size_t fl;
 		if (mesh_read_file(mp, 1u << 30, &fb, &fl) == 0) {
-			memcpy(man[i], fb, fl < e->man_len ? fl : e->man_len); /* a wrong size fails its CRC */
+			memcpy(f->man[i], fb, fl < e->man_len ? fl : e->man_len); /* a wrong size fails its CRC */
 			free(fb);
 		}
-		iov[2 * i] = (struct iovec){ man[i], e->man_len };
+		f->iov[2 * i] = (struct iovec){ f->man[i], e->man_len };
 		if (!e->slot_bytes)
 			continue;
 		int fd = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
@@ -225,69 +227,116 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 			local = SNAP_EIO;
 			break;
 		}
-		iov[2 * i + 1] = (struct iovec){ p, e->slot_bytes };
+		f->iov[2 * i + 1] = (struct iovec){ p, e->slot_bytes };
 	}
-	if (!local && in.parity_len) {
-		int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-		struct stat st;
-		if (fd >= 0 && fstat(fd, &st) == 0 &&
-		    ((uint64_t)st.st_size == in.parity_len || ftruncate(fd, (off_t)in.parity_len) == 0))
-			parity = mmap(NULL, in.parity_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-		if (fd >= 0)
-			close(fd);
-		if (!parity || parity == MAP_FAILED) {
-			parity = NULL;
-			snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
-			local = SNAP_EIO;
-		}
+	return local;
+}
+
+/* The parity file, mapped read-write at the record's length (created or
+ * resized when it is not). */
+static int open_parity_file(const char *ppath, struct rebuild_files *f, char *msg, size_t len)
+{
+	int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st) == 0 &&
+	    ((uint64_t)st.st_size == f->parity_len || ftruncate(fd, (off_t)f->parity_len) == 0))
+		f->parity = mmap(NULL, f->parity_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+	if (fd >= 0)
+		close(fd);
+	if (!f->parity || f->parity == MAP_FAILED) {
+		f->parity = NULL;
+		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
+		return SNAP_EIO;
 	}
-	/* Collective: a local failure passes nothing and fails the group. */
-	struct snap_ec_rebuild_stats st = { 0 };
-	rc = snap_ec_rebuild_run(rb, local ? NULL : iov, local ? 0 : 2 * (int)n, local ? NULL : parity,
-				 local ? 0 : in.parity_len, &st);
-	if (rc && !local) {
-		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
-		local = rc;
-	}
-	/* Manifests and record last: they vouch for the bytes written above. */
-	for (uint32_t i = 0; !local && i < n; i++) {
+	return 0;
+}
+
+/* Manifests and record last: they vouch for the bytes the rebuild wrote. A
+ * manifest already right is left alone; an empty parity file is written
+ * when the step has no parity bytes here. */
+static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct rebuild_files *f,
+			   const struct snap_ec_meta *meta, const char *rpath, const char *ppath, char *msg, size_t len)
+{
+	for (uint32_t i = 0; i < f->n; i++) {
 		char mp[SNAP_FILE_MAX];
 		void *fb = NULL;
 		size_t fl = 0;
-		snap_store_path(mesh->store, job, ent[i].rank, ent[i].slot, 1, mp, sizeof(mp));
-		int same = mesh_read_file(mp, 1u << 30, &fb, &fl) == 0 && fl == ent[i].man_len &&
-			   memcmp(fb, man[i], fl) == 0;
+		snap_store_path(mesh->store, job, f->ent[i].rank, f->ent[i].slot, 1, mp, sizeof(mp));
+		int same = mesh_read_file(mp, 1u << 30, &fb, &fl) == 0 && fl == f->ent[i].man_len &&
+			   memcmp(fb, f->man[i], fl) == 0;
 		free(fb);
-		if (!same && mesh_write_atomic(mp, man[i], ent[i].man_len)) {
+		if (!same && mesh_write_atomic(mp, f->man[i], f->ent[i].man_len)) {
 			snap_fmt(msg, len, "cannot write manifest %s: %s", mp, strerror(errno));
-			local = SNAP_EIO;
+			return SNAP_EIO;
 		}
 	}
 	size_t need = 0;
 	void *rec = NULL;
 	snap_ec_meta_pack(meta, NULL, 0, &need);
-	if (!local && (!(rec = malloc(need)) || snap_ec_meta_pack(meta, rec, need, &need) ||
-		       mesh_write_atomic(rpath, rec, need))) {
+	if (!(rec = malloc(need)) || snap_ec_meta_pack(meta, rec, need, &need) || mesh_write_atomic(rpath, rec, need)) {
+		free(rec);
 		snap_fmt(msg, len, "cannot write record %s", rpath);
-		local = SNAP_EIO;
+		return SNAP_EIO;
 	}
-	if (!local && !in.parity_len)
+	free(rec);
+	if (!f->parity_len)
 		mesh_write_atomic(ppath, "", 0);
+	return 0;
+}
+
+static void rebuild_files_free(struct rebuild_files *f)
+{
+	for (uint32_t i = 0; f->man && i < f->n; i++) {
+		free(f->man[i]);
+		if (f->iov && f->iov[2 * i + 1].iov_base)
+			munmap(f->iov[2 * i + 1].iov_base, f->ent[i].slot_bytes);
+	}
+	if (f->parity)
+		munmap(f->parity, f->parity_len);
+	free(f->man);
+	free(f->iov);
+	free(f->ent);
+}
+
+/* Rebuild (or verify) step g of job on this node. Returns 0 or an error with msg. */
+static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
+{
+	const char *root = mesh->store->root;
+	char rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], why[MESH_ERRLEN] = "";
+	mesh_ec_path(root, job, g, "rec", rpath, sizeof(rpath));
+	mesh_ec_path(root, job, g, "parity", ppath, sizeof(ppath));
+	/* Collective: who is lost, and the meta every member rebuilds from. */
+	struct snap_ec_meta *mine = have ? read_record(rpath) : NULL;
+	struct snap_ec_rebuild *rb = NULL;
+	struct snap_ec_opts opts = { 0 }; /* the chunk size comes from the meta */
+	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
+	snap_ec_meta_free(mine);
+	if (rc) {
+		snap_fmt(msg, len, "%s", why);
+		return rc;
+	}
+	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
+	struct snap_ec_meta_info in;
+	snap_ec_meta_info(meta, &in);
+	struct rebuild_files f = { .parity_len = in.parity_len };
+	int local = open_slot_files(mesh, job, g, meta, &f, msg, len);
+	if (!local && in.parity_len)
+		local = open_parity_file(ppath, &f, msg, len);
+	/* Collective: a local failure passes nothing and fails the group. */
+	struct snap_ec_rebuild_stats st = { 0 };
+	rc = snap_ec_rebuild_run(rb, local ? NULL : f.iov, local ? 0 : 2 * (int)f.n, local ? NULL : f.parity,
+				 local ? 0 : in.parity_len, &st);
+	if (rc && !local) {
+		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
+		local = rc;
+	}
+	if (!local)
+		local = publish_rebuilt(mesh, job, &f, meta, rpath, ppath, msg, len);
 	if (!local && (st.chunks_rebuilt || !have))
 		mesh_warn(mesh, "job %s step %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64 " corrupt), %" PRIu64
 			  " bytes written, CRCs verified", job, g, have ? "repaired this node" : "rebuilt this lost node",
 			  st.chunks_rebuilt, st.chunks_corrupt, st.bytes_written);
-	free(rec);
-	for (uint32_t i = 0; i < n; i++) {
-		free(man[i]);
-		if (iov && iov[2 * i + 1].iov_base)
-			munmap(iov[2 * i + 1].iov_base, ent[i].slot_bytes);
-	}
-	if (parity)
-		munmap(parity, in.parity_len);
-	free(man);
-	free(iov);
-	free(ent);
+	rebuild_files_free(&f);
 	snap_ec_rebuild_free(rb);
 	return local;
 }

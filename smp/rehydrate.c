@@ -20,11 +20,12 @@
 #include <unistd.h>
 
 #include "snap/base.h"
+#include "log.h"
 #include "rehydrate.h"
 #include "snap/codec.h"
 #include "snap/io.h"
 
-#define MAX_STEPS 256
+#define REHYDRATE_MAX_STEPS 256
 
 /*
  * The newest step directory holding a MANIFEST: it was sealed once. If it is
@@ -59,15 +60,15 @@ static int newest_sealed(const char *dir, const char *job, uint64_t *step)
 }
 
 /* Pick the job's disk step for this generation (cached in the job). */
-static int choose_step(const struct snap_config *cfg, struct store_job *j, uint64_t *step, char *err, size_t errlen)
+static int choose_step(const struct snap_smp_config *cfg, struct store_job *j, uint64_t *step, char *err, size_t errlen)
 {
 	if (j->has_disk && j->disk_gen == j->gen) {
 		*step = j->disk_step;
 		return 0;
 	}
-	uint64_t steps[MAX_STEPS];
+	uint64_t steps[REHYDRATE_MAX_STEPS];
 	struct snap_io_err e = { 0 };
-	int n = snap_io_list_steps(cfg->flush_dir, j->name, steps, MAX_STEPS, &e);
+	int n = snap_io_list_steps(cfg->flush_dir, j->name, steps, REHYDRATE_MAX_STEPS, &e);
 	if (n < 0) {
 		snap_fmt(err, errlen, "cannot list persisted steps of job %s in %s: %s", j->name, cfg->flush_dir, e.msg);
 		return n;
@@ -102,7 +103,7 @@ static int choose_step(const struct snap_config *cfg, struct store_job *j, uint6
 			 "persisted in %s", j->name, cfg->flush_dir);
 		return SNAP_ENOENT;
 	}
-	for (int i = 0; i < n && i < MAX_STEPS; i++) {
+	for (int i = 0; i < n && i < REHYDRATE_MAX_STEPS; i++) {
 		uint32_t world = 0;
 		size_t bad = 0;
 		int rc = snap_io_step_world(cfg->flush_dir, j->name, steps[i], &world, &e);
@@ -239,7 +240,7 @@ static int chunk_sums(struct load *L, char *err, size_t errlen)
 	return snap_layout_check_lens(lay, L->len, err, errlen);
 }
 
-int snap_rehydrate(const struct snap_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
+int snap_rehydrate(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
 		   void *owner, uint32_t *slot, char *err, size_t errlen)
 {
 	uint64_t step;

@@ -21,7 +21,7 @@
 #include <unistd.h>
 
 #include "snap/base.h"
-#include "store.h"
+#include "snap/store.h"
 
 /* Unlink slot i's manifest (first: from then on a crash finds a free slot), then free it. */
 static int drop_slot(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, char *err,

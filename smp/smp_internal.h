@@ -1,14 +1,38 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* smp_internal.h - the daemon's state, shared by daemon.c and persist.c. */
+/*
+ * smp_internal.h - the daemon's state (struct smp, struct conn), shared by
+ * daemon.c with persist.c and files.c, and persist.c's functions.
+ *
+ * Layers of snapsmp: a file calls only into files of lower layers (and its
+ * own layer where the arrow says so); nothing calls upward, so there are no
+ * call loops. Types (this header, mesh_int.h) are shared across layers.
+ *
+ *   6  main.c                   flags -> config, --ec, snap_smp_serve
+ *   5  daemon.c                 poll loop, connections, request dispatch
+ *   4  mesh.c                   MPI start/stop, agreement rounds, mesh thread
+ *   3  persist.c                flush policy (-> flush.c)
+ *   2  flush.c files.c rehydrate.c protect.c recover.c
+ *                               flush thread, captured files, restore from
+ *                               disk, encode a step, relaunch rebuild
+ *   1  log.c reply.c meshutil.c config.c
+ *      store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
+ *
+ * So daemon.c answers requests and logs through log.c/reply.c, which
+ * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and
+ * what those share with it (job entries, abort) lives in meshutil.c.
+ */
 #ifndef SNAP_SMP_INTERNAL_H
 #define SNAP_SMP_INTERNAL_H
 
 #include <stdint.h>
 
 #include "snap/buf.h"
+#include "snap/smp_config.h"
 #include "flush.h"
 #include "snap/base.h"
-#include "store.h"
+#include "log.h"
+#include "reply.h"
+#include "snap/store.h"
 
 #define SMP_ERRLEN 768
 
@@ -33,20 +57,20 @@ struct conn {
 };
 
 struct smp {
-	const struct snap_config *cfg;
+	const struct snap_smp_config *cfg;
 	struct snap_store *store;
 	struct snap_flusher *flusher;  /* NULL without SNAP_FLUSH_DIR */
 	int lfd, sigfd;
 	struct conn *conns;
 	unsigned nconns;
-	int quiet;
+	struct smp_log log;            /* --quiet; node -1: the mesh prefixes its own lines */
 	int draining;                  /* SIGTERM seen: finish flushes, then exit */
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
 	struct snap_files *files;      /* captured files (files.c) */
 };
 
-void say(struct smp *m, const char *fmt, ...) SNAP_PRINTF(2, 3);
-void reply_err(struct conn *c, uint16_t type, int rc, const char *msg);
+/* An INFO line of the daemon (silenced by --quiet). */
+#define smp_say(m, ...) smp_logf(&(m)->log, SMP_LOG_INFO, __VA_ARGS__)
 
 /* ---- persist.c: when to flush, and what to tell who asked ---- */
 

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "snap/base.h"
-#include "store.h"
+#include "snap/store.h"
 
 void snap_store_logf(const struct snap_store *s, const char *fmt, ...)
 {

@@ -44,6 +44,13 @@ static inline uint32_t *ec_meta_crc(const struct snap_ec_meta *mt, int node, int
 	return &mt->crc[((size_t)node * (size_t)(mt->k + mt->m) + (size_t)slot) * mt->nchunks + q];
 }
 
+/* The packed meta (meta.c): magic, version, then u32 group, first_rank, n,
+ * k, m, index, ... The index is the one field survivors' records differ in. */
+#define EC_META_MAGIC "SNAPECM1"
+#define EC_META_VERSION 1u
+#define EC_META_FIXED (8 + 4 + 8 * 4 + 3 * 8)
+#define EC_META_INDEX_OFF 32 /* byte offset of the index field */
+
 /* Allocates len/app arrays/crc for the shape already set in *mt. */
 int ec_meta_alloc(struct snap_ec_meta *mt, uint64_t app_total);
 struct snap_ec_meta *ec_meta_dup(const struct snap_ec_meta *mt);
@@ -118,6 +125,10 @@ int ec_xchg_run(struct ec_xchg *x);
 /* Agree on a status across the group (MPI_MIN) so no member proceeds
  * alone; a member that was fine gets "failed on another group member". */
 int ec_group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char *what);
+
+/* MPI_Comm_dup with errors returned, not fatal: the handle's own
+ * communicator. SNAP_EIO (and *out = MPI_COMM_NULL) when it fails. */
+int ec_comm_dup(MPI_Comm comm, MPI_Comm *out, char *err, size_t errlen);
 
 /* EINVAL with a message unless g is a valid shape and comm has g->n members
  * with this process at g->index. */

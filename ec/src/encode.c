@@ -25,18 +25,15 @@ struct begin_info {
 	int32_t rc;
 };
 
-int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t step,
-			 uint64_t data_len, const void *app, size_t app_len,
-			 const struct snap_ec_opts *opts, struct snap_ec_encode **out,
-			 char *err, size_t errlen)
+/* Phase 1, local: this member's row of the length table (its arguments
+ * checked; a refusal travels in rc so the others learn of it). */
+static int encode_my_info(const struct snap_ec_group *g, uint64_t step, uint64_t data_len, const void *app,
+			  size_t app_len, const struct snap_ec_opts *opts, struct snap_ec_encode **out,
+			  struct begin_info *mine, char *err, size_t errlen)
 {
-	int rc = ec_check_comm(comm, g, err, errlen);
-	if (rc)
-		return rc;
-	if (out)
-		*out = NULL;
-	struct begin_info mine = { .len = data_len, .step = step, .app_len = (uint32_t)app_len };
+	*mine = (struct begin_info){ .len = data_len, .step = step, .app_len = (uint32_t)app_len };
 	uint32_t chunk = 0, window = 0;
+	int rc;
 	if (!out)
 		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: encode_begin: NULL output");
 	else if (app_len > SNAP_EC_APP_MAX || (app_len && !app))
@@ -45,29 +42,20 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 	else
 		rc = ec_opts_resolve(opts, g->n, &chunk, &window, err, errlen);
 	if (rc)
-		mine.app_len = 0;
-	mine.chunk = chunk;
-	mine.window = window;
-	mine.rc = rc;
+		mine->app_len = 0;
+	mine->chunk = chunk;
+	mine->window = window;
+	mine->rc = rc;
+	return rc;
+}
 
-	/* Per-member tables live on the stack (n <= 255), so nothing can keep
-	 * this member out of the Allgather below; a failed allocation is
-	 * reported through it (rc) or through ec_group_status before the
-	 * Allgatherv, and fails the whole group instead of hanging it. */
-	struct begin_info all[SNAP_EC_MAX_GROUP];
-	int counts[SNAP_EC_MAX_GROUP], displs[SNAP_EC_MAX_GROUP];
-	struct snap_ec_encode *e = calloc(1, sizeof(*e));
-	if (!e && !rc) {
-		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
-		mine.rc = rc;
-		mine.app_len = 0;
-	}
-	if (e)
-		e->comm = MPI_COMM_NULL;
-	if (MPI_Allgather(&mine, sizeof(mine), MPI_BYTE, all, sizeof(mine), MPI_BYTE, comm) != MPI_SUCCESS) {
-		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of lengths failed");
-		goto fail;
-	}
+/* Phase 2, collective: every member's row; all leave on the same verdict
+ * (a member that refused its arguments, or disagreement on the shape). */
+static int encode_agree_lengths(MPI_Comm comm, const struct snap_ec_group *g, const struct begin_info *mine,
+				struct begin_info *all, int rc, char *err, size_t errlen)
+{
+	if (MPI_Allgather(mine, sizeof(*mine), MPI_BYTE, all, sizeof(*mine), MPI_BYTE, comm) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of lengths failed");
 	for (int j = 0; j < g->n && !rc; j++) {
 		if (all[j].rc)
 			rc = ec_errf(err, errlen, all[j].rc, "ec: group %d index %d refused its arguments",
@@ -78,10 +66,16 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 				     "ec: group %d members disagree on step/chunk/window (index 0 vs %d)",
 				     g->id, j);
 	}
-	if (rc)
-		goto fail; /* every member saw the same table: all leave here */
-	e->g = *g;
-	e->window = window;
+	return rc;
+}
+
+/* Phase 3, local: the shape of the stripes and the meta that will describe
+ * them, from the agreed table. seg_len too long is the same verdict on every
+ * member; an allocation may fail on one only (the caller agrees on that). */
+static int encode_setup_meta(struct snap_ec_encode *e, const struct snap_ec_group *g, uint64_t step,
+			     const struct begin_info *all, uint32_t chunk, int *same_everywhere, char *err,
+			     size_t errlen)
+{
 	uint64_t maxl = 0, apps = 0;
 	for (int j = 0; j < g->n; j++) {
 		maxl = all[j].len > maxl ? all[j].len : maxl;
@@ -89,31 +83,35 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 	}
 	uint64_t seg_len = snap_ec_seg_len(g->k, maxl);
 	if ((seg_len + chunk - 1) / chunk > UINT32_MAX) {
-		rc = ec_errf(err, errlen, SNAP_EINVAL, "ec: segments too long for chunk size %u", chunk);
-		goto fail; /* same verdict on every member */
+		*same_everywhere = 1;
+		return ec_errf(err, errlen, SNAP_EINVAL, "ec: segments too long for chunk size %u", chunk);
 	}
 	struct snap_ec_meta *mt = calloc(1, sizeof(*mt));
 	e->mt = mt;
-	if (!mt) {
-		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the metadata");
-	} else {
-		mt->step = step;
-		mt->group = g->id;
-		mt->first_rank = g->first_rank;
-		mt->n = g->n;
-		mt->k = g->k;
-		mt->m = g->m;
-		mt->index = g->index;
-		mt->chunk_size = chunk;
-		mt->seg_len = seg_len;
-		mt->nchunks = (uint32_t)((seg_len + chunk - 1) / chunk);
-		if ((rc = ec_meta_alloc(mt, apps)) || (rc = ec_code_init(&e->code, g->k, g->m)))
-			ec_errf(err, errlen, rc, "ec: out of memory for the metadata");
-	}
-	/* Local allocations above may fail on one member only: agree before
-	 * the Allgatherv that every member has to enter. */
-	if ((rc = ec_group_status(comm, rc, err, errlen, "encode setup")))
-		goto fail;
+	if (!mt)
+		return ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the metadata");
+	mt->step = step;
+	mt->group = g->id;
+	mt->first_rank = g->first_rank;
+	mt->n = g->n;
+	mt->k = g->k;
+	mt->m = g->m;
+	mt->index = g->index;
+	mt->chunk_size = chunk;
+	mt->seg_len = seg_len;
+	mt->nchunks = (uint32_t)((seg_len + chunk - 1) / chunk);
+	int rc;
+	if ((rc = ec_meta_alloc(mt, apps)) || (rc = ec_code_init(&e->code, g->k, g->m)))
+		ec_errf(err, errlen, rc, "ec: out of memory for the metadata");
+	return rc;
+}
+
+/* Phase 4, collective: every member's lengths and app blob into the meta. */
+static int encode_share_apps(MPI_Comm comm, const struct snap_ec_group *g, struct snap_ec_meta *mt,
+			     const struct begin_info *all, const void *app, size_t app_len, char *err,
+			     size_t errlen)
+{
+	int counts[SNAP_EC_MAX_GROUP], displs[SNAP_EC_MAX_GROUP];
 	uint64_t off = 0;
 	for (int j = 0; j < g->n; j++) {
 		mt->len[j] = all[j].len;
@@ -124,16 +122,53 @@ int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t 
 		off += all[j].app_len;
 	}
 	if (MPI_Allgatherv(app, (int)app_len, MPI_BYTE, mt->app, counts, displs, MPI_BYTE, comm) !=
-	    MPI_SUCCESS) {
-		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgatherv of app blobs failed");
-		goto fail;
+	    MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgatherv of app blobs failed");
+	return 0;
+}
+
+int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t step,
+			 uint64_t data_len, const void *app, size_t app_len,
+			 const struct snap_ec_opts *opts, struct snap_ec_encode **out,
+			 char *err, size_t errlen)
+{
+	int rc = ec_check_comm(comm, g, err, errlen);
+	if (rc)
+		return rc;
+	if (out)
+		*out = NULL;
+	struct begin_info mine;
+	rc = encode_my_info(g, step, data_len, app, app_len, opts, out, &mine, err, errlen);
+
+	/* Per-member tables live on the stack (n <= 255), so nothing can keep
+	 * this member out of the Allgather below; a failed allocation is
+	 * reported through it (rc) or through ec_group_status before the
+	 * Allgatherv, and fails the whole group instead of hanging it. */
+	struct begin_info all[SNAP_EC_MAX_GROUP];
+	struct snap_ec_encode *e = calloc(1, sizeof(*e));
+	if (!e && !rc) {
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+		mine.rc = rc;
+		mine.app_len = 0;
 	}
-	if (MPI_Comm_dup(comm, &e->comm) != MPI_SUCCESS) {
-		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Comm_dup failed");
+	if (e)
 		e->comm = MPI_COMM_NULL;
+	if ((rc = encode_agree_lengths(comm, g, &mine, all, rc, err, errlen)))
+		goto fail; /* every member saw the same table: all leave here */
+	e->g = *g;
+	e->window = mine.window;
+	int same_everywhere = 0;
+	rc = encode_setup_meta(e, g, step, all, mine.chunk, &same_everywhere, err, errlen);
+	if (same_everywhere)
 		goto fail;
-	}
-	MPI_Comm_set_errhandler(e->comm, MPI_ERRORS_RETURN);
+	/* Local allocations above may fail on one member only: agree before
+	 * the Allgatherv that every member has to enter. */
+	if ((rc = ec_group_status(comm, rc, err, errlen, "encode setup")))
+		goto fail;
+	if ((rc = encode_share_apps(comm, g, e->mt, all, app, app_len, err, errlen)))
+		goto fail;
+	if ((rc = ec_comm_dup(comm, &e->comm, err, errlen)))
+		goto fail;
 	*out = e;
 	return 0;
 fail:

@@ -342,6 +342,16 @@ int ec_group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char 
 	return all;
 }
 
+int ec_comm_dup(MPI_Comm comm, MPI_Comm *out, char *err, size_t errlen)
+{
+	if (MPI_Comm_dup(comm, out) != MPI_SUCCESS) {
+		*out = MPI_COMM_NULL;
+		return ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Comm_dup failed");
+	}
+	MPI_Comm_set_errhandler(*out, MPI_ERRORS_RETURN);
+	return 0;
+}
+
 int ec_xchg_run(struct ec_xchg *x)
 {
 	struct engine e = { .x = x, .mt = x->mt, .n = x->mt->n, .k = x->mt->k, .m = x->mt->m };

@@ -8,10 +8,6 @@
 
 #include "ec_internal.h"
 
-#define META_MAGIC "SNAPECM1"
-#define META_VERSION 1u
-#define META_FIXED (8 + 4 + 8 * 4 + 3 * 8)
-
 int ec_meta_alloc(struct snap_ec_meta *mt, uint64_t app_total)
 {
 	size_t n = (size_t)mt->n;
@@ -134,7 +130,7 @@ static uint64_t get64(const uint8_t **p)
 
 static uint64_t packed_size(int n, int km, uint64_t nchunks, uint64_t app_total)
 {
-	return META_FIXED + (uint64_t)n * 12 + app_total + (uint64_t)n * (uint64_t)km * nchunks * 4 + 4;
+	return EC_META_FIXED + (uint64_t)n * 12 + app_total + (uint64_t)n * (uint64_t)km * nchunks * 4 + 4;
 }
 
 int snap_ec_meta_pack(const struct snap_ec_meta *mt, void *buf, size_t cap, size_t *need)
@@ -147,9 +143,9 @@ int snap_ec_meta_pack(const struct snap_ec_meta *mt, void *buf, size_t cap, size
 	if (cap < sz)
 		return SNAP_EOVERFLOW;
 	uint8_t *p = buf;
-	memcpy(p, META_MAGIC, 8);
+	memcpy(p, EC_META_MAGIC, 8);
 	p += 8;
-	p = put32(p, META_VERSION);
+	p = put32(p, EC_META_VERSION);
 	p = put32(p, (uint32_t)mt->group);
 	p = put32(p, (uint32_t)mt->first_rank);
 	p = put32(p, (uint32_t)mt->n);
@@ -181,14 +177,14 @@ int snap_ec_meta_unpack(const void *buf, size_t len, struct snap_ec_meta **out, 
 		return ec_errf(err, errlen, SNAP_EINVAL, "ec meta: NULL argument");
 	*out = NULL;
 	const uint8_t *p = buf;
-	if (len < META_FIXED + 4)
+	if (len < EC_META_FIXED + 4)
 		return ec_errf(err, errlen, SNAP_ETRUNC, "ec meta: %zu bytes, shorter than its header", len);
-	if (memcmp(p, META_MAGIC, 8) != 0)
+	if (memcmp(p, EC_META_MAGIC, 8) != 0)
 		return ec_errf(err, errlen, SNAP_EFORMAT, "ec meta: bad magic");
 	p += 8;
 	uint32_t ver = get32(&p);
-	if (ver != META_VERSION)
-		return ec_errf(err, errlen, SNAP_EFORMAT, "ec meta: version %u, expected %u", ver, META_VERSION);
+	if (ver != EC_META_VERSION)
+		return ec_errf(err, errlen, SNAP_EFORMAT, "ec meta: version %u, expected %u", ver, EC_META_VERSION);
 	struct snap_ec_meta h = { 0 };
 	h.group = (int)get32(&p);
 	h.first_rank = (int)get32(&p);

@@ -29,14 +29,126 @@ struct member_info {
 	uint64_t step;
 };
 
-#define META_INDEX_OFF 32 /* byte offset of the index field in a packed meta */
-
 /* Append ", rank R" items to a message without overflowing it. */
 static void append(char *buf, size_t len, const char *fmt, int a, int b)
 {
 	size_t used = strlen(buf);
 	if (used + 1 < len)
 		snprintf(buf + used, len - used, fmt, a, b);
+}
+
+/* Phase 1, local: this member's row of the member table. A survivor packs
+ * its meta (kept in *packed for the Bcast) and sends a digest of it with
+ * the index field zeroed, since survivors' records differ only there. */
+static int rebuild_my_info(const struct snap_ec_group *g, const struct snap_ec_meta *mine,
+			   struct member_info *me, uint8_t **packed, size_t *psize, char *err, size_t errlen)
+{
+	if (mine->group != g->id || mine->n != g->n || mine->k != g->k || mine->m != g->m ||
+	    mine->index != g->index || mine->first_rank != g->first_rank)
+		return ec_errf(err, errlen, SNAP_EMISMATCH,
+			       "ec: meta of group %d index %d (%d+%d) handed to group %d index %d (%d+%d)",
+			       mine->group, mine->index, mine->k, mine->m, g->id, g->index, g->k, g->m);
+	snap_ec_meta_pack(mine, NULL, 0, psize);
+	if (*psize > INT32_MAX)
+		return ec_errf(err, errlen, SNAP_EOVERFLOW,
+			       "ec: packed meta of %zu bytes exceeds what one MPI_Bcast can carry", *psize);
+	if (!(*packed = malloc(*psize)))
+		return ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	snap_ec_meta_pack(mine, *packed, *psize, psize);
+	uint8_t saved[4];
+	memcpy(saved, *packed + EC_META_INDEX_OFF, 4);
+	memset(*packed + EC_META_INDEX_OFF, 0, 4);
+	me->digest = snap_crc32c_update(0, *packed, *psize - 4);
+	memcpy(*packed + EC_META_INDEX_OFF, saved, 4);
+	me->have = 1;
+	me->size = (uint32_t)*psize;
+	me->step = mine->step;
+	return 0;
+}
+
+/* Phase 2, collective: every member's row, and the verdicts all members
+ * reach alike from it: a refusal, more than m lost, survivors that hold
+ * different records. *ref: the lowest surviving index. */
+static int rebuild_agree_members(MPI_Comm comm, const struct snap_ec_group *g, const struct member_info *me,
+				 struct member_info *all, int rc, int *ref, int *nlost, char *err, size_t errlen)
+{
+	if (MPI_Allgather(me, sizeof(*me), MPI_BYTE, all, sizeof(*me), MPI_BYTE, comm) != MPI_SUCCESS)
+		return ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of member states failed");
+	for (int j = 0; j < g->n && !rc; j++) {
+		if (all[j].rc)
+			rc = ec_errf(err, errlen, all[j].rc, "ec: group %d index %d refused its arguments",
+				     g->id, j);
+		else if (all[j].have && *ref < 0)
+			*ref = j;
+	}
+	if (rc)
+		return rc;
+	for (int j = 0; j < g->n; j++)
+		*nlost += !all[j].have;
+	if (*nlost > g->m) {
+		char msg[400];
+		snprintf(msg, sizeof(msg), "ec: group %d (ranks %d-%d, %d+%d) lost %d members (ranks",
+			 g->id, g->first_rank, g->first_rank + g->n - 1, g->k, g->m, *nlost);
+		int first = 1;
+		for (int j = 0; j < g->n; j++)
+			if (!all[j].have) {
+				append(msg, sizeof(msg), first ? " %d" : ", %d", g->first_rank + j, 0);
+				first = 0;
+			}
+		append(msg, sizeof(msg), "); at most %d can be rebuilt%.0d", g->m, 0);
+		return ec_errf(err, errlen, SNAP_ELOST, "%s", msg);
+	}
+	for (int j = 0; j < g->n; j++)
+		if (all[j].have && (all[j].digest != all[*ref].digest || all[j].size != all[*ref].size))
+			return ec_errf(err, errlen, SNAP_EMISMATCH,
+				       "ec: group %d survivors disagree: index %d has step %llu, index %d step %llu "
+				       "(or different lengths/CRCs)", g->id, *ref,
+				       (unsigned long long)all[*ref].step, j, (unsigned long long)all[j].step);
+	return 0;
+}
+
+/* Phase 3, local: the lost flags, and room for the meta (a survivor's own
+ * copy, or the buffer a replacement receives it in). May fail on one member
+ * only: the caller agrees on the outcome. */
+static int rebuild_setup_local(struct snap_ec_rebuild *r, const struct snap_ec_group *g,
+			       const struct member_info *all, int nlost, int ref, const struct snap_ec_meta *mine,
+			       uint8_t **packed, size_t *psize, char *err, size_t errlen)
+{
+	int rc = 0;
+	r->nlost = nlost;
+	if (!(r->lost = calloc((size_t)g->n, 1)))
+		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
+	for (int j = 0; r->lost && j < g->n; j++)
+		r->lost[j] = !all[j].have;
+	if (mine) {
+		if (!rc && !(r->mt = ec_meta_dup(mine)))
+			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
+	} else {
+		*psize = all[ref].size;
+		if (!rc && !(*packed = malloc(*psize)))
+			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
+	}
+	return rc;
+}
+
+/* Phase 4, collective when members were lost: replacements learn their meta
+ * from the lowest surviving index (all survivors' records are identical but
+ * for the index field); then the code tables. */
+static int rebuild_share_meta(MPI_Comm comm, struct snap_ec_rebuild *r, const struct snap_ec_group *g,
+			      const struct snap_ec_meta *mine, uint8_t *packed, size_t psize, uint32_t ref_size,
+			      int ref, int nlost, char *err, size_t errlen)
+{
+	int rc = 0;
+	if (nlost && MPI_Bcast(packed, (int)ref_size, MPI_BYTE, ref, comm) != MPI_SUCCESS)
+		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Bcast of the meta failed");
+	if (!mine && !rc) {
+		rc = snap_ec_meta_unpack(packed, psize, &r->mt, err, errlen);
+		if (!rc)
+			r->mt->index = g->index;
+	}
+	if (!rc && (rc = ec_code_init(&r->code, g->k, g->m)))
+		ec_errf(err, errlen, rc, "ec: out of memory");
+	return rc;
 }
 
 int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
@@ -57,30 +169,7 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 	} else if ((rc = ec_opts_resolve(opts, g->n, &chunk, &window, err, errlen))) {
 		/* chunk size comes from the meta; only the window matters */
 	} else if (mine) {
-		if (mine->group != g->id || mine->n != g->n || mine->k != g->k || mine->m != g->m ||
-		    mine->index != g->index || mine->first_rank != g->first_rank) {
-			rc = ec_errf(err, errlen, SNAP_EMISMATCH,
-				     "ec: meta of group %d index %d (%d+%d) handed to group %d index %d (%d+%d)",
-				     mine->group, mine->index, mine->k, mine->m, g->id, g->index, g->k, g->m);
-		} else {
-			snap_ec_meta_pack(mine, NULL, 0, &psize);
-			if (psize > INT32_MAX)
-				rc = ec_errf(err, errlen, SNAP_EOVERFLOW,
-					     "ec: packed meta of %zu bytes exceeds what one MPI_Bcast can carry", psize);
-			else if (!(packed = malloc(psize)))
-				rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
-			if (!rc) {
-				snap_ec_meta_pack(mine, packed, psize, &psize);
-				uint8_t saved[4];
-				memcpy(saved, packed + META_INDEX_OFF, 4);
-				memset(packed + META_INDEX_OFF, 0, 4);
-				me.digest = snap_crc32c_update(0, packed, psize - 4);
-				memcpy(packed + META_INDEX_OFF, saved, 4);
-				me.have = 1;
-				me.size = (uint32_t)psize;
-				me.step = mine->step;
-			}
-		}
+		rc = rebuild_my_info(g, mine, &me, &packed, &psize, err, errlen);
 	}
 	/* The member table lives on the stack (n <= 255) so nothing keeps this
 	 * member out of the Allgather; allocation failures travel in me.rc or
@@ -95,80 +184,17 @@ int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 		r->g = *g;
 		r->window = window;
 	}
-	if (MPI_Allgather(&me, sizeof(me), MPI_BYTE, all, sizeof(me), MPI_BYTE, comm) != MPI_SUCCESS) {
-		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Allgather of member states failed");
-		goto fail;
-	}
 	int ref = -1, nlost = 0;
-	for (int j = 0; j < g->n && !rc; j++) {
-		if (all[j].rc)
-			rc = ec_errf(err, errlen, all[j].rc, "ec: group %d index %d refused its arguments",
-				     g->id, j);
-		else if (all[j].have && ref < 0)
-			ref = j;
-	}
-	if (rc)
+	if ((rc = rebuild_agree_members(comm, g, &me, all, rc, &ref, &nlost, err, errlen)))
 		goto fail; /* every member saw the same table: all leave here */
-	for (int j = 0; j < g->n; j++)
-		nlost += !all[j].have;
-	if (nlost > g->m) {
-		char msg[400];
-		snprintf(msg, sizeof(msg), "ec: group %d (ranks %d-%d, %d+%d) lost %d members (ranks",
-			 g->id, g->first_rank, g->first_rank + g->n - 1, g->k, g->m, nlost);
-		int first = 1;
-		for (int j = 0; j < g->n; j++)
-			if (!all[j].have) {
-				append(msg, sizeof(msg), first ? " %d" : ", %d", g->first_rank + j, 0);
-				first = 0;
-			}
-		append(msg, sizeof(msg), "); at most %d can be rebuilt%.0d", g->m, 0);
-		rc = ec_errf(err, errlen, SNAP_ELOST, "%s", msg);
-		goto fail;
-	}
-	for (int j = 0; j < g->n; j++)
-		if (all[j].have && (all[j].digest != all[ref].digest || all[j].size != all[ref].size)) {
-			rc = ec_errf(err, errlen, SNAP_EMISMATCH,
-				     "ec: group %d survivors disagree: index %d has step %llu, index %d step %llu "
-				     "(or different lengths/CRCs)", g->id, ref,
-				     (unsigned long long)all[ref].step, j, (unsigned long long)all[j].step);
-			goto fail;
-		}
-	/* Local allocations: may fail on one member only. */
-	r->nlost = nlost;
-	if (!(r->lost = calloc((size_t)g->n, 1)))
-		rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory");
-	for (int j = 0; r->lost && j < g->n; j++)
-		r->lost[j] = !all[j].have;
-	if (mine) {
-		if (!rc && !(r->mt = ec_meta_dup(mine)))
-			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
-	} else {
-		psize = all[ref].size;
-		if (!rc && !(packed = malloc(psize)))
-			rc = ec_errf(err, errlen, SNAP_ENOMEM, "ec: out of memory for the meta");
-	}
+	rc = rebuild_setup_local(r, g, all, nlost, ref, mine, &packed, &psize, err, errlen);
 	if ((rc = ec_group_status(comm, rc, err, errlen, "rebuild setup")))
 		goto fail;
-	/* Replacements learn their meta from the lowest surviving index; all
-	 * survivors' records are identical but for the index field. */
-	if (nlost && MPI_Bcast(packed, (int)all[ref].size, MPI_BYTE, ref, comm) != MPI_SUCCESS)
-		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Bcast of the meta failed");
-	if (!mine && !rc) {
-		rc = snap_ec_meta_unpack(packed, psize, &r->mt, err, errlen);
-		if (!rc)
-			r->mt->index = g->index;
-	}
-	if (!rc && (rc = ec_code_init(&r->code, g->k, g->m)))
-		ec_errf(err, errlen, rc, "ec: out of memory");
-	rc = ec_group_status(comm, rc, err, errlen, "rebuild meta");
-	if (rc)
+	rc = rebuild_share_meta(comm, r, g, mine, packed, psize, all[ref].size, ref, nlost, err, errlen);
+	if ((rc = ec_group_status(comm, rc, err, errlen, "rebuild meta")))
 		goto fail;
-	if (MPI_Comm_dup(comm, &r->comm) != MPI_SUCCESS) {
-		r->comm = MPI_COMM_NULL;
-		rc = ec_errf(err, errlen, SNAP_EIO, "ec: MPI_Comm_dup failed");
+	if ((rc = ec_comm_dup(comm, &r->comm, err, errlen)))
 		goto fail;
-	}
-	MPI_Comm_set_errhandler(r->comm, MPI_ERRORS_RETURN);
 	free(packed);
 	*out = r;
 	return 0;

@@ -12,29 +12,6 @@
 
 #include "snap/proto.h"
 
-int snap_flush_codec_parse(const char *s, int *codec)
-{
-	if (!strcmp(s, "none"))
-		*codec = 0;
-	else if (!strcmp(s, "lz4"))
-		*codec = 1;
-	else
-		return SNAP_EINVAL;
-	return 0;
-}
-
-int snap_flush_mode_parse(const char *s, unsigned *mode)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 8);
-	/* The daemon must be able to write and read back what it flushes. */
-	if (errno || end == s || *end || v > 0777 || (v & 0600) != 0600)
-		return SNAP_EINVAL;
-	*mode = (unsigned)v;
-	return 0;
-}
-
 int snap_config_init_size(struct snap_config *cfg, size_t size)
 {
 	if (!cfg || size < SNAP_CONFIG_SIZE_0_4)

@@ -54,7 +54,6 @@ static snap_ctx *open_rank(const struct smp_proc *p, const char *job, int rank, 
 	c.rank = rank;
 	c.world_size = world;
 	c.chunk_size = 64 * 1024;
-	c.mem_limit = 256ull << 20;
 	c.timeout_ms = 20000;
 	snap_ctx *ctx;
 	if (snap_open(&c, &ctx)) {

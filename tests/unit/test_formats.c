@@ -2,13 +2,15 @@
 /*
  * Manifest, layout, wire header and config parsing, fed good and bad input:
  * every truncation of a manifest, random byte flips, headers that lie about
- * lengths, and malformed SNAP_* variables.
+ * lengths, and malformed SNAP_* variables (the client's, and snapsmp's own
+ * settings in smp/config.h).
  */
 #include <stdlib.h>
 #include <string.h>
 
 #include "../check.h"
 #include "snap/buf.h"
+#include "snap/smp_config.h"
 #include "snap/proto.h"
 #include "snap/manifest.h"
 #include "snap/codec.h"
@@ -298,14 +300,13 @@ static void test_config(void)
 	struct snap_config c;
 	char err[256];
 	snap_config_init(&c);
-	CHECK(c.slots == 2 && c.world_size == 1 && !strcmp(c.job, "default"));
+	CHECK(c.world_size == 1 && !strcmp(c.job, "default"));
 	setenv("SNAP_JOB", "llm-7b", 1);
 	setenv("SNAP_STORE", "/dev/shm/node3", 1);
 	setenv("OMPI_COMM_WORLD_RANK", "3", 1);
 	setenv("OMPI_COMM_WORLD_SIZE", "8", 1);
-	setenv("SNAP_MEM_LIMIT", "2G", 1);
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
-	CHECK(c.rank == 3 && c.world_size == 8 && c.mem_limit == 2ull << 30);
+	CHECK(c.rank == 3 && c.world_size == 8);
 	/* The socket stays "derive from the store" until it is used (issue 10:
 	 * setting cfg.store after init must be enough). */
 	CHECK(c.socket[0] == '\0' && !strcmp(c.job, "llm-7b"));
@@ -314,14 +315,6 @@ static void test_config(void)
 	setenv("SNAP_RANK", "5", 1); /* SNAP_* wins over the launcher's */
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
 	CHECK(c.rank == 5);
-	setenv("SNAP_SLOTS", "1", 1);
-	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
-	CHECK(strstr(err, "SNAP_SLOTS") != NULL);
-	unsetenv("SNAP_SLOTS");
-	setenv("SNAP_MEM_LIMIT", "lots", 1);
-	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
-	CHECK(strstr(err, "SNAP_MEM_LIMIT") != NULL);
-	unsetenv("SNAP_MEM_LIMIT");
 	setenv("SNAP_JOB", "../etc", 1);
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
 	setenv("SNAP_JOB", "ok", 1);
@@ -351,6 +344,106 @@ static void test_config(void)
 	unsetenv("SNAP_CODEC_OPTIM");
 }
 
+/* snapsmp's own settings (smp/config.h): defaults, every SNAP_* variable,
+ * and each malformed one named; the client part still goes through
+ * snap_config_from_env. */
+static void test_smp_config(void)
+{
+	struct snap_smp_config c;
+	char err[256];
+	CHECK_RC(snap_smp_config_init(NULL), SNAP_EINVAL);
+	CHECK_RC(snap_smp_config_from_env(NULL, err, sizeof(err)), SNAP_EINVAL);
+	CHECK_RC(snap_smp_config_init(&c), 0);
+	CHECK(c.slots == 2 && c.flush_keep == 2 && c.flush_mode == 0600 && c.flush_files == 1 && c.mem_limit >= 4096);
+	CHECK(!c.flush_dir[0] && !c.flush_every && !c.flush_interval && !c.flush_codec && !c.allow_older &&
+	      !c.verify_commit);
+	CHECK(c.client.world_size == 1 && !strcmp(c.client.job, "default"));
+	CHECK_RC(snap_smp_config_check(&c, err, sizeof(err)), 0);
+
+	setenv("SNAP_JOB", "llm-7b", 1);
+	setenv("SNAP_MEM_LIMIT", "2G", 1);
+	setenv("SNAP_SLOTS", "3", 1);
+	setenv("SNAP_VERIFY_COMMIT", "1", 1);
+	setenv("SNAP_FLUSH_DIR", "/scratch/ckpt", 1);
+	setenv("SNAP_FLUSH_EVERY", "5", 1);
+	setenv("SNAP_FLUSH_INTERVAL", "60", 1);
+	setenv("SNAP_FLUSH_KEEP", "4", 1);
+	setenv("SNAP_FLUSH_CODEC", "lz4", 1);
+	setenv("SNAP_FLUSH_MODE", "0640", 1);
+	setenv("SNAP_ALLOW_OLDER", "1", 1);
+	setenv("SNAP_FLUSH_FILES", "0", 1);
+	CHECK_RC(snap_smp_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(!strcmp(c.client.job, "llm-7b"));
+	CHECK(c.mem_limit == 2ull << 30 && c.slots == 3 && c.verify_commit == 1 && !strcmp(c.flush_dir, "/scratch/ckpt"));
+	CHECK(c.flush_every == 5 && c.flush_interval == 60 && c.flush_keep == 4 && c.flush_codec == 1);
+	CHECK(c.flush_mode == 0640 && c.allow_older == 1 && c.flush_files == 0);
+
+	struct {
+		const char *var, *val, *says;
+	} bad[] = {
+		{ "SNAP_SLOTS", "1", "SNAP_SLOTS" },
+		{ "SNAP_SLOTS", "65", "SNAP_SLOTS" },
+		{ "SNAP_MEM_LIMIT", "lots", "SNAP_MEM_LIMIT" },
+		{ "SNAP_MEM_LIMIT", "100", "SNAP_MEM_LIMIT" },
+		{ "SNAP_VERIFY_COMMIT", "2", "SNAP_VERIFY_COMMIT" },
+		{ "SNAP_FLUSH_EVERY", "-1", "SNAP_FLUSH_EVERY" },
+		{ "SNAP_FLUSH_INTERVAL", "1s", "SNAP_FLUSH_INTERVAL" },
+		{ "SNAP_FLUSH_KEEP", "0", "SNAP_FLUSH_KEEP" },
+		{ "SNAP_FLUSH_CODEC", "zstd", "SNAP_FLUSH_CODEC" },
+		{ "SNAP_FLUSH_MODE", "0400", "SNAP_FLUSH_MODE" },
+		{ "SNAP_FLUSH_MODE", "0x600", "SNAP_FLUSH_MODE" },
+		{ "SNAP_ALLOW_OLDER", "yes", "SNAP_ALLOW_OLDER" },
+		{ "SNAP_FLUSH_FILES", "2", "SNAP_FLUSH_FILES" },
+		{ "SNAP_FLUSH_DIR", "relative/dir", "must be an absolute path" },
+		{ "SNAP_JOB", "../etc", "job name" },   /* the client part is checked too */
+	};
+	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+		char *old = getenv(bad[i].var) ? strdup(getenv(bad[i].var)) : NULL;
+		setenv(bad[i].var, bad[i].val, 1);
+		snap_smp_config_init(&c);
+		err[0] = 0;
+		CHECK_RC(snap_smp_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+		if (!strstr(err, bad[i].says))
+			fprintf(stderr, "%s=%s: error \"%s\" does not say %s\n", bad[i].var, bad[i].val, err, bad[i].says);
+		CHECK(strstr(err, bad[i].says) != NULL);
+		if (old)
+			setenv(bad[i].var, old, 1);
+		else
+			unsetenv(bad[i].var);
+		free(old);
+	}
+
+	/* What the command line sets is checked by snap_smp_config_check. */
+	CHECK_RC(snap_smp_config_from_env(&c, err, sizeof(err)), 0);
+	c.slots = 1;
+	CHECK_RC(snap_smp_config_check(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "slots") != NULL);
+	c.slots = 2;
+	c.flush_mode = 0200;
+	CHECK_RC(snap_smp_config_check(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "flush mode") != NULL);
+	c.flush_mode = 0600;
+	snprintf(c.flush_dir, sizeof(c.flush_dir), "ckpt");
+	CHECK_RC(snap_smp_config_check(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "flush directory \"ckpt\"") != NULL);
+
+	unsigned mode = 0;
+	int codec = -1;
+	CHECK_RC(snap_smp_flush_mode_parse("640", &mode), 0);
+	CHECK(mode == 0640);
+	CHECK_RC(snap_smp_flush_mode_parse("1600", &mode), SNAP_EINVAL);
+	CHECK_RC(snap_smp_flush_mode_parse("", &mode), SNAP_EINVAL);
+	CHECK_RC(snap_smp_flush_codec_parse("none", &codec), 0);
+	CHECK(codec == 0);
+	CHECK_RC(snap_smp_flush_codec_parse("LZ4", &codec), SNAP_EINVAL);
+
+	const char *vars[] = { "SNAP_MEM_LIMIT", "SNAP_SLOTS", "SNAP_VERIFY_COMMIT", "SNAP_FLUSH_DIR", "SNAP_FLUSH_EVERY",
+			       "SNAP_FLUSH_INTERVAL", "SNAP_FLUSH_KEEP", "SNAP_FLUSH_CODEC", "SNAP_FLUSH_MODE",
+			       "SNAP_ALLOW_OLDER", "SNAP_FLUSH_FILES" };
+	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
+		unsetenv(vars[i]);
+}
+
 static void test_crc(void)
 {
 	CHECK(snap_crc32c("123456789", 9) == 0xE3069283u); /* the CRC-32C check value */
@@ -378,5 +471,6 @@ int main(void)
 	test_random_garbage();
 	test_wire_header();
 	test_config();
+	test_smp_config();
 	return check_done("test_formats");
 }

@@ -42,19 +42,19 @@ int cmd_flush(int argc, char **argv)
 		return rc;
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(o.cfg.socket) >= sizeof(a.sun_path)) {
+	if (strlen(o.cfg.client.socket) >= sizeof(a.sun_path)) {
 		fprintf(stderr, "snaptool flush: socket path too long\n");
 		return ST_USAGE;
 	}
-	memcpy(a.sun_path, o.cfg.socket, strlen(o.cfg.socket) + 1);
+	memcpy(a.sun_path, o.cfg.client.socket, strlen(o.cfg.client.socket) + 1);
 	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		fprintf(stderr, "snaptool flush: cannot reach snapsmp at %s (is it running?)\n", o.cfg.socket);
+		fprintf(stderr, "snaptool flush: cannot reach snapsmp at %s (is it running?)\n", o.cfg.client.socket);
 		if (s >= 0)
 			close(s);
 		return ST_FAIL;
 	}
 	struct snap_wbuf w = { 0 };
-	snap_put_str(&w, o.cfg.job);
+	snap_put_str(&w, o.cfg.client.job);
 	snap_put_u64(&w, step);
 	snap_put_u8(&w, 1);
 	rc = snap_wire_send(s, SNAP_MSG_FLUSH, 0, w.p, (uint32_t)w.len, -1);
@@ -66,7 +66,7 @@ int cmd_flush(int argc, char **argv)
 	/* Wait in one-second slices so a terminal sees that work goes on. */
 	while (rc == 0 && (rc = snap_wire_recv(s, &h, &rep, NULL, 1000)) == SNAP_ETIMEDOUT) {
 		if (tty)
-			fprintf(stderr, "\rflushing job %s ... %.0f s", o.cfg.job, (snap_now_ns() - t0) / 1e9);
+			fprintf(stderr, "\rflushing job %s ... %.0f s", o.cfg.client.job, (snap_now_ns() - t0) / 1e9);
 		rc = 0;
 	}
 	if (tty)
@@ -86,9 +86,9 @@ int cmd_flush(int argc, char **argv)
 	snap_rbuf_init(&r, rep, h.len);
 	uint64_t got = snap_get_u64(&r), bytes = snap_get_u64(&r), ns = snap_get_u64(&r);
 	if (r.bad)
-		printf("job %s: step already persisted\n", o.cfg.job);
+		printf("job %s: step already persisted\n", o.cfg.client.job);
 	else
-		printf("job %s: step %" PRIu64 " persisted (%.1f MiB in %.2f s)\n", o.cfg.job, got, bytes / 1048576.0,
+		printf("job %s: step %" PRIu64 " persisted (%.1f MiB in %.2f s)\n", o.cfg.client.job, got, bytes / 1048576.0,
 		       ns / 1e9);
 	free(rep);
 	return ST_OK;
@@ -112,13 +112,13 @@ int cmd_export(int argc, char **argv)
 		return ST_USAGE;
 	}
 	struct snap_io_err e = { 0 };
-	rc = snap_io_export(o.cfg.flush_dir, o.cfg.job, step, o.output,
+	rc = snap_io_export(o.cfg.flush_dir, o.cfg.client.job, step, o.output,
 			    o.copy ? SNAP_IO_EXPORT_COPY : SNAP_IO_EXPORT_VIRTUAL, &e);
 	if (rc) {
 		fprintf(stderr, "snaptool export: %s\n", e.msg);
 		return rc == SNAP_ECORRUPT || rc == SNAP_ETRUNC ? ST_LOST : ST_FAIL;
 	}
-	printf("exported step %" PRIu64 " of job %s to %s (%s)\n", step, o.cfg.job, o.output,
+	printf("exported step %" PRIu64 " of job %s to %s (%s)\n", step, o.cfg.client.job, o.output,
 	       o.copy ? "copied" : "virtual datasets");
 	return ST_OK;
 }
@@ -135,12 +135,12 @@ int cmd_gc(int argc, char **argv)
 	if ((rc = need_flush_dir(&o, "gc")))
 		return rc;
 	struct snap_io_err e = { 0 };
-	int n = snap_io_retain(o.cfg.flush_dir, o.cfg.job, o.keep, &e);
+	int n = snap_io_retain(o.cfg.flush_dir, o.cfg.client.job, o.keep, &e);
 	if (n < 0) {
 		fprintf(stderr, "snaptool gc: %s\n", e.msg);
 		return ST_FAIL;
 	}
-	printf("job %s: removed %d step directories, kept the newest %u persisted\n", o.cfg.job, n, o.keep);
+	printf("job %s: removed %d step directories, kept the newest %u persisted\n", o.cfg.client.job, n, o.keep);
 	return ST_OK;
 }
 
@@ -149,15 +149,15 @@ static int store_candidate(const struct opts *o, uint64_t *step, char *why, size
 {
 	struct snap_store *s;
 	char err[512];
-	int rc = snap_store_open(&s, o->cfg.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
+	int rc = snap_store_open(&s, o->cfg.client.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
 	if (rc) {
-		snprintf(why, len, "node store %s unreadable: %s", o->cfg.store, err);
+		snprintf(why, len, "node store %s unreadable: %s", o->cfg.client.store, err);
 		return rc == SNAP_EPERM ? SNAP_EPERM : -1;
 	}
-	struct store_job *j = snap_store_job(s, o->cfg.job, 0);
+	struct store_job *j = snap_store_job(s, o->cfg.client.job, 0);
 	rc = j ? snap_store_latest(s, j, step) : SNAP_ENOENT;
 	if (rc)
-		snprintf(why, len, "no step committed by every rank in node store %s", o->cfg.store);
+		snprintf(why, len, "no step committed by every rank in node store %s", o->cfg.client.store);
 	snap_store_close(s);
 	return rc ? -1 : 0;
 }
@@ -184,7 +184,7 @@ int cmd_recover(int argc, char **argv)
 	if (o.cfg.flush_dir[0]) {
 		uint64_t steps[64];
 		struct snap_io_err e = { 0 };
-		int n = snap_io_list_steps(o.cfg.flush_dir, o.cfg.job, steps, 64, &e);
+		int n = snap_io_list_steps(o.cfg.flush_dir, o.cfg.client.job, steps, 64, &e);
 		if (n < 0 && e.code == SNAP_EPERM) {
 			fprintf(stderr, "snaptool recover: flush directory %s: %s\n", o.cfg.flush_dir, e.msg);
 			return ST_FAIL;
@@ -193,7 +193,7 @@ int cmd_recover(int argc, char **argv)
 			snprintf(disk_why, sizeof(disk_why), "nothing persisted in %s%s%s", o.cfg.flush_dir, n < 0 ? ": " : "",
 				 n < 0 ? e.msg : "");
 		uint64_t lost = 0;
-		if (n >= 0 && snap_io_lost_step(o.cfg.flush_dir, o.cfg.job, n > 0 ? steps[0] : 0, &lost)) {
+		if (n >= 0 && snap_io_lost_step(o.cfg.flush_dir, o.cfg.client.job, n > 0 ? steps[0] : 0, &lost)) {
 			snprintf(disk_why, sizeof(disk_why), "persisted step %" PRIu64 " has lost its MANIFEST (its rank "
 				 "files are still there)%s", lost, o.allow_older ? "" : "; --allow-older to use an older step");
 			fprintf(stderr, "snaptool recover: warning: %s\n", disk_why);
@@ -202,7 +202,7 @@ int cmd_recover(int argc, char **argv)
 		}
 		for (int i = 0; i < n && i < 64 && !have_disk; i++) {
 			size_t bad = 0;
-			if (snap_io_verify_step(o.cfg.flush_dir, o.cfg.job, steps[i], &bad, &e) == 0) {
+			if (snap_io_verify_step(o.cfg.flush_dir, o.cfg.client.job, steps[i], &bad, &e) == 0) {
 				have_disk = 1;
 				disk = steps[i];
 			} else {
@@ -219,16 +219,16 @@ int cmd_recover(int argc, char **argv)
 	const char *from = have_mem ? "node store" : have_disk ? "flush directory" : "nothing";
 	if (o.json) {
 		printf("{\"job\":");
-		st_json_str(o.cfg.job);
+		st_json_str(o.cfg.client.job);
 		printf(",\"store_step\":");
 		have_mem ? printf("%" PRIu64, mem) : printf("null");
 		printf(",\"persisted_step\":");
 		have_disk ? printf("%" PRIu64, disk) : printf("null");
 		printf(",\"restore_from\":\"%s\"}\n", from);
 	} else {
-		printf("job %s\n", o.cfg.job);
+		printf("job %s\n", o.cfg.client.job);
 		if (have_mem)
-			printf("  node store:      step %" PRIu64 " committed by every rank (%s)\n", mem, o.cfg.store);
+			printf("  node store:      step %" PRIu64 " committed by every rank (%s)\n", mem, o.cfg.client.store);
 		else
 			printf("  node store:      %s\n", mem_why);
 		if (have_disk)
@@ -238,7 +238,7 @@ int cmd_recover(int argc, char **argv)
 		if (have_mem || have_disk)
 			printf("  a restart restores step %" PRIu64 " from the %s\n", have_mem ? mem : disk, from);
 		else
-			printf("  NOTHING IS RECOVERABLE for job %s\n", o.cfg.job);
+			printf("  NOTHING IS RECOVERABLE for job %s\n", o.cfg.client.job);
 	}
 	return have_mem || have_disk ? ST_OK : ST_LOST;
 }

@@ -14,12 +14,12 @@
 #include <string.h>
 
 #include "snap/base.h"
-#include "meshfiles.h"
+#include "snap/meshfiles.h"
 #include "snap/ec.h"
 #include "snaptool.h"
-#include "store.h"
+#include "snap/store.h"
 
-#define MAXSTEPS 8
+#define MESH_STATUS_MAXSTEPS 8
 
 /* Record of step on node: 1 with info when it unpacks. */
 static int record(const char *root, const char *job, uint64_t step, struct snap_ec_meta_info *in)
@@ -75,7 +75,7 @@ static void show_job(struct snap_store **st, int nodes, const char *job)
 	printf("job %s (%d nodes)\n", job, nodes);
 	uint64_t data_total = 0, parity_total = 0;
 	int k = 0, m = 0;
-	for (int s = 0; s < ns && s < MAXSTEPS; s++) {
+	for (int s = 0; s < ns && s < MESH_STATUS_MAXSTEPS; s++) {
 		uint32_t ranks = 0, world = 0;
 		printf("  step %" PRIu64 "\n    data:  ", steps[s]);
 		for (int n = 0; n < nodes; n++) {

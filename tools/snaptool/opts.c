@@ -12,8 +12,8 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 {
 	memset(o, 0, sizeof(*o));
 	char err[256];
-	snap_config_init(&o->cfg);
-	if (snap_config_from_env(&o->cfg, err, sizeof(err))) {
+	snap_smp_config_init(&o->cfg);
+	if (snap_smp_config_from_env(&o->cfg, err, sizeof(err))) {
 		fprintf(stderr, "snaptool %s: %s\n", argv[0], err);
 		return ST_USAGE;
 	}
@@ -33,9 +33,9 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 	o->allow_older = o->cfg.allow_older;
 	while ((c = getopt_long(argc, argv, "ho:", lo, NULL)) != -1) {
 		switch (c) {
-		case 's': snprintf(o->cfg.store, sizeof(o->cfg.store), "%s", optarg); break;
+		case 's': snprintf(o->cfg.client.store, sizeof(o->cfg.client.store), "%s", optarg); break;
 		case 'j':
-			snprintf(o->cfg.job, sizeof(o->cfg.job), "%s", optarg);
+			snprintf(o->cfg.client.job, sizeof(o->cfg.client.job), "%s", optarg);
 			o->job_set = 1;
 			break;
 		case 'J': o->json = 1; break;
@@ -58,7 +58,7 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 		fprintf(stderr, "%s", usage);
 		return ST_USAGE;
 	}
-	if (snap_config_socket(&o->cfg, err, sizeof(err))) {
+	if (snap_config_socket(&o->cfg.client, err, sizeof(err))) {
 		fprintf(stderr, "snaptool %s: %s\n", argv[0], err);
 		return ST_USAGE;
 	}
@@ -77,7 +77,7 @@ int st_open_store(const struct opts *o, struct snap_store **s)
 	char err[512];
 	/* What the scan skips (a FIFO where a manifest belongs, a torn manifest)
 	 * is said on stderr: a recovery tool must not hide it. */
-	int rc = snap_store_open(s, o->cfg.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
+	int rc = snap_store_open(s, o->cfg.client.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
 	if (rc)
 		fprintf(stderr, "snaptool: %s\n", err);
 	return rc ? ST_FAIL : 0;

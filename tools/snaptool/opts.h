@@ -3,11 +3,13 @@
 #ifndef SNAPTOOL_OPTS_H
 #define SNAPTOOL_OPTS_H
 
+#include "snap/proto.h"
+#include "snap/smp_config.h"
 #include "snap/snap.h"
-#include "store.h"
+#include "snap/store.h"
 
 struct opts {
-	struct snap_config cfg;
+	struct snap_smp_config cfg;   /* cfg.client: store, socket, job */
 	int json, job_set, copy, allow_older;
 	unsigned keep;
 	const char *output;

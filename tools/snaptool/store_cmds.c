@@ -20,7 +20,7 @@
 #include "progress.h"
 #include "snap/io.h"
 #include "snaptool.h"
-#include "store.h"
+#include "snap/store.h"
 #include "snap/wire.h"
 
 /* Distinct committed steps of a job, newest first. */
@@ -119,7 +119,7 @@ int cmd_status(int argc, char **argv)
 	/* The budget is the running daemon's (--mem-limit), not our default. */
 	uint64_t dlimit = 0, dused = 0;
 	uint32_t dslots = 0, dpid = 0;
-	int live = daemon_budget(o.cfg.socket, &dlimit, &dused, &dslots, &dpid) == 0;
+	int live = daemon_budget(o.cfg.client.socket, &dlimit, &dused, &dslots, &dpid) == 0;
 	if (o.json) {
 		printf("{\"store\":");
 		st_json_str(s->root);
@@ -133,11 +133,11 @@ int cmd_status(int argc, char **argv)
 		       s->mem_used / 1048576.0, dlimit / 1048576.0, dpid);
 	} else {
 		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
-		       s->mem_used / 1048576.0, o.cfg.socket);
+		       s->mem_used / 1048576.0, o.cfg.client.socket);
 	}
 	int first = 1;
 	for (struct store_job *j = s->jobs; j; j = j->next) {
-		if (o.job_set && strcmp(j->name, o.cfg.job))
+		if (o.job_set && strcmp(j->name, o.cfg.client.job))
 			continue;
 		uint64_t steps[256], latest = 0;
 		size_t n = job_steps(s, j, steps, 256);
@@ -205,7 +205,7 @@ int cmd_ls(int argc, char **argv)
 	else
 		printf("%-16s %-10s %-6s %-5s %s\n", "job", "step", "rank", "slot", "bytes");
 	for (struct store_job *j = s->jobs; j; j = j->next) {
-		if (o.job_set && strcmp(j->name, o.cfg.job))
+		if (o.job_set && strcmp(j->name, o.cfg.client.job))
 			continue;
 		for (uint32_t r = 0; r < j->nranks; r++)
 			for (unsigned i = 0; j->ranks[r] && i < s->nslots; i++) {
@@ -279,7 +279,7 @@ int cmd_inspect(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
-	struct store_job *j = snap_store_job(s, o.cfg.job, 0);
+	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
 	int found = 0;
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
 		uint32_t slot;
@@ -316,18 +316,18 @@ int cmd_inspect(int argc, char **argv)
 	snap_store_close(s);
 	uint32_t world;
 	struct snap_io_err e = { 0 };
-	if (!found && o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.job, step, &world, &e) == 0) {
+	if (!found && o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &world, &e) == 0) {
 		found = 1;
 		for (uint32_t r = 0; r < world; r++) {
-			printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o.cfg.job, step, r, world,
+			printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o.cfg.client.job, step, r, world,
 			       o.cfg.flush_dir);
-			if (snap_io_list_regions(o.cfg.flush_dir, o.cfg.job, step, r, print_disk_region, (void *)o.arg2, &e))
+			if (snap_io_list_regions(o.cfg.flush_dir, o.cfg.client.job, step, r, print_disk_region, (void *)o.arg2, &e))
 				printf("  %s\n", e.msg);
 		}
 	}
 	if (!found) {
-		fprintf(stderr, "snaptool inspect: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.job, step,
-			o.cfg.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
+		fprintf(stderr, "snaptool inspect: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.client.job, step,
+			o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
 		return ST_FAIL;
 	}
 	return ST_OK;
@@ -346,7 +346,7 @@ int cmd_verify(int argc, char **argv)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
-	struct store_job *j = snap_store_job(s, o.cfg.job, 0);
+	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
 	uint32_t ranks = 0, bad = 0, world = 0;
 	uint64_t total = 0;
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
@@ -402,14 +402,14 @@ int cmd_verify(int argc, char **argv)
 	int disk_rc = SNAP_ENOENT;
 	uint32_t dworld;
 	struct snap_io_err e = { 0 };
-	if (o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.job, step, &dworld, &e) == 0) {
+	if (o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &dworld, &e) == 0) {
 		size_t dbad = 0;
-		disk_rc = snap_io_verify_step(o.cfg.flush_dir, o.cfg.job, step, &dbad, &e);
+		disk_rc = snap_io_verify_step(o.cfg.flush_dir, o.cfg.client.job, step, &dbad, &e);
 		printf("persisted copy in %s: %s%s\n", o.cfg.flush_dir, disk_rc ? "CORRUPT: " : "ok", disk_rc ? e.msg : "");
 	}
 	if (!ranks && disk_rc == SNAP_ENOENT) {
-		fprintf(stderr, "snaptool verify: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.job, step,
-			o.cfg.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
+		fprintf(stderr, "snaptool verify: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.client.job, step,
+			o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
 		return ST_FAIL;
 	}
 	if (ranks)

@@ -27,9 +27,5 @@ int snap_config_get(struct snap_config *dst, const struct snap_config *src, char
 int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
 /* Fill cfg->socket with <store>/smp.sock when it was left empty (not set explicitly). */
 int snap_config_socket(struct snap_config *cfg, char *err, size_t errlen);
-/* "none" -> 0, "lz4" -> 1. */
-int snap_flush_codec_parse(const char *s, int *codec);
-/* "0600", "640", ...: octal permission bits including 0600. 0 or SNAP_EINVAL. */
-int snap_flush_mode_parse(const char *s, unsigned *mode);
 
 #endif

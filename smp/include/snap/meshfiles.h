@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "store.h"
+#include "snap/store.h"
 
 /* Replace every "%n" in pat by rank (no MPI: snapsmp and snaptool status).
  * SNAP_EINVAL when the result does not fit in cap. */
