@@ -48,10 +48,6 @@ int snap_smp_config_init(struct snap_smp_config *cfg)
 	return 0;
 }
 
-/*
- * The env_* helpers below are copies of libsnap/src/config.c's (same
- * messages). TODO(issue 9): one copy in common/ once the base layer moves.
- */
 /* The daemon's variables go through common's parsers (the messages name them). */
 static int smp_env_int(const char *name, int *out, long lo, long hi, char *err, size_t errlen)
 {

@@ -209,7 +209,7 @@ def have_record(mesh, a, step):
 
 
 def man_step(path):
-    """The step a manifest describes (libsnap/src/manifest.c: header 24 bytes, job, rank, world, step)."""
+    """The step a manifest describes (proto/src/manifest.c: header 24 bytes, job, rank, world, step)."""
     with open(path, "rb") as f:
         b = f.read()
     n = int.from_bytes(b[24:26], "little")

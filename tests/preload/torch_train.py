@@ -12,7 +12,7 @@ Prints "resumed S", "loss STEP HEX" per step (float.hex: compared bit for
 bit), "saving S" / "saved S" around each checkpoint, "done".
 
 The model starts from real trained weights (the PP-OCRv4 recognizer's
-float32 tensors, /work/shared/data, clamped to [-1, 1] and scaled so a
+float32 tensors, $SNAP_DATA_DIR (default ../shared/data beside the repository), clamped to [-1, 1] and scaled so a
 tanh MLP trains) when they are present; the data of step s comes from a
 generator seeded with s, and dropout draws from the global RNG, whose
 state is checkpointed, so an interrupted run that resumes must reproduce
@@ -25,7 +25,8 @@ import numpy as np
 import torch
 from torch import nn
 
-WEIGHTS = "/work/shared/data/ppocr_v4_rec.f32"
+WEIGHTS = os.path.join(os.environ.get("SNAP_DATA_DIR") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data"), "ppocr_v4_rec.f32")
 
 
 def main():

@@ -3,7 +3,7 @@
  * Manifest, layout, wire header and config parsing, fed good and bad input:
  * every truncation of a manifest, random byte flips, headers that lie about
  * lengths, and malformed SNAP_* variables (the client's, and snapsmp's own
- * settings in smp/config.h).
+ * settings in smp/include/snap/smp_config.h).
  */
 #include <stdlib.h>
 #include <string.h>
@@ -344,7 +344,7 @@ static void test_config(void)
 	unsetenv("SNAP_CODEC_OPTIM");
 }
 
-/* snapsmp's own settings (smp/config.h): defaults, every SNAP_* variable,
+/* snapsmp's own settings (smp/include/snap/smp_config.h): defaults, every SNAP_* variable,
  * and each malformed one named; the client part still goes through
  * snap_config_from_env. */
 static void test_smp_config(void)

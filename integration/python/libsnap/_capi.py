@@ -71,7 +71,7 @@ class SnapConfig(ctypes.Structure):
     ]
 
 
-# snapsmp's own settings (smp/config.h): a trainer cannot set them; they are
+# snapsmp's own settings (smp/include/snap/smp_config.h): a trainer cannot set them; they are
 # the daemon's flags and SNAP_* variables. flush_dir is also read here, to
 # find the layout of a step persisted on disk (Checkpointer.restore).
 DAEMON_SETTINGS = ("mem_limit", "slots", "verify_commit", "flush_every", "flush_interval", "flush_keep",
