@@ -60,7 +60,7 @@ nsyms=$(grep -c ' snap_' "$t/nm.txt")
 [ "$nsyms" -ge 10 ] || fail "libsnap.so exports only $nsyms snap_* symbols"
 # ... and exactly the functions the installed headers declare (an internal
 # snap_ helper leaking out, or a declared call missing from libsnap.map, fails).
-grep -hE '^[a-z][^(]*[ *]snap_[a-z0-9_]+\(' "$P"/include/snap/*.h | grep -v '^static' \
+grep -hE '^(SNAP_API )?[a-z][^(]*[ *]snap_[a-z0-9_]+\(' "$P"/include/snap/*.h | grep -v '^static' \
 	| sed -E 's/.*[ *](snap_[a-z0-9_]+)\(.*/\1/' | sort -u >"$t/declared"
 awk '$3 ~ /^snap_/ { sub(/@.*/, "", $3); print $3 }' "$t/nm.txt" | sort -u >"$t/exported"
 diff -u "$t/declared" "$t/exported" >"$t/sym.diff" \
