@@ -74,6 +74,29 @@ class Waiter:
         os.close(self.fd)
 
 
+def wait_socket(stores, proc, limit=60):
+    """Wait until snapsmp serves: <store>/smp.sock exists for every store of
+    `stores` (one path or a list: a mesh's nodes). Wakes on the socket's
+    creation (inotify on each store, or on its nearest existing ancestor
+    until the store exists) or on proc's exit, never on a timer. True when every socket is
+    there; False when proc exited first or after `limit` seconds."""
+    stores = [stores] if isinstance(stores, str) else list(stores)
+    socks = [os.path.join(s, "smp.sock") for s in stores]
+
+    def nearest(d):   # the store, or its nearest existing ancestor until it exists
+        while not os.path.isdir(d) and os.path.dirname(d) != d:
+            d = os.path.dirname(d)
+        return d
+
+    w = Waiter()
+    try:
+        w.until(lambda: all(map(os.path.exists, socks)) or proc.poll() is not None, limit,
+                dirs=lambda: [nearest(s) for s in stores], procs=[proc])
+    finally:
+        w.close()
+    return all(map(os.path.exists, socks))
+
+
 def strike_within(rng: random.Random, duration):
     """Sleep a random part of `duration`, a time the trial measured for the
     operation it is about to interrupt (a step, a flush, a restore)."""

@@ -26,7 +26,7 @@ import subprocess
 import sys
 import time
 
-from events import Waiter, strike_within
+from events import Waiter, strike_within, wait_socket
 
 BUILD = sys.argv[1]
 TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else 50
@@ -59,9 +59,7 @@ def env(store, flush, **extra):
 def start_smp(store, flush, *extra, **kw):
     p = subprocess.Popen([SMP, "--store", store, "--flush-dir", flush, "--quiet", *extra],
                          env=env(store, flush, **kw), stderr=subprocess.PIPE, text=True)
-    deadline = time.time() + 10
-    while not os.path.exists(os.path.join(store, "smp.sock")) and p.poll() is None and time.time() < deadline:
-        time.sleep(0.002)
+    wait_socket(store, p)
     return p
 
 

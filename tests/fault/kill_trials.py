@@ -46,7 +46,7 @@ import subprocess
 import sys
 import time
 
-from events import Waiter, strike_within
+from events import Waiter, strike_within, wait_socket
 
 
 def parse_log(path):
@@ -80,11 +80,8 @@ class Job:
         if os.path.exists(sock):
             os.unlink(sock)   # the dead daemon's: wait for the new one's
         self.smp = subprocess.Popen([self.args.snapsmp, "--store", self.store, "--quiet"])
-        deadline = time.time() + 10
-        while not os.path.exists(sock):
-            if time.time() > deadline or self.smp.poll() is not None:
-                raise RuntimeError("snapsmp did not start")
-            time.sleep(0.002)
+        if not wait_socket(self.store, self.smp):
+            raise RuntimeError("snapsmp did not start")
 
     def kill_smp(self):
         if self.smp and self.smp.poll() is None:

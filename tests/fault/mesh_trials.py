@@ -41,7 +41,7 @@ import subprocess
 import sys
 import time
 
-from events import Waiter, strike_within
+from events import Waiter, strike_within, wait_socket
 
 JOB = "mt"
 
@@ -104,12 +104,8 @@ class Mesh:
             [self.a.mpiexec, "-np", str(self.a.nodes), "--oversubscribe", self.a.snapsmp, "--ec", self.a.shape,
              "--store", os.path.join(self.base, "node%n"), "--slots", "3", "--mem-limit", "256M"],
             env=env, stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
-        deadline = time.time() + 60
-        for n in range(self.a.nodes):
-            while not os.path.exists(os.path.join(self.root(n), "smp.sock")):
-                if time.time() > deadline or self.proc.poll() is not None:
-                    raise RuntimeError(f"mesh did not start; see {log}")
-                time.sleep(0.01)
+        if not wait_socket([self.root(n) for n in range(self.a.nodes)], self.proc, limit=120):
+            raise RuntimeError(f"mesh did not start; see {log}")
 
     def session(self):
         """Pids in mpirun's session: Open MPI moves ranks to their own process

@@ -42,7 +42,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-from events import Waiter, strike_within  # noqa: E402
+from events import Waiter, strike_within, wait_socket  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
@@ -94,13 +94,9 @@ def env(store, capture, preload=True, python=False, **extra):
 
 
 def start_smp(store, *extra):
-    sock = os.path.join(store, "smp.sock")
+    os.makedirs(os.path.dirname(store), exist_ok=True)   # snapsmp makes the store, not its parents
     p = subprocess.Popen([SMP, "--store", store, *extra], stderr=subprocess.PIPE, text=True)
-    w = Waiter()
-    os.makedirs(store, exist_ok=True)
-    w.until(lambda: os.path.exists(sock) or p.poll() is not None, limit=60, dirs=lambda: [store], procs=[p])
-    w.close()
-    if not os.path.exists(sock):
+    if not wait_socket(store, p):
         raise RuntimeError(f"snapsmp did not start: {p.stderr.read()}")
     return p
 

@@ -14,6 +14,9 @@ import shutil
 import subprocess
 import sys
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from events import wait_socket  # noqa: E402
+
 src, build = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 work = os.path.join(build, "tests", "python", "install")
 shutil.rmtree(work, ignore_errors=True)
@@ -59,11 +62,7 @@ assert all(torch.equal(want[k], v) for k, v in m2.state_dict().items())
 print("installed package:", libsnap.__file__, "library:", libsnap.library_path())
 '''
 try:
-    for _ in range(3000):
-        if os.path.exists(os.path.join(store, "smp.sock")) or smp.poll() is not None:
-            break
-        import time
-        time.sleep(0.01)
+    wait_socket(store, smp)
     out = run([py, "-c", probe], cwd=work, env=dict(env, SNAP_STORE=store, SNAP_LIBRARY=os.environ["SNAP_LIBRARY"],
                                                   **({"LD_PRELOAD": os.environ["LD_PRELOAD"]}
                                                      if "LD_PRELOAD" in os.environ else {})))

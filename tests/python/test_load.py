@@ -22,12 +22,14 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import torch
 
 import libsnap
 import libsnap.torch as lt
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from events import wait_socket  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 snapsmp = os.path.join(build, "smp", "snapsmp")
@@ -176,10 +178,7 @@ def restore_from_disk(own):
 
 def start_smp():
     p = subprocess.Popen([snapsmp, "--store", store, "--flush-dir", flush, "--quiet"], env=native_env)
-    for _ in range(3000):
-        if os.path.exists(os.path.join(store, "smp.sock")) or p.poll() is not None:
-            break
-        time.sleep(0.01)
+    wait_socket(store, p)
     return p
 
 

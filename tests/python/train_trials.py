@@ -43,7 +43,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-from events import Waiter, strike_within  # noqa: E402
+from events import Waiter, strike_within, wait_socket  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
@@ -192,9 +192,7 @@ def main():
     os.makedirs(logroot)
     waiter = Waiter()
     smp = subprocess.Popen([snapsmp, "--store", store, "--quiet"], env=native_env)
-    waiter.until(lambda: os.path.exists(os.path.join(store, "smp.sock")) or smp.poll() is not None, 60,
-                 dirs=lambda: [store] if os.path.isdir(store) else ["/dev/shm"], procs=[smp])
-    if smp.poll() is not None:
+    if not wait_socket(store, smp):
         print("snapsmp did not start")
         return 1
     try:
