@@ -5,13 +5,13 @@ processes: a flipped byte in a chunk, a truncated slot file, a corrupted or
 missing manifest, a region-size mismatch at restore, and store roots that are
 read-only or full. Each must give a clear error naming what is wrong, and
 leave every other committed snapshot restorable."""
-import glob
 import json
 import os
 import shutil
 import subprocess
 import sys
-import time
+
+from events import wait_socket
 
 BUILD = sys.argv[1]
 SMP = os.path.join(BUILD, "smp", "snapsmp")
@@ -35,12 +35,7 @@ class Smp:
     def __init__(self, store, *extra):
         self.store = store
         self.p = subprocess.Popen([SMP, "--store", store, *extra], stderr=subprocess.PIPE, text=True)
-        sock = os.path.join(store, "smp.sock")
-        deadline = time.time() + 10
-        while not os.path.exists(sock):
-            if self.p.poll() is not None or time.time() > deadline:
-                break
-            time.sleep(0.005)
+        wait_socket(store, self.p)
 
     def stop(self):
         if self.p.poll() is None:
@@ -243,12 +238,17 @@ def test_fifo_in_store_and_flush_dir():
                env=dict(os.environ, SNAP_JOB="j"))
     check(p is not None and '"store_step":3' in p.stdout and '"persisted_step":3' in p.stdout,
           f"fifo: recover still finds step 3 in memory and on disk: {p and p.stdout!r}")
-    smp = Smp(store, "--flush-dir", flush)
+    # Two slots and two steps keep the ranks in step again: rank 0 cannot
+    # save step 5 before rank 1 has committed 4. With one step, rank 0 could
+    # finish and disconnect before rank 1 connects; rank 1 would then be a
+    # new incarnation, and its restore would withdraw rank 0's step 4.
+    smp = Smp(store, "--flush-dir", flush, "--slots", "2")
     check(smp.p.poll() is None and os.path.exists(os.path.join(store, "smp.sock")), "fifo: snapsmp starts and serves")
-    again = run_job(store, "--resume", "--steps", "4")
+    again = run_job(store, "--resume", "--steps", "5")
     check(all(rc == 0 and "restored step 3" in out for rc, out, _ in again),
           f"fifo: the job restores step 3: {again}")
     _, err = smp.stop()
+    mid_err = err
     check("not a regular file" in err, "fifo: snapsmp says what it skipped")
     # The flush directory alone (node store gone): restore from disk must not
     # hang on them. Newer step directories whose MANIFEST is not a file are
@@ -260,11 +260,11 @@ def test_fifo_in_store_and_flush_dir():
           f"fifo: restore from disk names the non-file MANIFEST: {again}")
     smp.stop()
     smp = Smp(store, "--flush-dir", flush, "--allow-older")
-    again = run_job(store, "--resume", "--steps", "4")
-    # (step 4 was persisted when the previous snapsmp stopped: SIGTERM flushes)
-    check(all(rc == 0 and "restored step 4" in out for rc, out, _ in again),
-          f"fifo: with --allow-older, restore from disk next to FIFOs gives step 4: {again}")
-    smp.stop()
+    again = run_job(store, "--resume", "--steps", "5")
+    # (step 5 was persisted when the previous snapsmp stopped: SIGTERM flushes)
+    check(all(rc == 0 and "restored step 5" in out for rc, out, _ in again),
+          f"fifo: with --allow-older, restore from disk next to FIFOs gives step 5: {again}; the snapsmp "
+          f"that should have flushed it said {mid_err!r}; this one said {smp.stop()[1]!r}")
 
 
 def test_foreign_uid():
