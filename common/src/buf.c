@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Bounded little-endian encoding; see buf.h. x86 and ARM are little-endian,
  * but we encode byte by byte so the format never depends on the host. */
+#include "snap/base.h"
 #include "snap/buf.h"
 
 int snap_wbuf_reserve(struct snap_wbuf *w, size_t more)
@@ -102,4 +103,27 @@ void snap_get_str(struct snap_rbuf *r, char *out, size_t cap)
 	}
 	memcpy(out, s, n);
 	out[n] = '\0';
+}
+
+size_t snap_put_record_header(struct snap_wbuf *w, const char magic[8], uint32_t version)
+{
+	size_t start = w->len;
+	snap_put_bytes(w, magic, 8);
+	snap_put_u32(w, version);
+	snap_put_u32(w, 0);   /* crc, patched by snap_seal_record */
+	snap_put_u64(w, 0);   /* length, likewise */
+	return start;
+}
+
+int snap_seal_record(struct snap_wbuf *w, size_t start)
+{
+	if (w->oom)
+		return SNAP_ENOMEM;
+	uint64_t len = w->len - start;
+	for (int i = 0; i < 8; i++)
+		w->p[start + 16 + i] = (uint8_t)(len >> (8 * i));
+	uint32_t crc = snap_crc32c(w->p + start + 16, len - 16);
+	for (int i = 0; i < 4; i++)
+		w->p[start + 12 + i] = (uint8_t)(crc >> (8 * i));
+	return 0;
 }

@@ -51,42 +51,33 @@ int io_attr_str(hid_t obj, const char *name, const char *val)
 	return rc;
 }
 
-int io_attr_u64(hid_t obj, const char *name, const uint64_t *v, size_t n)
+/* One numeric attribute of file type ft, read from buf as mt: a scalar
+ * (scalar != 0) or an array of n values (n may be 0: an empty array). */
+static int attr_num(hid_t obj, const char *name, hid_t ft, hid_t mt, const void *buf, size_t n, int scalar)
 {
 	hsize_t dims[1] = {n};
-	hid_t s = H5Screate_simple(1, dims, NULL), a = -1;
+	hid_t s = scalar ? H5Screate(H5S_SCALAR) : H5Screate_simple(1, dims, NULL), a = -1;
 	int rc = -1;
-	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U64LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-	    H5Awrite(a, H5T_NATIVE_UINT64, v) >= 0)
+	if (s >= 0 && (a = H5Acreate2(obj, name, ft, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 && H5Awrite(a, mt, buf) >= 0)
 		rc = 0;
 	if (a >= 0) H5Aclose(a);
 	if (s >= 0) H5Sclose(s);
 	return rc;
+}
+
+int io_attr_u64(hid_t obj, const char *name, const uint64_t *v, size_t n)
+{
+	return attr_num(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, v, n, 0);
 }
 
 int io_attr_u32(hid_t obj, const char *name, uint32_t v)
 {
-	hid_t s = H5Screate(H5S_SCALAR), a = -1;
-	int rc = -1;
-	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-	    H5Awrite(a, H5T_NATIVE_UINT32, &v) >= 0)
-		rc = 0;
-	if (a >= 0) H5Aclose(a);
-	if (s >= 0) H5Sclose(s);
-	return rc;
+	return attr_num(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, &v, 1, 1);
 }
 
 int io_attr_u32s(hid_t obj, const char *name, const uint32_t *v, size_t n)
 {
-	hsize_t dims[1] = {n};
-	hid_t s = H5Screate_simple(1, dims, NULL), a = -1;
-	int rc = -1;
-	if (s >= 0 && (a = H5Acreate2(obj, name, H5T_STD_U32LE, s, H5P_DEFAULT, H5P_DEFAULT)) >= 0 &&
-	    H5Awrite(a, H5T_NATIVE_UINT32, v) >= 0)
-		rc = 0;
-	if (a >= 0) H5Aclose(a);
-	if (s >= 0) H5Sclose(s);
-	return rc;
+	return attr_num(obj, name, H5T_STD_U32LE, H5T_NATIVE_UINT32, v, n, 0);
 }
 
 int io_attrs_region(hid_t ds, const struct snap_io_region *g, const char *codec, uint64_t step)

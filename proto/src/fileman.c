@@ -17,10 +17,7 @@ uint32_t snap_fman_nchunks(uint64_t size, uint32_t chunk)
 
 int snap_fman_encode(const struct snap_fman *m, struct snap_wbuf *w)
 {
-	snap_put_bytes(w, SNAP_FMAN_MAGIC, 8);
-	snap_put_u32(w, SNAP_FMAN_VERSION);
-	snap_put_u32(w, 0);   /* crc, patched below */
-	snap_put_u64(w, 0);   /* length, patched below */
+	size_t start = snap_put_record_header(w, SNAP_FMAN_MAGIC, SNAP_FMAN_VERSION);
 	snap_put_u64(w, m->id);
 	snap_put_u64(w, m->size);
 	snap_put_u64(w, m->mtime_ns);
@@ -29,15 +26,7 @@ int snap_fman_encode(const struct snap_fman *m, struct snap_wbuf *w)
 	snap_put_u32(w, m->nchunks);
 	for (uint32_t i = 0; i < m->nchunks; i++)
 		snap_put_u32(w, m->crc[i]);
-	if (w->oom)
-		return SNAP_ENOMEM;
-	uint64_t len = w->len;
-	for (int k = 0; k < 8; k++)
-		w->p[16 + k] = (uint8_t)(len >> (8 * k));
-	uint32_t crc = snap_crc32c(w->p + 16, w->len - 16);
-	for (int k = 0; k < 4; k++)
-		w->p[12 + k] = (uint8_t)(crc >> (8 * k));
-	return 0;
+	return snap_seal_record(w, start);
 }
 
 int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *why, size_t whylen)

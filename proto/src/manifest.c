@@ -379,11 +379,7 @@ uint32_t snap_layout_verify(const struct snap_layout *lay, const uint8_t *base, 
 
 int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w)
 {
-	size_t start = w->len;
-	snap_put_bytes(w, SNAP_MAN_MAGIC, 8);
-	snap_put_u32(w, SNAP_MAN_VERSION);
-	snap_put_u32(w, 0);             /* crc, patched below */
-	snap_put_u64(w, 0);             /* length, patched below */
+	size_t start = snap_put_record_header(w, SNAP_MAN_MAGIC, SNAP_MAN_VERSION);
 	snap_put_str(w, m->job);
 	snap_put_u32(w, m->rank);
 	snap_put_u32(w, m->world);
@@ -396,15 +392,7 @@ int snap_manifest_encode(const struct snap_manifest *m, struct snap_wbuf *w)
 		snap_put_u32(w, m->crc[i]);
 	for (uint32_t i = 0; i < m->layout.ncrc; i++)
 		snap_put_u32(w, m->len[i]);
-	if (w->oom)
-		return SNAP_ENOMEM;
-	uint64_t len = w->len - start;
-	for (int i = 0; i < 8; i++)
-		w->p[start + 16 + i] = (uint8_t)(len >> (8 * i));
-	uint32_t crc = snap_crc32c(w->p + start + 16, len - 16);
-	for (int i = 0; i < 4; i++)
-		w->p[start + 12 + i] = (uint8_t)(crc >> (8 * i));
-	return 0;
+	return snap_seal_record(w, start);
 }
 
 int snap_manifest_decode(const void *buf, size_t len, struct snap_manifest *m, char *err, size_t errlen)

@@ -35,6 +35,16 @@ void snap_put_u64(struct snap_wbuf *w, uint64_t v);
 /* u16 length + bytes, no terminator. */
 void snap_put_str(struct snap_wbuf *w, const char *s);
 
+/*
+ * A checksummed record, as the manifests lay it out: magic 8, version u32,
+ * crc u32, length u64, then the body; the CRC32C covers everything after the
+ * crc field (from byte 16), the length counts the whole record. begin puts
+ * the header with crc and length zero and returns where the record starts;
+ * seal patches both once the body is in (SNAP_ENOMEM if a put failed).
+ */
+size_t snap_put_record_header(struct snap_wbuf *w, const char magic[8], uint32_t version);
+int snap_seal_record(struct snap_wbuf *w, size_t start);
+
 static inline void snap_rbuf_init(struct snap_rbuf *r, const void *p, size_t len)
 {
 	r->p = p;
