@@ -481,11 +481,6 @@ static int on_signal(struct smp *m)
 	return !persist_busy(m) && !snap_files_busy(m->files);
 }
 
-int snap_smp_run(const struct snap_smp_config *cfg, int quiet, char *err, size_t errlen)
-{
-	return snap_smp_serve(cfg, quiet, NULL, err, errlen);
-}
-
 /* Open the store; in a mesh, rebuild what a relaunch lost, first global
  * view, mesh thread. */
 static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)

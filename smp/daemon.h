@@ -10,11 +10,9 @@
 #include "snap/snap.h"
 #include "snap/store.h"
 
-/* Serve cfg->store on cfg->socket until SIGTERM/SIGINT. 0 on clean shutdown. */
-int snap_smp_run(const struct snap_smp_config *cfg, int quiet, char *err, size_t errlen);
-
 struct snap_mesh;
-/* Same, as one node of an --ec mesh (mesh from snap_mesh_init; NULL = no mesh). */
+/* Serve cfg->store on cfg->socket until SIGTERM/SIGINT, 0 on clean shutdown;
+ * as one node of an --ec mesh when mesh is set (from snap_mesh_init). */
 int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen);
 
 #endif
