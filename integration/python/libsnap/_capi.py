@@ -79,39 +79,34 @@ DAEMON_SETTINGS = ("mem_limit", "slots", "verify_commit", "flush_every", "flush_
 PY_SETTINGS = ("flush_dir",)
 
 
+# The fields struct snap_region and struct snap_region_info share, after the name.
+_REGION_FIELDS = [
+    ("bytes", ctypes.c_uint64),
+    ("dtype", ctypes.c_int),
+    ("kind", ctypes.c_int),
+    ("device", ctypes.c_int),
+    ("codec", ctypes.c_int),
+    ("codec_bound", ctypes.c_double),
+    ("ndim", ctypes.c_int),
+    ("shape", ctypes.c_uint64 * MAX_NDIM),
+    ("global_shape", ctypes.c_uint64 * MAX_NDIM),
+    ("shard_offset", ctypes.c_uint64 * MAX_NDIM),
+]
+
+
 class SnapRegion(ctypes.Structure):
     """struct snap_region."""
     _fields_ = [
         ("name", ctypes.c_char_p),
         ("ptr", ctypes.c_void_p),
-        ("bytes", ctypes.c_uint64),
-        ("dtype", ctypes.c_int),
-        ("kind", ctypes.c_int),
-        ("device", ctypes.c_int),
-        ("codec", ctypes.c_int),
-        ("codec_bound", ctypes.c_double),
-        ("ndim", ctypes.c_int),
-        ("shape", ctypes.c_uint64 * MAX_NDIM),
-        ("global_shape", ctypes.c_uint64 * MAX_NDIM),
-        ("shard_offset", ctypes.c_uint64 * MAX_NDIM),
-    ]
+    ] + _REGION_FIELDS
 
 
 class SnapRegionInfo(ctypes.Structure):
     """struct snap_region_info (snap_describe)."""
     _fields_ = [
         ("name", ctypes.c_char * (NAME_MAX + 1)),
-        ("bytes", ctypes.c_uint64),
-        ("dtype", ctypes.c_int),
-        ("kind", ctypes.c_int),
-        ("device", ctypes.c_int),
-        ("codec", ctypes.c_int),
-        ("codec_bound", ctypes.c_double),
-        ("ndim", ctypes.c_int),
-        ("shape", ctypes.c_uint64 * MAX_NDIM),
-        ("global_shape", ctypes.c_uint64 * MAX_NDIM),
-        ("shard_offset", ctypes.c_uint64 * MAX_NDIM),
-    ]
+    ] + _REGION_FIELDS
 
 
 class SnapError(RuntimeError):
