@@ -184,9 +184,10 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 {
 	uint64_t latest;
 	struct store_job *j = c->job;
-	int rc0 = snap_mesh_job_error(m->mesh, j->name, err, SMP_ERRLEN);
-	if (rc0)
-		return rc0;
+	/* A job the relaunch could not rebuild falls back to disk, if any. */
+	int lost = snap_mesh_job_error(m->mesh, j->name, err, SMP_ERRLEN);
+	if (lost && (want != SNAP_STEP_LATEST || !m->cfg->flush_dir[0]))
+		return lost;
 	if (want == SNAP_STEP_LATEST && m->mesh && !snap_mesh_view_fresh(m->mesh, &c->restore_ticket)) {
 		/* the client retries EBUSY: the answer comes from a view newer than this request */
 		snap_fmt(err, SMP_ERRLEN, "job %s: waiting for an agreement round newer than this restore; retry", j->name);
@@ -196,9 +197,19 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 	if (want == SNAP_STEP_LATEST) {
 		if (!have && m->cfg->flush_dir[0]) {
 			/* Nothing restorable in memory: fall back to the newest persisted step. */
+			char lost_msg[SMP_ERRLEN];
+			snprintf(lost_msg, sizeof(lost_msg), "%s", err);
 			int rc = snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, SMP_ERRLEN);
+			if (rc == 0)
+				smp_say(m, "job %s rank %u: restoring persisted step %" PRIu64 " from %s (level: disk)%s", j->name,
+				    c->rank->rank, c->rank->slots[*slot].step, m->cfg->flush_dir,
+				    lost ? ", the mesh could not rebuild it" : ", nothing restorable in memory");
 			if (rc != SNAP_ENOENT)
 				return rc ? rc : snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, SMP_ERRLEN);
+			if (lost) {
+				snap_fmt(err, SMP_ERRLEN, "%s; and no step of it is persisted in %s", lost_msg, m->cfg->flush_dir);
+				return lost;
+			}
 		}
 		if (!have) {
 			/* Starting fresh: no older incarnation's partial step may join the new timeline. */
@@ -490,6 +501,13 @@ static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)
 				 quiet ? NULL : snap_smp_log, err, errlen);
 	if (rc)
 		return rc;
+	/* The flush thread first: a mesh hands it work from its first round. */
+	if (cfg->flush_dir[0] && ((rc = snap_flusher_start(&m->flusher, cfg, err, errlen)) ||
+				  (m->mesh && (rc = snap_mesh_set_flush(m->mesh, m->flusher, cfg, err, errlen))))) {
+		snap_store_close(m->store);
+		m->store = NULL;
+		return rc;
+	}
 	if (m->mesh && (rc = snap_mesh_start(m->mesh, &m->store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
 		snap_store_close(m->store);
 		m->store = NULL;
@@ -498,20 +516,23 @@ static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)
 	return 0;
 }
 
-/* Signals through a signalfd, the listening socket, the flush thread. */
+/* The signals the poll loop takes through a signalfd. */
+static void serve_signals(sigset_t *set)
+{
+	sigemptyset(set);
+	sigaddset(set, SIGTERM);
+	sigaddset(set, SIGINT);
+	sigaddset(set, SIGUSR1);
+}
+
+/* Signals through a signalfd, the listening socket. */
 static int serve_listen(struct smp *m, char *err, size_t errlen)
 {
 	sigset_t set;
-	sigemptyset(&set);
-	sigaddset(&set, SIGTERM);
-	sigaddset(&set, SIGINT);
-	sigaddset(&set, SIGUSR1);
-	sigprocmask(SIG_BLOCK, &set, NULL);
-	signal(SIGPIPE, SIG_IGN);
+	serve_signals(&set);
 	m->sigfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
 	int rc = 0;
-	if (m->sigfd < 0 || (rc = listen_on(m, err, errlen)) ||
-	    (m->cfg->flush_dir[0] && (rc = snap_flusher_start(&m->flusher, m->cfg, err, errlen)))) {
+	if (m->sigfd < 0 || (rc = listen_on(m, err, errlen))) {
 		if (!rc)
 			snap_fmt(err, errlen, "signalfd: %s", strerror(errno));
 		return rc ? rc : SNAP_EIO;
@@ -538,7 +559,7 @@ static int serve_load(struct smp *m, char *err, size_t errlen)
 	return 0;
 }
 
-enum { SMP_POLL_FIXED = 4 };   /* signalfd, listening socket, flusher, captured-file flusher */
+enum { SMP_POLL_FIXED = 5 };   /* signalfd, listening socket, flusher, captured-file flusher, mesh */
 
 /* The poll set: the fixed descriptors, then one per connection (pc[k]). */
 static unsigned poll_set(struct smp *m, struct pollfd *pfd, struct conn **pc)
@@ -547,6 +568,7 @@ static unsigned poll_set(struct smp *m, struct pollfd *pfd, struct conn **pc)
 	pfd[1] = (struct pollfd){ .fd = m->draining ? -1 : m->lfd, .events = POLLIN };
 	pfd[2] = (struct pollfd){ .fd = m->flusher ? snap_flusher_fd(m->flusher) : -1, .events = POLLIN };
 	pfd[3] = (struct pollfd){ .fd = snap_files_fd(m->files), .events = POLLIN };
+	pfd[4] = (struct pollfd){ .fd = snap_mesh_fd(m->mesh), .events = POLLIN };
 	unsigned k = SMP_POLL_FIXED;
 	for (struct conn *c = m->conns; c; c = c->next, k++) {
 		pfd[k] = (struct pollfd){ .fd = c->fd, .events = POLLIN };
@@ -570,6 +592,12 @@ static int serve_events(struct smp *m, const struct pollfd *pfd, struct conn *co
 		persist_collect(m);
 	if (pfd[3].revents)
 		snap_files_collect(m);
+	if (pfd[4].revents) {
+		uint64_t n;
+		if (read(pfd[4].fd, &n, sizeof(n)) < 0 && errno != EAGAIN)
+			smp_say(m, "reading the mesh's eventfd: %s", strerror(errno));
+		persist_mesh_update(m);
+	}
 	persist_tick(m);
 	if (m->draining && !persist_busy(m) && !snap_files_busy(m->files))
 		stop = 1;
@@ -629,7 +657,12 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 /* Stop the mesh thread first: from then on this thread owns the store alone. */
 static void serve_shutdown(struct smp *m)
 {
-	snap_mesh_stop(m->mesh);
+	/* After a drain nothing is pending; after a second signal or an error
+	 * the mesh must not wait for a flush. */
+	snap_mesh_lock(m->mesh);
+	int now = !m->store || persist_busy(m);
+	snap_mesh_unlock(m->mesh);
+	snap_mesh_stop(m->mesh, now);
 	while (m->conns) {
 		struct conn *c = m->conns;
 		m->conns = c->next;
@@ -651,6 +684,13 @@ static void serve_shutdown(struct smp *m)
 int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
 {
 	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
+	/* Blocked before any thread starts (the flush thread does in
+	 * serve_open_store): threads inherit the mask, so only the signalfd
+	 * sees SIGTERM instead of its default action killing the process. */
+	sigset_t set;
+	serve_signals(&set);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+	signal(SIGPIPE, SIG_IGN);
 	int rc = serve_open_store(&m, quiet, err, errlen);
 	if (rc)
 		return rc;

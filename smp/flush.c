@@ -30,10 +30,70 @@ void snap_flush_req_free(struct flush_req *req)
 {
 	if (!req)
 		return;
-	for (uint32_t i = 0; req->ranks && i < req->world; i++)
+	for (uint32_t i = 0; req->ranks && i < req->nranks; i++)
 		snap_manifest_free(&req->ranks[i].man);
 	free(req->ranks);
 	free(req);
+}
+
+int flush_req_build(struct snap_store *s, struct store_job *j, uint64_t step, int node_only, struct flush_req **out,
+		    char *err, size_t errlen)
+{
+	*out = NULL;
+	struct store_rank *r0 = j->nranks ? j->ranks[0] : NULL;
+	struct store_slot *s0 = snap_store_find(s, r0, step, NULL);
+	if (!s0 && !node_only) {
+		snap_fmt(err, errlen, "job %s has no committed step %" PRIu64 " to flush", j->name, step);
+		return SNAP_ENOENT;
+	}
+	struct flush_req *q = calloc(1, sizeof(*q));
+	if (!q || !(q->ranks = calloc(j->nranks ? j->nranks : 1, sizeof(*q->ranks)))) {
+		free(q);
+		return SNAP_ENOMEM;
+	}
+	snprintf(q->job, sizeof(q->job), "%s", j->name);
+	q->step = step;
+	q->node_only = node_only;
+	q->world = s0 ? s0->man.world : 0;
+	uint32_t upto = node_only ? j->nranks : q->world;
+	if (upto > j->nranks && !node_only) {
+		snap_fmt(err, errlen, "step %" PRIu64 " of job %s is not complete: rank %u does not hold it", step, j->name,
+			 j->nranks);
+		snap_flush_req_free(q);
+		return SNAP_ENOENT;
+	}
+	for (uint32_t r = 0; r < upto; r++) {
+		uint32_t slot;
+		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, &slot);
+		if (!sl && node_only)
+			continue;
+		struct flush_rank *fr = &q->ranks[q->nranks];
+		char why[128];
+		if (!sl || snap_manifest_decode(sl->man_bytes, sl->man_len, &fr->man, why, sizeof(why))) {
+			snap_fmt(err, errlen, "step %" PRIu64 " of job %s is not complete: rank %u does not hold it", step,
+				 j->name, r);
+			snap_flush_req_free(q);
+			return SNAP_ENOENT;
+		}
+		q->nranks++;
+		q->world = sl->man.world;
+		fr->slot = slot;
+		snap_store_path(s, j->name, r, slot, 0, fr->path, sizeof(fr->path));
+	}
+	for (uint32_t i = 0; i < q->nranks; i++)
+		j->ranks[q->ranks[i].man.rank]->slots[q->ranks[i].slot].refs++;
+	*out = q;
+	return 0;
+}
+
+void flush_req_unpin(struct snap_store *s, const struct flush_req *q)
+{
+	struct store_job *j = snap_store_job(s, q->job, 0);
+	for (uint32_t i = 0; j && i < q->nranks; i++) {
+		uint32_t r = q->ranks[i].man.rank;
+		if (r < j->nranks && j->ranks[r])
+			snap_store_unref(s, j, j->ranks[r], q->ranks[i].slot);
+	}
 }
 
 /* Map a rank's slot read-only. */
@@ -152,11 +212,11 @@ static void run(struct snap_flusher *f, struct flush_req *q)
 	uint64_t t0 = snap_now_ns();
 	struct snap_io_err e = { 0 };
 	q->rc = 0;
-	for (uint32_t r = 0; r < q->world && !q->rc; r++)
+	for (uint32_t r = 0; r < q->nranks && !q->rc; r++)
 		q->rc = write_rank(f, q, &q->ranks[r]);
-	if (!q->rc && (q->rc = snap_io_step_seal(f->dir, q->job, q->step, q->world, &e)))
+	if (!q->rc && !q->node_only && (q->rc = snap_io_step_seal(f->dir, q->job, q->step, q->world, &e)))
 		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
-	if (!q->rc && snap_io_retain(f->dir, q->job, f->keep, &e) < 0)
+	if (!q->rc && !q->node_only && snap_io_retain(f->dir, q->job, f->keep, &e) < 0)
 		snap_fmt(q->err, sizeof(q->err), "persisted, but retention failed: %s", e.msg);
 	q->seconds = (snap_now_ns() - t0) / 1e9;
 }

@@ -4,7 +4,8 @@
  * steps to HDF5 (io/) while the daemon keeps serving trainers.
  *
  * The daemon owns the store; the flush thread never touches it. For each
- * flush the daemon pins the step's slots (refs, so retention cannot recycle
+ * flush the daemon (or the mesh thread, under the mesh lock) builds a
+ * request with flush_req_build, which pins the step's slots (refs, so retention cannot recycle
  * them), hands over a self-contained request (slot file paths and manifest
  * copies), and unpins when the result comes back through the notification
  * descriptor. Each region's CRC32C is derived from the manifest's chunk CRCs
@@ -31,7 +32,11 @@ struct flush_req {
 	char job[SNAP_JOB_MAX + 1];
 	uint64_t step;
 	uint32_t world;
-	struct flush_rank *ranks;          /* world entries */
+	uint32_t nranks;                   /* entries in ranks: every rank of the world, or in a
+	                                      mesh (node_only) the ranks this node holds */
+	int node_only;                     /* mesh: write these ranks' files only; node 0 seals the
+	                                      step once every node has written its part */
+	struct flush_rank *ranks;          /* nranks entries */
 	/* result, filled by the thread */
 	int rc;
 	char err[640];
@@ -55,6 +60,18 @@ int snap_flusher_fd(const struct snap_flusher *f);
 struct flush_req *snap_flusher_done(struct snap_flusher *f);
 
 void snap_flush_req_free(struct flush_req *req);
+
+/*
+ * [store owner's thread, or the mesh lock held] A self-contained request for
+ * step `step` of job j, its slots pinned (refs). Every rank of the step's
+ * world must hold the step here (SNAP_ENOENT naming the first that does
+ * not) unless node_only, which takes the ranks this node holds (maybe none:
+ * then *out has nranks 0 and world 0).
+ */
+int flush_req_build(struct snap_store *s, struct store_job *j, uint64_t step, int node_only, struct flush_req **out,
+		    char *err, size_t errlen);
+/* Drop the pins flush_req_build took (before snap_flush_req_free). */
+void flush_req_unpin(struct snap_store *s, const struct flush_req *q);
 
 /* Finish the queue, stop and join the thread. NULL is a no-op. */
 void snap_flusher_stop(struct snap_flusher *f);

@@ -36,10 +36,13 @@ static void usage(FILE *f)
 		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
 		"                     erasure-code every globally complete step across groups of K+M nodes,\n"
 		"                     rebuild lost nodes' stores at start (SNAP_EC). \"%%n\" in --store and\n"
-		"                     --socket is replaced by the mesh rank (several nodes on one machine)\n"
+		"                     --socket is replaced by the mesh rank (several nodes on one machine).\n"
+		"                     With --flush-dir (one directory every node reaches) the nodes persist\n"
+		"                     protected steps together: --flush-every counts protected steps, node 0\n"
+		"                     seals a step once every node wrote its ranks' files\n"
 		"  -q, --quiet        log nothing but fatal errors\n"
 		"  -h, --help         this text\n\n"
-		"SIGUSR1 is a preemption notice: flush the newest restorable step of every job\n"
+		"SIGUSR1 is a preemption notice: flush the newest restorable (in a mesh: protected) step of every job\n"
 		"and every captured file not yet on disk now. SIGTERM or SIGINT flush the same\n"
 		"(steps with a flush directory; captured files always), then shut down\n"
 		"cleanly; a second one stops at once. SIGKILL is safe too: the store is rescanned\n"
@@ -176,12 +179,6 @@ static int finish_config(struct snap_smp_config *cfg, const struct flags *f, str
 		    (int)sizeof(cfg->client.socket)) {
 		fprintf(stderr, "snapsmp: --store path is too long for a socket path\n");
 		return 2;
-	}
-	if (mesh && cfg->flush_dir[0]) {
-		/* Each node holds only its own ranks; sealing a step needs every
-		 * node's files, which needs a cross-node agreement not built yet. */
-		fprintf(stderr, "snapsmp: --flush-dir with --ec is not supported yet\n");
-		snap_mesh_abort(mesh, 2);
 	}
 	/* A flush or an encode pins the slots of the step it reads; a third
 	 * slot lets the next saves go on meanwhile. */

@@ -24,12 +24,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "log.h"
 #include "mesh_int.h"
+#include "snap/smp_config.h"
 
 int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen)
 {
@@ -65,7 +67,12 @@ int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m
 	mesh->k = k;
 	mesh->m = m;
 	mesh->period_ms = 20;
+	mesh->efd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	pthread_mutex_init(&mesh->mu, NULL);
+	if (mesh->efd < 0) {
+		snap_fmt(err, errlen, "eventfd: %s", strerror(errno));
+		return SNAP_EIO;
+	}
 	if (provided < MPI_THREAD_SERIALIZED) {
 		snap_fmt(err, errlen, "this MPI provides thread level %d; the mesh needs MPI_THREAD_SERIALIZED", provided);
 		return SNAP_EUNSUPPORTED;
@@ -82,6 +89,27 @@ int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m
 		return rc;
 	}
 	return 0;
+}
+
+int snap_mesh_set_flush(struct snap_mesh *mesh, struct snap_flusher *flusher, const struct snap_smp_config *cfg,
+			char *err, size_t errlen)
+{
+	if (strstr(cfg->flush_dir, "%n")) {
+		snap_fmt(err, errlen, "--flush-dir %s: in an --ec mesh every node writes its ranks' files into one "
+			 "directory they all reach (a parallel file system), and node 0 seals each step there; "
+			 "per-node flush directories (%%n) are not supported", cfg->flush_dir);
+		return SNAP_EUNSUPPORTED;
+	}
+	mesh->flusher = flusher;
+	snprintf(mesh->flush_dir, sizeof(mesh->flush_dir), "%s", cfg->flush_dir);
+	mesh->flush_every = cfg->flush_every;
+	mesh->flush_keep = cfg->flush_keep;
+	return 0;
+}
+
+int snap_mesh_fd(const struct snap_mesh *mesh)
+{
+	return mesh ? mesh->efd : -1;
 }
 
 int snap_mesh_rank(const struct snap_mesh *mesh)
@@ -152,6 +180,16 @@ struct jsum {
 	uint32_t n;
 	uint32_t news;     /* store_job.news: this node's new incarnation rewound the job ... */
 	uint64_t news_base;/* ... to this step (news 1) or to nothing (news 2) */
+	/* the mesh flush (meshflush.c): this node's part of fl_step ... */
+	uint64_t fl_step;
+	uint32_t fl_state; /* ... 0 none or writing, 1 written (fl_ranks files), 2 failed */
+	uint32_t fl_ranks;
+	uint32_t fl_world;
+	uint32_t has_persisted;
+	uint64_t persisted;/* newest step this node knows persisted */
+	uint64_t seal_step;/* node 0: its seal of seal_step ... */
+	uint32_t seal_state;/* ... 1 sealed, 2 failed */
+	uint32_t pad;
 };
 
 /* The agreement cannot tolerate a node that skips a collective or folds
@@ -206,6 +244,19 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 			}
 		}
 		struct jsum h = { .n = n, .news = (uint32_t)j->news, .news_base = j->news_base };
+		struct mjob *mj = mesh_job_find(mesh, j->name);
+		if (j->mfl_busy || j->mfl_state) {
+			h.fl_step = j->mfl_step;
+			h.fl_state = j->mfl_busy ? (uint32_t)j->mfl_state : 0;
+			h.fl_ranks = j->mfl_ranks;
+			h.fl_world = j->mfl_world;
+		}
+		h.has_persisted = (uint32_t)j->has_persisted;
+		h.persisted = j->persisted;
+		if (mj && mj->seal_state) {
+			h.seal_step = mj->seal_step;
+			h.seal_state = (uint32_t)mj->seal_state;
+		}
 		j->news = 0;   /* delivered by this round (a failed round stops the mesh) */
 		snprintf(h.name, sizeof(h.name), "%s", j->name);
 		put(mesh, &p, len, &cap, &h, sizeof(h));
@@ -234,6 +285,27 @@ static int cmp_desc(const void *a, const void *b)
 	return x > y ? -1 : x < y;
 }
 
+/* One node's report on the job's flush (meshflush.c reads the sums). */
+static void fold_flush(struct mjob *j, int node, const struct jsum *h)
+{
+	j->f_nodes++;
+	if (j->fl_busy && h->fl_step == j->fl_step && h->fl_state) {
+		j->f_done++;
+		if (h->fl_state == 1)
+			j->f_ok += h->fl_ranks;
+		else if (j->f_fail_node < 0)
+			j->f_fail_node = node;
+	}
+	if (j->fl_busy && h->fl_step == j->fl_step && h->fl_world > j->f_world)
+		j->f_world = h->fl_world;
+	if (h->has_persisted && (!j->f_has_persisted || h->persisted > j->f_persisted)) {
+		j->f_has_persisted = 1;
+		j->f_persisted = h->persisted;
+	}
+	if (node == 0 && j->fl_busy == 2 && h->seal_state && h->seal_step == j->fl_step)
+		j->f_seal = (int)h->seal_state;
+}
+
 /* Fold every node's summary into the per-job globally complete steps. */
 static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *counts, const int *displs)
 {
@@ -242,8 +314,12 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 		struct sent e;
 	} *a = NULL;
 	size_t na = 0, cap = 0;
-	for (struct mjob *j = mesh->jobs; j; j = j->next)
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		j->news = 0;
+		j->f_nodes = j->f_done = j->f_ok = j->f_world = 0;
+		j->f_fail_node = -1;
+		j->f_seal = j->f_has_persisted = 0;
+	}
 	for (int node = 0; node < mesh->size; node++) {
 		const uint8_t *p = all + displs[node], *end = p + counts[node];
 		while (p + sizeof(struct jsum) <= end) {
@@ -254,6 +330,7 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 			struct mjob *j = mesh_job(mesh, h.name);
 			if (!j)
 				round_fatal(mesh, "out of memory for a job entry");
+			fold_flush(j, node, &h);
 			if (h.news == 2 || (h.news == 1 && j->news != 2 && (j->news == 0 || h.news_base < j->news_base))) {
 				j->news = (int)h.news;
 				j->news_base = h.news_base;
@@ -302,6 +379,13 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 		j->ncomplete = n < MESH_MAX_COMPLETE ? n : MESH_MAX_COMPLETE;
 		memcpy(j->complete, steps, j->ncomplete * sizeof(steps[0]));
 		struct store_job *sj = snap_store_job(mesh->store, j->name, 1);
+		if (j->news && j->lost) {
+			/* Its trainers restored from disk (or started afresh): a new
+			 * timeline the mesh protects again. */
+			j->lost = 0;
+			mesh_say(mesh, "job %s: a new incarnation restarted it from %s; protecting it again", j->name,
+				 j->news == 1 ? "a persisted step" : "nothing");
+		}
 		if (sj && j->news) {
 			unsigned dropped = snap_store_supersede(mesh->store, sj, j->news == 1, j->news_base);
 			if (dropped)
@@ -324,23 +408,29 @@ static int round_(struct snap_mesh *mesh, int protect)
 	pthread_mutex_lock(&mesh->mu);
 	uint8_t *mine = summarize(mesh, &len);
 	uint64_t number = ++mesh->rounds_started;
+	/* A wanted flush stays "taken" (persist_busy) until decided below. */
+	int want = mesh->store->mesh_flush_wanted;
+	mesh->store->mesh_flush_wanted = 0;
+	mesh->store->mesh_flush_taken |= want;
 	pthread_mutex_unlock(&mesh->mu);
-	int hdr[2] = { (int)len, atomic_load(&mesh->stop_req) };
-	int *hdrs = malloc(sizeof(int) * 2 * (size_t)mesh->size);
+	int hdr[3] = { (int)len, atomic_load(&mesh->stop_req), want };
+	int *hdrs = malloc(sizeof(int) * 3 * (size_t)mesh->size);
 	int *counts = malloc(sizeof(int) * (size_t)mesh->size), *displs = malloc(sizeof(int) * (size_t)mesh->size);
 	int stop = 0;
 	if (!hdrs || !counts || !displs)
 		round_fatal(mesh, "out of memory for the gathered headers");
 	MPI_Request req;
-	if (MPI_Iallgather(hdr, 2, MPI_INT, hdrs, 2, MPI_INT, mesh->world, &req) != MPI_SUCCESS)
+	if (MPI_Iallgather(hdr, 3, MPI_INT, hdrs, 3, MPI_INT, mesh->world, &req) != MPI_SUCCESS)
 		round_fatal(mesh, "MPI_Iallgather failed");
 	wait_req(mesh, &req);
 	size_t total = 0;
+	int wanted = 0;
 	for (int i = 0; i < mesh->size; i++) {
-		counts[i] = hdrs[2 * i];
+		counts[i] = hdrs[3 * i];
 		displs[i] = (int)total;
-		total += (size_t)hdrs[2 * i];
-		stop |= hdrs[2 * i + 1];
+		total += (size_t)hdrs[3 * i];
+		stop = stop > hdrs[3 * i + 1] ? stop : hdrs[3 * i + 1];
+		wanted |= hdrs[3 * i + 2];
 	}
 	uint8_t *all = malloc(total ? total : 1);
 	if (!all)
@@ -357,9 +447,9 @@ static int round_(struct snap_mesh *mesh, int protect)
 	free(counts);
 	free(displs);
 	free(mine);
-	if (stop || !protect)
+	if (!protect)
 		return stop;
-	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next) {
 		if (j->lost || !j->ncomplete)
 			continue;
 		uint64_t g = j->complete[0];
@@ -367,7 +457,10 @@ static int round_(struct snap_mesh *mesh, int protect)
 			continue;
 		mesh_protect(mesh, j, g);
 	}
-	return 0;
+	/* A stop (1) waits for a flush under way or wanted, e.g. the one a
+	 * SIGTERM asked for; a stop now (2: a second signal) does not. */
+	int flushing = mesh_flush_round(mesh, wanted);
+	return stop == 2 || (stop && !flushing);
 }
 
 static void *mesh_main(void *arg)
@@ -376,6 +469,14 @@ static void *mesh_main(void *arg)
 	struct timespec ts = { 0, (long)mesh->period_ms * 1000000L };
 	while (!round_(mesh, 1))
 		nanosleep(&ts, NULL);
+	pthread_mutex_lock(&mesh->mu);
+	mesh->store->mesh_stopped = 1;   /* nothing is agreed any more: drains end */
+	pthread_mutex_unlock(&mesh->mu);
+	if (mesh->efd >= 0) {
+		uint64_t one = 1;
+		ssize_t n = write(mesh->efd, &one, sizeof(one));
+		(void)n;
+	}
 	/* A peer stopped: end our poll loop too (it is waiting on a signalfd). */
 	if (!atomic_load(&mesh->stop_req))
 		kill(getpid(), SIGTERM);
@@ -431,11 +532,11 @@ int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned 
 	return 0;
 }
 
-void snap_mesh_stop(struct snap_mesh *mesh)
+void snap_mesh_stop(struct snap_mesh *mesh, int now)
 {
 	if (!mesh || !mesh->thr_started)
 		return;
-	atomic_store(&mesh->stop_req, 1);
+	atomic_store(&mesh->stop_req, now ? 2 : 1);
 	pthread_join(mesh->thr, NULL);
 	mesh->thr_started = 0;
 }
@@ -444,7 +545,9 @@ void snap_mesh_finalize(struct snap_mesh *mesh)
 {
 	if (!mesh)
 		return;
-	snap_mesh_stop(mesh);
+	snap_mesh_stop(mesh, 1);
+	if (mesh->efd >= 0)
+		close(mesh->efd);
 	while (mesh->jobs) {
 		struct mjob *j = mesh->jobs;
 		mesh->jobs = j->next;

@@ -53,6 +53,22 @@ int snap_mesh_size(const struct snap_mesh *mesh);
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
 		    int quiet, char *err, size_t errlen);
 
+/*
+ * --flush-dir in a mesh (meshflush.c), before snap_mesh_start: the nodes
+ * flush protected steps together into cfg->flush_dir, which must be one
+ * directory every node reaches (SNAP_EUNSUPPORTED for a per-node "%n"
+ * path). flusher is this node's flush thread; the mesh hands it this
+ * node's ranks of each step, the poll loop collects them (persist.c).
+ */
+struct snap_flusher;
+struct snap_smp_config;
+int snap_mesh_set_flush(struct snap_mesh *mesh, struct snap_flusher *flusher, const struct snap_smp_config *cfg,
+			char *err, size_t errlen);
+/* Readable (an eventfd: read 8 bytes) when the mesh's flush state changed:
+ * a flush persisted or failed, a wanted one was decided, the mesh stopped.
+ * -1 for a NULL mesh. */
+int snap_mesh_fd(const struct snap_mesh *mesh);
+
 /* Guard the store against the mesh thread. NULL mesh: no-ops. */
 void snap_mesh_lock(struct snap_mesh *mesh);
 void snap_mesh_unlock(struct snap_mesh *mesh);
@@ -74,8 +90,9 @@ int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket);
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
 
 /* Stop the mesh thread (every node stops at the same agreement round; a
- * node whose stop came from a peer gets SIGTERM so its poll loop ends). */
-void snap_mesh_stop(struct snap_mesh *mesh);
+ * node whose stop came from a peer gets SIGTERM so its poll loop ends).
+ * The round waits for a mesh flush under way or wanted unless now. */
+void snap_mesh_stop(struct snap_mesh *mesh, int now);
 /* Error exit of a mesh node (snapsmp's main, and the mesh thread when an
  * agreement round cannot go on): MPI_Abort, so that peers waiting in a
  * collective do not hang. Does not return. (meshutil.c) */

@@ -38,6 +38,28 @@ struct mjob {
 	unsigned ncomplete;
 	int news;                     /* this round: a new incarnation rewound (1: to news_base, 2: to nothing) */
 	uint64_t news_base;
+	/* The mesh's flush of a protected step (meshflush.c). Agreed: */
+	int fl_busy;                  /* 1: nodes writing their ranks' files, 2: node 0 sealing */
+	uint64_t fl_step;
+	uint32_t fl_world;
+	int fl_want;                  /* a node asked for a flush: start one when idle */
+	unsigned since_flush;         /* protected steps since the last flush began */
+	int fl_counted;               /* since_flush has counted fl_last_prot */
+	uint64_t fl_last_prot;
+	int has_persisted;
+	uint64_t persisted;
+	uint64_t fl_t0;               /* here: when the flush began (for the log) */
+	/* this round's fold of every node's summary */
+	unsigned f_nodes, f_done;     /* nodes that have the job; of them, those done with fl_step */
+	uint32_t f_ok;                /* rank files written of fl_step */
+	uint32_t f_world;             /* its world size, as the nodes holding ranks of it say */
+	int f_fail_node;              /* first node whose part failed, -1 none */
+	int f_seal;                   /* node 0's seal of fl_step: 0 not yet, 1 sealed, 2 failed */
+	int f_has_persisted;
+	uint64_t f_persisted;
+	/* node 0 only: its seal of seal_step, reported in every summary */
+	int seal_state;               /* 0 none, 1 sealed, 2 failed */
+	uint64_t seal_step;
 	int lost;                     /* relaunch could not rebuild it */
 	char lost_msg[MESH_ERRLEN];
 	struct mjob *next;
@@ -57,6 +79,11 @@ struct snap_mesh {
 	uint64_t rounds_done;         /* [mu] the last round whose view is published */
 	struct smp_log log;           /* --quiet; node = rank */
 	unsigned period_ms;
+	/* --flush-dir (meshflush.c): one directory every node writes into */
+	struct snap_flusher *flusher; /* this node's flush thread, NULL without --flush-dir */
+	char flush_dir[SNAP_PATH_MAX];
+	unsigned flush_every, flush_keep;
+	int efd;                      /* eventfd: flush state changed (snap_mesh_fd) */
 };
 
 /* ---- meshutil.c (and log.c) ---- */
@@ -67,6 +94,17 @@ struct snap_mesh {
 /* The job's entry, created in name order when new; NULL when out of memory. */
 struct mjob *mesh_job(struct snap_mesh *mesh, const char *name);
 /* snap_mesh_abort (mesh.h) is defined there too. */
+
+/* The job's entry if the mesh has one (never creates: only agreed data do). */
+struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
+
+/* ---- meshflush.c (called by mesh.c) ---- */
+
+/* [no lock held; every node, same data] After a round's fold: advance each
+ * job's flush (start, all parts written -> node 0 seals, sealed or failed ->
+ * done). wanted: some node asked for a flush this round. Returns 1 while a
+ * flush is under way or wanted (a stop waits for it). */
+int mesh_flush_round(struct snap_mesh *mesh, int wanted);
 
 /* ---- protect.c, recover.c (called by mesh.c) ---- */
 

@@ -29,6 +29,14 @@ struct mjob *mesh_job(struct snap_mesh *mesh, const char *name)
 	return j;
 }
 
+struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name)
+{
+	for (struct mjob *j = mesh->jobs; j; j = j->next)
+		if (strcmp(j->name, name) == 0)
+			return j;
+	return NULL;
+}
+
 _Noreturn void snap_mesh_abort(struct snap_mesh *mesh, int code)
 {
 	(void)mesh;

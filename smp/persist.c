@@ -17,52 +17,13 @@
 #include "smp_internal.h"
 #include "snap/wire.h"
 
-static void pin(struct smp *m, struct flush_req *q, int delta)
-{
-	struct store_job *j = snap_store_job(m->store, q->job, 0);
-	for (uint32_t r = 0; j && r < q->world; r++) {
-		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
-		if (rk && delta > 0)
-			rk->slots[q->ranks[r].slot].refs++;
-		else if (rk)
-			snap_store_unref(m->store, j, rk, q->ranks[r].slot);
-	}
-}
-
-/* Build a self-contained request for a step every rank committed. */
+/* Flush a step every rank of which this node holds (no mesh). */
 static int start(struct smp *m, struct store_job *j, uint64_t step, char *err, size_t errlen)
 {
-	struct store_rank *r0 = j->nranks ? j->ranks[0] : NULL;
-	struct store_slot *s0 = snap_store_find(m->store, r0, step, NULL);
-	if (!s0) {
-		snap_fmt(err, errlen, "job %s has no committed step %" PRIu64 " to flush", j->name, step);
-		return SNAP_ENOENT;
-	}
-	struct flush_req *q = calloc(1, sizeof(*q));
-	uint32_t world = s0->man.world;
-	if (!q || !(q->ranks = calloc(world, sizeof(*q->ranks)))) {
-		free(q);
-		return SNAP_ENOMEM;
-	}
-	snprintf(q->job, sizeof(q->job), "%s", j->name);
-	q->step = step;
-	q->world = world;
-	for (uint32_t r = 0; r < world; r++) {
-		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
-		uint32_t slot;
-		struct store_slot *sl = snap_store_find(m->store, rk, step, &slot);
-		char why[128];
-		if (!sl || snap_manifest_decode(sl->man_bytes, sl->man_len, &q->ranks[r].man, why, sizeof(why))) {
-			snap_fmt(err, errlen, "step %" PRIu64 " of job %s is not complete: rank %u does not hold it", step,
-				 j->name, r);
-			q->world = r;
-			snap_flush_req_free(q);
-			return SNAP_ENOENT;
-		}
-		q->ranks[r].slot = slot;
-		snap_store_path(m->store, j->name, r, slot, 0, q->ranks[r].path, sizeof(q->ranks[r].path));
-	}
-	pin(m, q, +1);
+	struct flush_req *q;
+	int rc = flush_req_build(m->store, j, step, 0, &q, err, errlen);
+	if (rc)
+		return rc;
 	j->flushing = 1;
 	j->flush_step = step;
 	j->since_flush = 0;
@@ -72,11 +33,30 @@ static int start(struct smp *m, struct store_job *j, uint64_t step, char *err, s
 	return 0;
 }
 
+/*
+ * In a mesh the nodes flush together (meshflush.c): a request here only
+ * asks the next agreement round for a flush of the newest protected step of
+ * every job. The flag is the store's, read by the mesh thread under the lock.
+ */
+static void mesh_want(struct smp *m)
+{
+	m->store->mesh_flush_wanted = 1;
+}
+
 int persist_request(struct smp *m, struct store_job *j, uint64_t step, char *err, size_t errlen)
 {
 	if (!m->flusher) {
 		snap_fmt(err, errlen, "snapsmp runs without a flush directory (SNAP_FLUSH_DIR / --flush-dir)");
 		return SNAP_EUNSUPPORTED;
+	}
+	if (m->mesh) {
+		if (step != SNAP_STEP_LATEST) {
+			snap_fmt(err, errlen, "in an --ec mesh the nodes flush the newest protected step together; "
+				 "a flush of step %" PRIu64 " alone is not supported (ask for the latest)", step);
+			return SNAP_EUNSUPPORTED;
+		}
+		mesh_want(m);
+		return 0;
 	}
 	uint64_t latest;
 	if (step == SNAP_STEP_LATEST) {
@@ -112,6 +92,8 @@ int persist_request(struct smp *m, struct store_job *j, uint64_t step, char *err
 void persist_on_commit(struct smp *m, struct store_job *j)
 {
 	uint64_t latest;
+	if (m->mesh)   /* the mesh counts protected steps itself (--flush-every) */
+		return;
 	if (snap_store_latest(m->store, j, &latest) != 0 || (j->has_seen && latest <= j->seen))
 		return;
 	j->has_seen = 1;
@@ -128,6 +110,11 @@ void persist_all(struct smp *m, const char *why)
 {
 	if (!m->flusher)
 		return;
+	if (m->mesh) {
+		smp_say(m, "%s: asking the mesh to flush the newest protected step of every job", why);
+		mesh_want(m);
+		return;
+	}
 	for (struct store_job *j = m->store->jobs; j; j = j->next) {
 		char err[SMP_ERRLEN];
 		uint64_t latest;
@@ -149,6 +136,13 @@ void persist_tick(struct smp *m)
 	if (!m->flusher || !m->cfg->flush_interval)
 		return;
 	uint64_t now = snap_now_ns(), period = (uint64_t)m->cfg->flush_interval * 1000000000ull;
+	if (m->mesh) {
+		if (now - m->last_mesh_tick_ns >= period) {
+			m->last_mesh_tick_ns = now;
+			mesh_want(m);
+		}
+		return;
+	}
 	for (struct store_job *j = m->store->jobs; j; j = j->next) {
 		uint64_t latest;
 		if (j->flushing || now - j->last_flush_ns < period || snap_store_latest(m->store, j, &latest) != 0 ||
@@ -183,8 +177,27 @@ void persist_collect(struct smp *m)
 {
 	struct flush_req *q;
 	while (m->flusher && (q = snap_flusher_done(m->flusher))) {
-		pin(m, q, -1);
+		flush_req_unpin(m->store, q);
 		struct store_job *j = snap_store_job(m->store, q->job, 0);
+		if (q->node_only) {
+			/* This node's part of a mesh flush: the next round reports it. */
+			if (q->rc == 0)
+				smp_say(m, "wrote %u rank file(s) of step %" PRIu64 " of job %s: %.1f MiB in %.2f s", q->nranks,
+				    q->step, q->job, q->bytes / 1048576.0, q->seconds);
+			else
+				smp_say(m, "flush of this node's ranks of step %" PRIu64 " of job %s failed: %s", q->step, q->job,
+				    q->err);
+			if (j && j->mfl_step == q->step) {
+				j->mfl_state = q->rc ? 2 : 1;
+				j->mfl_ranks = q->rc ? 0 : q->nranks;
+				j->mfl_bytes = q->bytes;
+				snap_fmt(j->mfl_msg, sizeof(j->mfl_msg), "%s", q->rc ? q->err : "");
+			}
+			if (j)
+				j->flushing = 0;
+			snap_flush_req_free(q);
+			continue;
+		}
 		if (q->rc == 0) {
 			smp_say(m, "persisted step %" PRIu64 " of job %s: %.1f MiB in %.2f s (%.2f GB/s)%s%s", q->step, q->job,
 			    q->bytes / 1048576.0, q->seconds, q->seconds > 0 ? q->bytes / q->seconds / 1e9 : 0.0,
@@ -230,14 +243,18 @@ int persist_on_flush_msg(struct smp *m, struct conn *c, struct snap_rbuf *r, cha
 		snap_fmt(err, SMP_ERRLEN, "job %s is not in store %s", job, m->store->root);
 		return SNAP_ENOENT;
 	}
+	uint64_t asked = step;
 	if (step == SNAP_STEP_LATEST && snap_store_latest(m->store, j, &step) != 0) {
 		snap_fmt(err, SMP_ERRLEN, "job %s has no restorable step to flush", job);
 		return SNAP_ENOENT;
 	}
-	int rc = persist_request(m, j, step, err, SMP_ERRLEN);
+	/* A mesh flushes its newest protected step, which catches up with the
+	 * newest complete one: the waiter is answered once that is persisted. */
+	int rc = persist_request(m, j, m->mesh ? asked : step, err, SMP_ERRLEN);
 	if (rc || !wait)
 		return rc;
-	if (j->has_persisted && j->persisted == step && !(j->flushing && j->flush_step == step))
+	if (j->has_persisted && (m->mesh ? j->persisted >= step : j->persisted == step) &&
+	    !(j->flushing && j->flush_step == step))
 		return 0;
 	c->waiting = 1;
 	snprintf(c->wait_job, sizeof(c->wait_job), "%s", job);
@@ -246,8 +263,43 @@ int persist_on_flush_msg(struct smp *m, struct conn *c, struct snap_rbuf *r, cha
 	return 0;
 }
 
+void persist_mesh_update(struct smp *m)
+{
+	for (struct conn *c = m->conns; c; c = c->next) {
+		struct store_job *j = c->dead || !c->waiting ? NULL : snap_store_job(m->store, c->wait_job, 0);
+		if (!j)
+			continue;
+		if (j->has_persisted && j->persisted >= c->wait_step) {
+			c->waiting = 0;
+			struct snap_wbuf w = { 0 };
+			snap_put_u64(&w, j->persisted);
+			snap_put_u64(&w, j->mfl_bytes);
+			snap_put_u64(&w, j->mfl_ns);
+			smp_reply_ok(c->fd, SNAP_MSG_FLUSH, &w, -1);
+			snap_wbuf_free(&w);
+		} else if (j->mfl_failed && j->mfl_failed_step >= c->wait_step) {
+			c->waiting = 0;
+			smp_reply_err(c->fd, SNAP_MSG_FLUSH, SNAP_EIO, j->mfl_msg);
+		} else if (!j->mfl_busy && !m->store->mesh_stopped) {
+			mesh_want(m);   /* the protected step had not caught up yet: again */
+		}
+	}
+}
+
 int persist_busy(const struct smp *m)
 {
+	if (m->mesh) {
+		/* Until the mesh thread is gone a drain waits for the mesh's flush. */
+		const struct snap_store *s = m->store;
+		if (s->mesh_stopped)
+			return 0;
+		if (s->mesh_flush_wanted || s->mesh_flush_taken)
+			return 1;
+		for (const struct store_job *j = s->jobs; j; j = j->next)
+			if (j->mfl_busy || j->flushing)
+				return 1;
+		return 0;
+	}
 	for (const struct store_job *j = m->store->jobs; j; j = j->next)
 		if (j->flushing || j->want_latest || j->want_step_set)
 			return 1;

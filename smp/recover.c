@@ -411,8 +411,9 @@ int mesh_recover(struct snap_mesh *mesh)
 			j->lost = 1;
 			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s cannot be rebuilt from the mesh: newest protected step"
 				 " %" PRIu64 ": %s; no step is recoverable by every group (newest step still recoverable"
-				 " anywhere in memory: none; fall back to a disk checkpoint). Stores left untouched.",
-				 j->name, newest, why);
+				 " anywhere in memory: none; %s%s); stores left untouched",
+				 j->name, newest, why, mesh->flush_dir[0] ? "falling back to the newest persisted step in "
+				 : "fall back to a disk checkpoint", mesh->flush_dir);
 			if (mesh->rank == 0)
 				mesh_warn(mesh, "%s", j->lost_msg);
 			continue;

@@ -247,8 +247,15 @@ int snap_rehydrate(const struct snap_smp_config *cfg, struct snap_store *s, stru
 	int rc = choose_step(cfg, j, &step, err, errlen);
 	if (rc)
 		return rc;
-	if (snap_store_find(s, r, step, slot))
-		return 0;   /* this rank already loaded it in this incarnation */
+	/* This rank already loaded it in this incarnation. An older
+	 * incarnation's slot of the same step is not reused: it may hold other
+	 * bytes (a dead timeline's), and in a mesh the rewind this load
+	 * announces (to step - 1, see snap_store_acquire) withdraws it on every
+	 * node, which left a rank restored from a withdrawn slot and its job
+	 * stalled (fault.mesh_flush). */
+	const struct store_slot *had = snap_store_find(s, r, step, slot);
+	if (had && had->man.gen == j->gen)
+		return 0;
 
 	int fd;
 	if ((rc = snap_store_acquire(s, j, r, step, owner, slot, &fd, err, errlen)))

@@ -10,7 +10,8 @@
  *   6  main.c                   flags -> config, --ec, snap_smp_serve
  *   5  daemon.c                 poll loop, connections, request dispatch
  *   4  mesh.c                   MPI start/stop, agreement rounds, mesh thread
- *   3  persist.c                flush policy (-> flush.c)
+ *   3  persist.c meshflush.c    flush policy (-> flush.c); the mesh's flush
+ *                               of a protected step across nodes
  *   2  flush.c files.c rehydrate.c protect.c recover.c
  *                               flush thread, captured files, restore from
  *                               disk, encode a step, relaunch rebuild
@@ -67,6 +68,7 @@ struct smp {
 	int draining;                  /* SIGTERM seen: finish flushes, then exit */
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
 	struct snap_files *files;      /* captured files (files.c) */
+	uint64_t last_mesh_tick_ns;    /* mesh: when --flush-interval last asked the mesh to flush */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */
@@ -87,7 +89,10 @@ void persist_tick(struct smp *m);
 void persist_collect(struct smp *m);
 /* A FLUSH message (allowed without HELLO). */
 int persist_on_flush_msg(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err, int *deferred);
-/* Flushes still running or queued. */
+/* Mesh: the mesh thread changed flush state (snap_mesh_fd readable):
+ * answer FLUSH waiters whose step is persisted or failed. */
+void persist_mesh_update(struct smp *m);
+/* Flushes still running or queued (mesh: also one wanted or agreed and not sealed). */
 int persist_busy(const struct smp *m);
 
 #endif

@@ -75,8 +75,9 @@ def groups_of(nodes, k, m):
 
 
 class Mesh:
-    def __init__(self, a, base):
+    def __init__(self, a, base, extra=()):
         self.a, self.base, self.proc, self.logf = a, base, None, None
+        self.extra = list(extra)   # more snapsmp flags (mesh_flush.py: --flush-dir ...)
 
     def root(self, n):
         return os.path.join(self.base, f"node{n}")
@@ -102,7 +103,7 @@ class Mesh:
         # Own session: SIGKILL of the process group takes mpirun and every node.
         self.proc = subprocess.Popen(
             [self.a.mpiexec, "-np", str(self.a.nodes), "--oversubscribe", self.a.snapsmp, "--ec", self.a.shape,
-             "--store", os.path.join(self.base, "node%n"), "--slots", "3", "--mem-limit", "256M"],
+             "--store", os.path.join(self.base, "node%n"), "--slots", "3", "--mem-limit", "256M"] + self.extra,
             env=env, stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
         if not wait_socket([self.root(n) for n in range(self.a.nodes)], self.proc, limit=120):
             raise RuntimeError(f"mesh did not start; see {log}")

@@ -18,7 +18,7 @@ LAYERS = {
     "main": 6,
     "daemon": 5,
     "mesh": 4,
-    "persist": 3,
+    "persist": 3, "meshflush": 3,
     "flush": 2, "files": 2, "rehydrate": 2, "protect": 2, "recover": 2,
     "log": 1, "reply": 1, "meshutil": 1, "config": 1, "store": 1, "slots": 1, "meshfiles": 1,
 }

@@ -75,6 +75,18 @@ struct store_job {
 	/* --ec mesh only: this node's first rewind of a generation, for the
 	 * next agreement round to announce to every node (snap_store_rewind). */
 	uint64_t rewound_gen;          /* generation of the last rewind here */
+	/* --ec mesh with a flush directory (smp/meshflush.c, persist.c): this
+	 * node's part of the mesh's flush of step mfl_step ... */
+	int mfl_state;                 /* ... 0 writing, 1 written (mfl_ranks rank files), 2 failed */
+	uint64_t mfl_step;
+	uint32_t mfl_ranks;
+	uint32_t mfl_world;            /* the step's world size (0: no rank of it here) */
+	uint64_t mfl_bytes;            /* bytes this node wrote of it */
+	uint64_t mfl_ns;               /* agreement to seal of the last persisted step, here */
+	int mfl_busy;                  /* the mesh agreed a flush of this job, or one is wanted */
+	int mfl_failed;                /* the last mesh flush failed: its step and why */
+	uint64_t mfl_failed_step;
+	char mfl_msg[256];
 	int news;                      /* 0: none; 1: rewound to news_base; 2: rewound to nothing */
 	uint64_t news_base;
 	struct store_job *next;
@@ -89,6 +101,9 @@ struct snap_store {
 	struct store_job *jobs;
 	void (*log)(const char *msg);
 	int mesh;                      /* --ec: restorable = the mesh's global view (job->mesh_latest) */
+	int mesh_flush_wanted;         /* mesh: a node asked for a flush (signal, interval, FLUSH) ... */
+	int mesh_flush_taken;          /* ... which a round has taken and not yet decided */
+	int mesh_stopped;              /* the mesh thread has ended: nothing more is agreed */
 	char denied[SNAP_FILE_MAX];    /* first path the scan could not read (EACCES): open fails */
 };
 

@@ -1,0 +1,252 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""The whole protection hierarchy with real processes: `mpirun -np NODES
+snapsmp --ec K+M --flush-dir DISK` (one store per node on this machine, one
+flush directory they all write into), example trainers spread over the nodes.
+
+Each trial relaunches the mesh over the previous trial's stores and flush
+directory, after one of these ends:
+  quiet  (--flush-every 1000: only signals flush)
+         the trainers ran to a target step and exited; the test waits until
+         every node holds that step's protect record, sometimes sends SIGUSR1
+         (a preemption notice: the mesh must persist that step) and waits for
+         it to be persisted, then SIGKILLs the mesh or stops it with SIGTERM
+         (which must persist the newest protected step, then exit 0);
+  busy   the trainers keep committing with --flush-every 1; the test waits
+         until a flush that began after the restore has been persisted and
+         measures it, then waits for the next flush to begin and SIGKILLs the
+         whole mesh within that measured time (mid-flush), or within a step
+         (mid-protect).
+Then stores are lost: none (level 1: the local stores), up to M per group
+(level 2: rebuilt from parity), M+1 of group 0 or every store (level 3: the
+newest persisted step on disk), or M+1 and the job's flush directory too
+(level 4: a clear error naming what is lost, trainers exit 1).
+Checks: every rank restores the same step, bit-exact (the trainer verifies
+its state, exit 3 otherwise); from the level the mesh logs; exactly the
+target step after a quiet end at levels 1-2, exactly the newest persisted
+step at level 3, never older than the newest step logged protected (levels
+1-2) or persisted (level 3); a persisted step has every rank file and a
+MANIFEST, and never more than --flush-keep persisted steps stay.
+"""
+import argparse
+import os
+import random
+import re
+import shutil
+import signal
+import sys
+import time
+
+from events import Waiter, strike_within
+from mesh_trials import JOB, Mesh, committed_after_restore, groups_of, have_record, restored_of, start_trainers
+
+KEEP = 2
+
+
+def persisted_steps(disk):
+    d = os.path.join(disk, JOB)
+    out = []
+    for e in os.listdir(d) if os.path.isdir(d) else []:
+        if e.startswith("step-") and e[5:].isdigit() and os.path.exists(os.path.join(d, e, "MANIFEST")):
+            out.append(int(e[5:]))
+    return sorted(out)
+
+
+def logged(text, what):
+    return [int(x) for x in re.findall(rf"job {JOB} step (\d+) {what}", text)]
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--shape", default="3+1")
+    ap.add_argument("--nodes", type=int, default=4)
+    ap.add_argument("--trials", type=int, default=12)
+    ap.add_argument("--bytes", default="256K")
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    a = ap.parse_args()
+    a.k, a.m = map(int, a.shape.split("+"))
+    a.world, a.codec = a.nodes + 2, None
+    a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
+    a.trainer = os.path.join(a.build, "integration", "trainer")
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    base = f"/dev/shm/snaptest-meshflush-{os.getpid()}"
+    disk = os.path.join(base, "disk")
+    logdir = f"/tmp/snaptest-meshflush-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(logdir, exist_ok=True)
+    os.makedirs(base)
+    groups = groups_of(a.nodes, a.k, a.m)
+    print(f"mesh_flush: {a.shape} nodes={a.nodes} world={a.world} trials={a.trials} seed={seed}")
+    mesh = Mesh(a, base)
+    waiter = Waiter()
+    waiter.watch(logdir)
+    failures, seen = [], set()
+
+    def fail(msg):
+        print("FAIL:", msg)
+        failures.append(msg)
+
+    # What the next launch must restore: ("exact", s), ("atleast", s) or ("error", None) / ("fresh", None).
+    expect, level, step, flush_time = ("fresh", None), 1, 0, None
+    try:
+        for t in range(a.trials + 1):
+            busy = 0 < t < a.trials and expect[0] != "error" and rng.random() < 0.5
+            mid_flush = False
+            # Busy: a flush of every protected step, to strike in one. Quiet:
+            # only the signals flush, so SIGUSR1 and SIGTERM are what is tested.
+            mesh.extra = ["--flush-dir", disk, "--flush-every", "1" if busy else "1000", "--flush-keep", str(KEEP)]
+            mesh.start(os.path.join(logdir, f"mesh{t}.log"))
+            target = step + rng.randint(4, 6)
+            procs = start_trainers(a, mesh, logdir, f"t{t}", 10**8 if busy else target)
+            pp = [p for p, _, _ in procs]
+            if busy:
+                if not waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and
+                                                restored_of(log) is not None for p, log, _ in procs), procs=pp):
+                    fail(f"trial {t}: the ranks did not log their restore")
+                restored_at = time.monotonic()
+                waiter.until(lambda: any(committed_after_restore(log) for _, log, _ in procs), procs=pp)
+                step_time = time.monotonic() - restored_at
+                mid_flush = rng.random() < 0.6
+                if mid_flush:
+                    # One whole flush begun after the restore, measured; then the next one's start.
+                    n0 = len(logged(mesh.text(), "persisted"))
+                    began = time.monotonic()
+                    if not waiter.until(lambda: len(logged(mesh.text(), "persisted")) > n0, procs=pp):
+                        fail(f"trial {t}: no flush was persisted while the trainers ran; see {mesh.log}")
+                    flush_time = time.monotonic() - began
+                    starts = len(re.findall(r"flushing \d+ rank file", mesh.text()))
+                    waiter.until(lambda: len(re.findall(r"flushing \d+ rank file", mesh.text())) > starts, procs=pp)
+                    strike_within(rng, flush_time)
+                else:
+                    strike_within(rng, 3 * step_time)
+                mesh.kill()
+                for p in pp:
+                    p.kill()
+            for p in pp:
+                p.wait()
+            # ---- what this launch restored ----
+            restored, codes = set(), set()
+            for r, (p, log, err) in enumerate(procs):
+                codes.add(p.returncode)
+                if expect[0] == "error":
+                    with open(err) as f:
+                        e = f.read()
+                    if p.returncode != 1 or "cannot be rebuilt" not in e or "no step of it is persisted" not in e:
+                        fail(f"trial {t} rank {r}: level 4 (nothing left) gave exit {p.returncode}, {e!r}")
+                    continue
+                if p.returncode not in ((0,) if not busy else (0, 1, -signal.SIGKILL)):
+                    fail(f"trial {t} rank {r}: trainer exited {p.returncode}; see {err}")
+                restored.add(restored_of(log))
+            text = mesh.text()
+            if expect[0] != "error":
+                if len(restored) != 1:
+                    fail(f"trial {t}: ranks restored different steps {sorted(restored, key=str)}")
+                got = restored.pop() if len(restored) == 1 else None
+                want = expect[1]
+                if expect[0] == "exact" and got != want:
+                    fail(f"trial {t}: level {level}: restored {got}, expected exactly {want} (seed {seed})")
+                if expect[0] == "atleast" and (got is None or got < want):
+                    fail(f"trial {t}: level {level}: restored {got}, expected at least {want} (seed {seed})")
+                if expect[0] == "fresh" and got not in (0, None):
+                    fail(f"trial {t}: restored {got} from nothing")
+                disk_line = "(level: disk)" in text
+                if t > 0 and expect[0] != "fresh" and disk_line != (level == 3):
+                    fail(f"trial {t}: level {level} but the mesh log says{'' if disk_line else ' not'} "
+                         f"'level: disk'; see {mesh.log}")
+                seen.add(level)
+            else:
+                seen.add(4)
+                # Start over from nothing: the next launch is a fresh job.
+                mesh.kill()
+                for n in range(a.nodes):
+                    shutil.rmtree(mesh.root(n), ignore_errors=True)
+                expect, level, step = ("fresh", None), 1, 0
+                print(f"trial {t}: level 4 -> every rank refused clearly")
+                continue
+            if t == a.trials:
+                break
+            # ---- how this launch ends ----
+            ended = "kill mid-flush" if busy and mid_flush else "kill"
+            if busy:
+                committed = [0]
+                for _, log, _ in procs:
+                    with open(log) as f:
+                        committed += [int(x) for x in re.findall(r"^committed (\d+)$", f.read(), re.M)]
+                step = max(committed)
+                # Protected before this launch's kill: what it logged, or what it restored.
+                prot = max(logged(text, "protected") + [got or 0])
+            else:
+                if not waiter.until(lambda: have_record(mesh, a, target), limit=60,
+                                    dirs=lambda: [os.path.join(mesh.root(n), JOB, "ec") for n in range(a.nodes)]):
+                    fail(f"trial {t}: step {target} was not protected")
+                prot, step = target, target
+                if rng.random() < 0.4:
+                    mesh.signal_all(signal.SIGUSR1)
+                    if not waiter.until(lambda: target in persisted_steps(disk) and
+                                        len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
+                        fail(f"trial {t}: SIGUSR1 did not persist protected step {target}; see {mesh.log}")
+                if rng.random() < 0.4:
+                    ended = "term"
+                    rc = mesh.stop()
+                    if rc != 0:
+                        fail(f"trial {t}: mesh exited {rc} on SIGTERM")
+                    if target not in persisted_steps(disk):
+                        fail(f"trial {t}: SIGTERM did not persist protected step {target} "
+                             f"(persisted: {persisted_steps(disk)})")
+                else:
+                    mesh.kill()
+            on_disk = persisted_steps(disk)
+            if len(on_disk) > KEEP:
+                fail(f"trial {t}: {len(on_disk)} persisted steps kept, --flush-keep {KEEP}: {on_disk}")
+            for s in on_disk:
+                files = set(os.listdir(os.path.join(disk, JOB, f"step-{s}")))
+                if {f"rank-{r}.h5" for r in range(a.world)} - files:
+                    fail(f"trial {t}: persisted step {s} lacks rank files: {sorted(files)}")
+            pers = max(logged(mesh.text(), "persisted") or [0])
+            if on_disk and pers > on_disk[-1]:
+                fail(f"trial {t}: step {pers} was logged persisted, the disk's newest is {on_disk[-1]}")
+            # ---- what is lost ----
+            level = rng.choice([1, 2, 2, 3, 3, 4]) if on_disk else rng.choice([1, 2])
+            lost = []
+            if level == 2:
+                for g in groups:
+                    lost += rng.sample(g, rng.randint(1, a.m))
+            elif level >= 3:
+                lost = list(range(a.nodes)) if rng.random() < 0.5 else groups[0][:a.m + 1]
+                if level == 4:
+                    lost = groups[0][:a.m + 1]   # survivors hold data; only the job is lost
+                    shutil.rmtree(os.path.join(disk, JOB))
+            for n in lost:
+                shutil.rmtree(mesh.root(n), ignore_errors=True)
+            if level <= 2:
+                expect = ("exact", prot) if not busy else ("atleast", prot)
+            elif level == 3:
+                expect = ("exact", on_disk[-1])
+                step = on_disk[-1]
+            else:
+                expect = ("error", None)
+            print(f"trial {t}: {'busy' if busy else 'quiet'}, ended by {ended}, protected {prot}, persisted "
+                  f"{on_disk}, level {level} (lost nodes {sorted(lost)}) -> expect {expect}")
+        rc = mesh.stop() if mesh.proc else 0
+        if rc != 0:
+            fail(f"mesh exited {rc} on the final SIGTERM")
+        if mesh.sanitizer_errors():
+            fail(f"sanitizer report in {mesh.log}")
+    finally:
+        mesh.kill()
+    if not failures and seen != {1, 2, 3, 4}:
+        print(f"mesh_flush: note: levels exercised {sorted(seen)} (seed {seed})")
+    if failures:
+        print(f"mesh_flush: {len(failures)} failures (seed {seed}); logs in {logdir}")
+        return 1
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(logdir, ignore_errors=True)
+    print(f"mesh_flush: ok, levels {sorted(seen)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
