@@ -118,13 +118,26 @@ static void logline(int fd, const char *fmt, uint64_t v)
 static void usage(void)
 {
 	fprintf(stderr, "usage: trainer --steps N [--bytes B] [--resume | --restore-step S] [--log FILE] [--compute-us US]"
-			" [--quiet]\n");
+			" [--quiet] [--times]\n");
+}
+
+/* For scripts/bench_levels.py: when a save began / was committed, in the
+ * wall clock another process can compare with. */
+static void logtime(int fd, const char *what, uint64_t step)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	char b[96];
+	int n = snprintf(b, sizeof(b), "%s %" PRIu64 " %" PRIu64 "\n", what, step,
+			 (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec);
+	if (fd >= 0 && write(fd, b, (size_t)n) != n)
+		perror("trainer: log");
 }
 
 int main(int argc, char **argv)
 {
 	uint64_t steps = 10, bytes = 1 << 20, compute_us = 0, want = SNAP_STEP_LATEST;
-	int resume = 0, quiet = 0, logfd = -1;
+	int resume = 0, quiet = 0, times = 0, logfd = -1;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = strtoull(argv[++i], NULL, 10);
@@ -141,6 +154,8 @@ int main(int argc, char **argv)
 			want = strtoull(argv[++i], NULL, 10);
 			resume = 1;
 		}
+		else if (!strcmp(argv[i], "--times"))   /* "save S NS" / "commit S NS" lines, CLOCK_REALTIME */
+			times = 1;
 		else if (!strcmp(argv[i], "--quiet"))
 			quiet = 1;
 		else if (!strcmp(argv[i], "--log") && i + 1 < argc) {
@@ -221,6 +236,8 @@ int main(int argc, char **argv)
 			break;
 		for (int i = 0; i < NREG; i++)
 			fill(bufs[i], sizes[i], cfg.rank, i, s);
+		if (times)
+			logtime(logfd, "save", s);
 		if ((rc = snap_save(ctx, s)))
 			break;
 		if (compute_us) {
@@ -229,6 +246,8 @@ int main(int argc, char **argv)
 		}
 		if ((rc = snap_wait(ctx)))
 			break;
+		if (times)
+			logtime(logfd, "commit", s);
 		logline(logfd, "committed %" PRIu64 "\n", s);
 		if (!quiet)
 			printf("rank %d: step %" PRIu64 " committed\n", cfg.rank, s);

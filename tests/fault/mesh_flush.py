@@ -26,7 +26,9 @@ its state, exit 3 otherwise); from the level the mesh logs; exactly the
 target step after a quiet end at levels 1-2, exactly the newest persisted
 step at level 3, never older than the newest step logged protected (levels
 1-2) or persisted (level 3); a persisted step has every rank file and a
-MANIFEST, and never more than --flush-keep persisted steps stay.
+MANIFEST, and never more than --flush-keep persisted steps stay; before each
+relaunch, `snaptool recover --nodes` (offline, from the stores and the flush
+directory) names the level and step the relaunch then restores.
 """
 import argparse
 import os
@@ -34,6 +36,7 @@ import random
 import re
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -70,6 +73,7 @@ def main():
     a.world, a.codec = a.nodes + 2, None
     a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
     a.trainer = os.path.join(a.build, "integration", "trainer")
+    a.snaptool = os.path.join(a.build, "tools", "snaptool")
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     base = f"/dev/shm/snaptest-meshflush-{os.getpid()}"
@@ -228,6 +232,19 @@ def main():
                 step = on_disk[-1]
             else:
                 expect = ("error", None)
+            # snaptool's offline view must predict the level (and the exact step) the relaunch restores from.
+            rec = subprocess.run([a.snaptool, "recover", "--nodes", str(a.nodes), "--store",
+                                  os.path.join(base, "node%n"), "--flush-dir", disk, "--job", JOB],
+                                 capture_output=True, text=True)
+            said = re.search(r"a relaunch restores step (\d+) from .* \(level (\d)\)", rec.stdout)
+            if level == 4 or (expect == ("atleast", 0) and rec.returncode == 3):
+                if rec.returncode != 3 or "NOTHING IS RECOVERABLE" not in rec.stdout:
+                    fail(f"trial {t}: snaptool recover --nodes said {rec.stdout!r} (exit {rec.returncode}), "
+                         f"expected nothing recoverable")
+            elif rec.returncode != 0 or not said or int(said[2]) != level or \
+                    (expect[0] == "exact" and int(said[1]) != expect[1]):
+                fail(f"trial {t}: level {level}, expect {expect}: snaptool recover --nodes said {rec.stdout!r} "
+                     f"(exit {rec.returncode})")
             print(f"trial {t}: {'busy' if busy else 'quiet'}, ended by {ended}, protected {prot}, persisted "
                   f"{on_disk}, level {level} (lost nodes {sorted(lost)}) -> expect {expect}")
         rc = mesh.stop() if mesh.proc else 0

@@ -30,6 +30,7 @@
 
 #include <isa-l/erasure_code.h>
 
+#include "snap/base.h"
 #include "snap/ec.h"
 #include "snapbench.h"
 
@@ -169,7 +170,12 @@ int cmd_bench_ec(int argc, char **argv)
 		} else if (v && !strcmp(a, "--m")) {
 			m = atoi(v), i++;
 		} else if (v && !strcmp(a, "--size")) {
-			size = strtoull(v, NULL, 0), i++;
+			uint64_t b;
+			if (snap_parse_size(v, &b)) {   /* "16M" was read as 16 bytes */
+				fprintf(stderr, "snapbench ec: --size %s: expected a size like 4096, 64K, 16M or 1G\n", v);
+				return SB_USAGE;
+			}
+			size = b, i++;
 		} else if (v && !strcmp(a, "--chunk")) {
 			chunk = strtoul(v, NULL, 0), i++;
 		} else if (v && !strcmp(a, "--reps")) {

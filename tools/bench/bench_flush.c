@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "snap/base.h"
 #include "snap/codec.h"
 #include "snap/io.h"
 #include "snapbench.h"
@@ -242,11 +243,12 @@ int cmd_bench_flush(int argc, char **argv)
 			usage(stdout);
 			return SB_OK;
 		} else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-			char *end;
-			size = (size_t)strtoull(argv[++i], &end, 10);
-			if (*end == 'K' || *end == 'k') size <<= 10;
-			else if (*end == 'M' || *end == 'm') size <<= 20;
-			else if (*end == 'G' || *end == 'g') size <<= 30;
+			uint64_t b;
+			if (snap_parse_size(argv[++i], &b)) {
+				fprintf(stderr, "snapbench flush: --size %s: expected a size like 64M or 1G\n", argv[i]);
+				return SB_USAGE;
+			}
+			size = (size_t)b;
 		} else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
 			dir = argv[++i];
 		} else if (strcmp(argv[i], "--json") == 0) {

@@ -164,13 +164,19 @@ static int store_candidate(const struct opts *o, uint64_t *step, char *why, size
 
 int cmd_recover(int argc, char **argv)
 {
+	/* --nodes: the erasure-coded mesh, level by level (mesh_status.c). */
+	for (int i = 1; i < argc; i++)
+		if (!strncmp(argv[i], "--nodes", 7))
+			return cmd_mesh_status(argc, argv, 1);
 	struct opts o;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool recover [--store DIR] [--flush-dir DIR] [--job NAME]\n"
 					  "                       [--allow-older] [--json]\n"
 					  "Report exactly what of a job is recoverable after failures and from where: the\n"
 					  "newest step every rank committed in the node store, else the newest persisted step\n"
 					  "that verifies. Exit 0 if something is recoverable, 3 if nothing is, 1 if the\n"
-					  "store or flush directory cannot be read (that is not a loss).\n", 0);
+					  "store or flush directory cannot be read (that is not a loss). With --nodes N and a\n"
+					  "--store holding %n (snapsmp --ec): the mesh, level by level (node stores, parity,\n"
+					  "the shared flush directory).\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	uint64_t mem = 0, disk = 0;

@@ -4,16 +4,21 @@
  * offline from all its node stores at once (PATTERN's "%n" is the node).
  * Per job and step: which nodes hold data (and for which ranks), which hold
  * parity, whether the step is globally complete, and per group whether it
- * is protected (every member has its record); then the storage overhead.
- * Reads files only (read-only store open, no lock), like the other views.
+ * is protected (every member has its record); then the storage overhead,
+ * and from which level a relaunch would restore (see levels()).
+ * snaptool recover --nodes N prints only the levels, with recover's exit
+ * codes. Reads files only (read-only store open, no lock), like the other
+ * views.
  */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "snap/base.h"
+#include "snap/io.h"
 #include "snap/meshfiles.h"
 #include "snap/ec.h"
 #include "snaptool.h"
@@ -38,6 +43,17 @@ static int record(const char *root, const char *job, uint64_t step, struct snap_
 	return ok;
 }
 
+/* fprintf, or nothing for a NULL stream. */
+__attribute__((format(printf, 2, 3))) static void outf(FILE *out, const char *fmt, ...)
+{
+	if (!out)
+		return;
+	va_list ap;
+	va_start(ap, fmt);
+	vfprintf(out, fmt, ap);
+	va_end(ap);
+}
+
 static void add_step(uint64_t *steps, int *n, uint64_t s)
 {
 	for (int i = 0; i < *n; i++)
@@ -53,8 +69,78 @@ static int cmp_desc(const void *a, const void *b)
 	return x > y ? -1 : x < y;
 }
 
-static void show_job(struct snap_store **st, int nodes, const char *job)
+/* What each level of the hierarchy holds of a job (0 in has_*: nothing). */
+struct levels {
+	int has_mem, has_par, has_disk;
+	uint64_t mem, par, disk;     /* newest globally complete / rebuildable / persisted step */
+	char disk_why[600];
+};
+
+/*
+ * Where a relaunch of the mesh restores from, mirroring snapsmp: relaunch
+ * recovery rebuilds the newest step whose every group misses at most M
+ * members' records (level 2; nothing to rebuild when none is missing),
+ * then the trainers restore the newest globally complete step (level 1 if
+ * that is in the stores as they are), else the newest persisted step on
+ * disk (level 3), else nothing. Returns the level (1-3) or 0, *step.
+ */
+static int relaunch_level(const struct levels *L, uint64_t *step)
 {
+	if (L->has_mem && (!L->has_par || L->mem >= L->par)) {
+		*step = L->mem;
+		return 1;
+	}
+	if (L->has_par) {
+		*step = L->par;
+		return 2;
+	}
+	if (L->has_disk) {
+		*step = L->disk;
+		return 3;
+	}
+	return 0;
+}
+
+static void disk_level(const char *flush_dir, const char *job, struct levels *L)
+{
+	if (!flush_dir || !flush_dir[0]) {
+		snprintf(L->disk_why, sizeof(L->disk_why), "no flush directory given (--flush-dir / SNAP_FLUSH_DIR)");
+		return;
+	}
+	uint64_t newest;
+	struct snap_io_err e = { 0 };
+	if (snap_io_newest_step(flush_dir, job, &newest, &e) == 0) {
+		L->has_disk = 1;
+		L->disk = newest;
+	} else {
+		snprintf(L->disk_why, sizeof(L->disk_why), "nothing persisted in %s", flush_dir);
+	}
+}
+
+static void print_levels(const char *job, const struct levels *L, const char *flush_dir)
+{
+	static const char *name[] = { "nothing", "the node stores", "parity (rebuilt at relaunch)",
+				      "disk (the newest persisted step)" };
+	printf("  level 1, node stores: ");
+	L->has_mem ? printf("step %" PRIu64 " globally complete\n", L->mem) : printf("no globally complete step\n");
+	printf("  level 2, parity:      ");
+	L->has_par ? printf("step %" PRIu64 " protected or rebuildable in every group\n", L->par)
+		   : printf("no step rebuildable in every group\n");
+	printf("  level 3, disk:        ");
+	L->has_disk ? printf("step %" PRIu64 " persisted in %s (snaptool verify checks its bytes)\n", L->disk, flush_dir)
+		    : printf("%s\n", L->disk_why);
+	uint64_t step = 0;
+	int lv = relaunch_level(L, &step);
+	if (lv)
+		printf("  a relaunch restores step %" PRIu64 " from %s (level %d)\n", step, name[lv], lv);
+	else
+		printf("  NOTHING IS RECOVERABLE for job %s\n", job);
+}
+
+static void show_job(struct snap_store **st, int nodes, const char *job, const char *flush_dir, int levels_only,
+		     struct levels *L)
+{
+	*L = (struct levels){ 0 };
 	uint64_t steps[64];
 	int ns = 0;
 	for (int n = 0; n < nodes; n++) {
@@ -75,9 +161,11 @@ static void show_job(struct snap_store **st, int nodes, const char *job)
 	printf("job %s (%d nodes)\n", job, nodes);
 	uint64_t data_total = 0, parity_total = 0;
 	int k = 0, m = 0;
-	for (int s = 0; s < ns && s < MESH_STATUS_MAXSTEPS; s++) {
+	/* levels_only: every step is looked at, nothing printed per step */
+	FILE *out = levels_only ? NULL : stdout;
+	for (int s = 0; s < ns && (levels_only || s < MESH_STATUS_MAXSTEPS); s++) {
 		uint32_t ranks = 0, world = 0;
-		printf("  step %" PRIu64 "\n    data:  ", steps[s]);
+		outf(out, "  step %" PRIu64 "\n    data:  ", steps[s]);
 		for (int n = 0; n < nodes; n++) {
 			struct store_job *j = st[n] ? snap_store_job(st[n], job, 0) : NULL;
 			int first = 1;
@@ -86,23 +174,23 @@ static void show_job(struct snap_store **st, int nodes, const char *job)
 				if (!sl)
 					continue;
 				if (first)
-					printf(" node%d(r%u", n, r);
+					outf(out, " node%d(r%u", n, r);
 				else
-					printf(",%u", r);
+					outf(out, ",%u", r);
 				first = 0;
 				ranks++;
 				world = sl->man.world;
 			}
 			if (!first)
-				printf(")");
+				outf(out, ")");
 		}
-		printf("%s\n    parity:", ranks ? "" : " none");
+		outf(out, "%s\n    parity:", ranks ? "" : " none");
 		int holders = 0;
 		struct snap_ec_meta_info in, any = { 0 };
 		char *have = calloc((size_t)nodes, 1);
 		for (int n = 0; n < nodes; n++)
 			if (st[n] && record(st[n]->root, job, steps[s], &in)) {
-				printf(" node%d", n);
+				outf(out, " node%d", n);
 				holders++;
 				any = in;
 				if (have)
@@ -112,11 +200,16 @@ static void show_job(struct snap_store **st, int nodes, const char *job)
 					parity_total += in.parity_len;
 				}
 			}
-		printf("%s\n    %s", holders ? "" : " none",
+		outf(out, "%s\n    %s", holders ? "" : " none",
 		       world && ranks == world ? "globally complete" : "not globally complete");
+		if (world && ranks == world && !L->has_mem) {
+			L->has_mem = 1;
+			L->mem = steps[s];
+		}
+		int all_groups_ok = holders > 0;
 		if (world)
-			printf(" (%u of %u ranks)", ranks, world);
-		printf("\n");
+			outf(out, " (%u of %u ranks)", ranks, world);
+		outf(out, "\n");
 		if (holders && have) {
 			k = any.k;
 			m = any.m;
@@ -127,36 +220,48 @@ static void show_job(struct snap_store **st, int nodes, const char *job)
 				int missing = 0;
 				for (int i = 0; i < g.n; i++)
 					missing += !have[first + i];
-				printf("    group %d (nodes %d-%d, %d+%d): %s", g.id, first, first + g.n - 1, g.k, g.m,
+				all_groups_ok &= missing <= g.m;
+				outf(out, "    group %d (nodes %d-%d, %d+%d): %s", g.id, first, first + g.n - 1, g.k, g.m,
 				       missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "NOT recoverable");
 				if (missing) {
-					printf(" (no parity/record on");
+					outf(out, " (no parity/record on");
 					for (int i = 0; i < g.n; i++)
 						if (!have[first + i])
-							printf(" node%d", first + i);
-					printf(")");
+							outf(out, " node%d", first + i);
+					outf(out, ")");
 				}
-				printf("\n");
+				outf(out, "\n");
 				first += g.n;
 			}
 		}
 		free(have);
+		if (all_groups_ok && !L->has_par) {
+			L->has_par = 1;
+			L->par = steps[s];
+		}
 	}
-	if (k)
+
+	if (levels_only)
+		;
+	else if (k)
 		printf("  storage overhead M/K = %d/%d = %.2f (parity %" PRIu64 " bytes for %" PRIu64 " bytes of data)\n",
 		       m, k, (double)m / k, parity_total, data_total);
 	else
 		printf("  no step is protected yet (no parity records)\n");
+	disk_level(flush_dir, job, L);
+	print_levels(job, L, flush_dir);
 }
 
-int cmd_mesh_status(int argc, char **argv)
+int cmd_mesh_status(int argc, char **argv, int recover)
 {
 	static const struct option lo[] = { { "store", required_argument, NULL, 's' },
 					    { "nodes", required_argument, NULL, 'n' },
 					    { "job", required_argument, NULL, 'j' },
+					    { "flush-dir", required_argument, NULL, 'F' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
-	const char *pat = getenv("SNAP_STORE"), *job = NULL;
+	const char *pat = getenv("SNAP_STORE"), *job = NULL, *flush_dir = getenv("SNAP_FLUSH_DIR");
+	const char *cmd = recover ? "recover" : "status";
 	int nodes = 0, o;
 	optind = 1;
 	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
@@ -164,16 +269,24 @@ int cmd_mesh_status(int argc, char **argv)
 		case 's': pat = optarg; break;
 		case 'n': nodes = atoi(optarg); break;
 		case 'j': job = optarg; break;
+		case 'F': flush_dir = optarg; break;
 		case 'h':
-			printf("usage: snaptool status --nodes N --store PATTERN [--job NAME]\n"
-			       "The erasure-coded mesh of N node stores (\"%%n\" in PATTERN = node number):\n"
-			       "per step the nodes holding data and parity, and whether each group is protected.\n");
+			printf("usage: snaptool %s --nodes N --store PATTERN [--flush-dir DIR] [--job NAME]\n"
+			       "The erasure-coded mesh of N node stores (\"%%n\" in PATTERN = node number)%s\n"
+			       "and, per job, what each level holds (node stores, parity, the shared flush\n"
+			       "directory) and from which a relaunch restores.%s\n", cmd,
+			       recover ? "" : ":\nper step the nodes holding data and parity, whether each group is protected,",
+			       recover ? " Exit 0 if every job shown is recoverable,\n3 if one is not" : "");
 			return ST_OK;
 		default: return ST_USAGE;
 		}
 	}
 	if (!pat || nodes < 1 || nodes > 4096 || !strstr(pat, "%n")) {
-		fprintf(stderr, "snaptool status: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)\n");
+		fprintf(stderr, "snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)\n", cmd);
+		return ST_USAGE;
+	}
+	if (job && !snap_job_name_ok(job)) {
+		fprintf(stderr, "snaptool %s: --job %s: not a job name\n", cmd, job);
 		return ST_USAGE;
 	}
 	struct snap_store **st = calloc((size_t)nodes, sizeof(*st));
@@ -182,7 +295,7 @@ int cmd_mesh_status(int argc, char **argv)
 	char root[SNAP_PATH_MAX], err[512];
 	for (int n = 0; n < nodes; n++) {
 		if (snap_mesh_expand(pat, n, root, sizeof(root))) {
-			fprintf(stderr, "snaptool status: --store %s: node %d's path does not fit %zu bytes\n", pat, n,
+			fprintf(stderr, "snaptool %s: --store %s: node %d's path does not fit %zu bytes\n", cmd, pat, n,
 				sizeof(root));
 			while (n-- > 0)
 				snap_store_close(st[n]);
@@ -192,17 +305,29 @@ int cmd_mesh_status(int argc, char **argv)
 		if (snap_store_open(&st[n], root, 64, UINT64_MAX, 1, NULL, err, sizeof(err)))
 			printf("node%d: %s: no store (lost or not started)\n", n, root);
 	}
-	/* Every job any node knows, each once. */
+	/* Every job any node knows, each once; a named job also when only the
+	 * disk knows it (every store lost). */
+	int shown = 0, lost = 0;
+	struct levels L;
 	for (int n = 0; n < nodes; n++)
 		for (struct store_job *j = st[n] ? st[n]->jobs : NULL; j; j = j->next) {
 			int seen = 0;
 			for (int p = 0; p < n && !seen; p++)
 				seen = st[p] && snap_store_job(st[p], j->name, 0);
-			if (!seen && (!job || !strcmp(job, j->name)))
-				show_job(st, nodes, j->name);
+			if (!seen && (!job || !strcmp(job, j->name))) {
+				show_job(st, nodes, j->name, flush_dir, recover, &L);
+				uint64_t step;
+				lost += !relaunch_level(&L, &step);
+				shown++;
+			}
 		}
+	if (!shown && job) {
+		show_job(st, nodes, job, flush_dir, recover, &L);
+		uint64_t step;
+		lost += !relaunch_level(&L, &step);
+	}
 	for (int n = 0; n < nodes; n++)
 		snap_store_close(st[n]);
 	free(st);
-	return ST_OK;
+	return recover && lost ? ST_LOST : ST_OK;
 }

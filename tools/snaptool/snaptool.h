@@ -12,7 +12,7 @@
 enum { ST_OK = 0, ST_FAIL = 1, ST_USAGE = 2, ST_LOST = 3 };
 
 int cmd_status(int argc, char **argv);
-int cmd_mesh_status(int argc, char **argv); /* status --nodes N */
+int cmd_mesh_status(int argc, char **argv, int recover); /* status/recover --nodes N */
 int cmd_ls(int argc, char **argv);
 int cmd_inspect(int argc, char **argv);
 int cmd_verify(int argc, char **argv);

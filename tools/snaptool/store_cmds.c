@@ -101,7 +101,7 @@ int cmd_status(int argc, char **argv)
 	/* --nodes: the erasure-coded mesh of several stores (mesh_status.c). */
 	for (int i = 1; i < argc; i++)
 		if (!strncmp(argv[i], "--nodes", 7))
-			return cmd_mesh_status(argc, argv);
+			return cmd_mesh_status(argc, argv, 0);
 	struct opts o;
 	struct snap_store *s;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json]\n"
@@ -111,7 +111,8 @@ int cmd_status(int argc, char **argv)
 				       "steps persisted in the flush directory. Exit 1 if the store cannot be read.\n"
 				       "With --nodes N and a --store holding %n (snapsmp --ec): the mesh view of N node\n"
 				       "stores: per step, which nodes hold data and parity, whether each group is\n"
-				       "protected, and the storage overhead M/K.\n", 0);
+				       "protected, the storage overhead M/K, and per level (node stores, parity, disk\n"
+				       "with --flush-dir) the step it holds and the one a relaunch restores.\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_open_store(&o, &s)))
