@@ -110,7 +110,7 @@ static int map_slot(const struct flush_rank *fr, const uint8_t **base, char *err
 		snap_fmt(err, errlen, "cannot open slot file %s: %s", fr->path, why[0] ? why : "missing");
 		return SNAP_EIO;
 	}
-	const uint8_t *p = mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0);
+	const uint8_t *p = mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
 	close(fd);
 	if (p == MAP_FAILED) {
 		snap_fmt(err, errlen, "cannot map slot file %s: %s", fr->path, strerror(errno));

@@ -219,7 +219,7 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		void *p = MAP_FAILED;
 		if (fd >= 0 && fstat(fd, &st) == 0 &&
 		    ((uint64_t)st.st_size >= e->slot_bytes || ftruncate(fd, (off_t)e->slot_bytes) == 0))
-			p = mmap(NULL, e->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+			p = mmap(NULL, e->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 		if (fd >= 0)
 			close(fd);
 		if (p == MAP_FAILED) {
@@ -240,7 +240,7 @@ static int open_parity_file(const char *ppath, struct rebuild_files *f, char *ms
 	struct stat st;
 	if (fd >= 0 && fstat(fd, &st) == 0 &&
 	    ((uint64_t)st.st_size == f->parity_len || ftruncate(fd, (off_t)f->parity_len) == 0))
-		f->parity = mmap(NULL, f->parity_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+		f->parity = mmap(NULL, f->parity_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 	if (fd >= 0)
 		close(fd);
 	if (!f->parity || f->parity == MAP_FAILED) {

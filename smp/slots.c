@@ -347,7 +347,7 @@ static int verify_slot(const char *path, const struct snap_layout *lay, const ui
 		snap_fmt(err, errlen, "cannot open %s: %s", path, strerror(errno));
 		return SNAP_EIO;
 	}
-	const uint8_t *p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+	const uint8_t *p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0) : NULL;
 	close(fd);
 	if (p == MAP_FAILED) {
 		snap_fmt(err, errlen, "cannot map %s: %s", path, strerror(errno));

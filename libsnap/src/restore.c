@@ -175,7 +175,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: slot file %u is truncated (%" PRIu64 " of %" PRIu64 " bytes)", where,
 			  man.slot, (uint64_t)st.st_size, man.layout.slot_bytes);
 	} else if (man.layout.slot_bytes &&
-		   (base = mmap(NULL, man.layout.slot_bytes, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED) {
+		   (base = mmap(NULL, man.layout.slot_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)) == MAP_FAILED) {
 		rc = snap_fail(ctx, SNAP_EIO, "%s: mmap: %s", where, strerror(errno));
 	}
 	if (fd >= 0)

@@ -75,7 +75,7 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	struct snap_region r = { .name = "weights", .ptr = buf, .bytes = bytes / 4 * 4, .dtype = SNAP_DTYPE_F32,
 				 .codec = d->codec, .codec_bound = d->bound };
 	int rc = snap_register(ctx, &r);
-	double res[2 * MAX_ITERS];
+	double res[3 * MAX_ITERS];
 	for (int it = -2; it < iters; it++) {
 		pthread_barrier_wait(bar);
 		if (rc)
@@ -87,15 +87,26 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 			rc = snap_wait(ctx);
 		uint64_t t2 = snap_now_ns();
 		if (it >= 0) {
-			res[2 * it] = (t1 - t0) / 1e9;
-			res[2 * it + 1] = (t2 - t0) / 1e9;
+			res[3 * it] = (t1 - t0) / 1e9;
+			res[3 * it + 1] = (t2 - t0) / 1e9;
 		}
+	}
+	/* Restore of the newest step from the node store into the buffers
+	 * (slot mapped, every chunk's CRC32C checked, copied), after all saves. */
+	for (int it = -1; it < iters; it++) {
+		pthread_barrier_wait(bar);
+		if (rc)
+			continue;
+		uint64_t t0 = snap_now_ns(), got;
+		rc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
+		if (it >= 0)
+			res[3 * it + 2] = (snap_now_ns() - t0) / 1e9;
 	}
 	if (rc)
 		fprintf(stderr, "bench rank %d: %s\n", rank, snap_errmsg(ctx));
 	snap_close(ctx);
 	free(buf);
-	if (!rc && write(wfd, res, sizeof(double) * 2 * (size_t)iters) != (ssize_t)(sizeof(double) * 2 * (size_t)iters))
+	if (!rc && write(wfd, res, sizeof(double) * 3 * (size_t)iters) != (ssize_t)(sizeof(double) * 3 * (size_t)iters))
 		rc = 1;
 	return rc ? 1 : 0;
 }
@@ -277,10 +288,10 @@ int cmd_bench_snapshot(int argc, char **argv)
 		}
 	}
 	close(pfd[1]);
-	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, res[2 * MAX_ITERS];
+	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, restore[MAX_ITERS] = { 0 }, res[3 * MAX_ITERS];
 	int ok = 1;
 	for (int r = 0; r < ranks; r++) {
-		size_t want = sizeof(double) * 2 * (size_t)iters, got = 0;
+		size_t want = sizeof(double) * 3 * (size_t)iters, got = 0;
 		while (got < want) {
 			ssize_t n = read(pfd[0], (char *)res + got, want - got);
 			if (n <= 0)
@@ -292,8 +303,9 @@ int cmd_bench_snapshot(int argc, char **argv)
 			break;
 		}
 		for (int i = 0; i < iters; i++) {
-			block[i] = res[2 * i] > block[i] ? res[2 * i] : block[i];
-			commit[i] = res[2 * i + 1] > commit[i] ? res[2 * i + 1] : commit[i];
+			block[i] = res[3 * i] > block[i] ? res[3 * i] : block[i];
+			commit[i] = res[3 * i + 1] > commit[i] ? res[3 * i + 1] : commit[i];
+			restore[i] = res[3 * i + 2] > restore[i] ? res[3 * i + 2] : restore[i];
 		}
 	}
 	close(pfd[0]);
@@ -310,7 +322,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 		return SB_FAIL;
 	}
 	uint64_t total = per * (uint64_t)ranks;
-	double b = bench_median(block, iters), cm = bench_median(commit, iters);
+	double b = bench_median(block, iters), cm = bench_median(commit, iters), rs = bench_median(restore, iters);
 	double mc = bench_memcpy(total, iters);
 	double ts = bench_torch(store, total, iters);
 	remove_store(store);
@@ -318,7 +330,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
-		       "\"memcpy_s\":%.6g,\"torch_save_s\":", total, ranks, codec, b, cm, mc);
+		       "\"restore_s\":%.6g,\"memcpy_s\":%.6g,\"torch_save_s\":", total, ranks, codec, b, cm, rs, mc);
 		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
 		return SB_OK;
 	}
@@ -329,6 +341,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	printf("  %-28s %10s %10s %12s\n", "", "seconds", "GB/s", "vs memcpy");
 	printf("  %-28s %10.6f %10s %11.2f%%\n", "snap_save blocks", b, "-", 100 * b / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "save -> committed", cm, total / cm / 1e9, cm / mc);
+	printf("  %-28s %10.4f %10.2f %11.2fx\n", "restore (store -> buffers)", rs, total / rs / 1e9, rs / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, 1 thread", mc, total / mc / 1e9, 1.0);
 	if (ts < 0)
 		printf("  %-28s %10s\n", "torch.save to /dev/shm", "unavailable");
