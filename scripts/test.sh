@@ -5,6 +5,8 @@
 #      compiled and linked only), and every ctest test;
 #   2. a clang build with AddressSanitizer + UndefinedBehaviorSanitizer, and
 #      every ctest test again (GPU tests skip themselves without a GPU).
+# Tests run $(nproc) at a time: they wait for events, never for fixed
+# durations, so they must pass beside each other (and beside a build).
 # Usage: scripts/test.sh [ctest args...]   e.g. scripts/test.sh -R fault
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,10 +19,10 @@ jobs=$(nproc)
 echo "== gcc, -Werror, RelWithDebInfo =="
 cmake -S . -B build/gcc -DCMAKE_C_COMPILER=gcc -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
 cmake --build build/gcc -j"$jobs"
-(cd build/gcc && ctest --output-on-failure "$@")
+(cd build/gcc && ctest --output-on-failure -j"$jobs" "$@")
 
 echo "== clang, -Werror, ASan + UBSan =="
 cmake -S . -B build/asan -DCMAKE_C_COMPILER=clang -DCMAKE_BUILD_TYPE=Debug -DSNAP_SANITIZE=ON -DSNAP_CUDA=OFF >/dev/null
 cmake --build build/asan -j"$jobs"
 (cd build/asan && ASAN_OPTIONS=abort_on_error=1:detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure "$@")
+   ctest --output-on-failure -j"$jobs" "$@")
