@@ -24,14 +24,13 @@ import re
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "tests", "fault"))
 from events import Waiter  # noqa: E402
-from mesh_trials import JOB, Mesh, groups_of, restored_of, start_trainers  # noqa: E402
+from mesh_trials import JOB, Mesh, groups_of, restored_of, setup, start_trainers  # noqa: E402
 
 
 def times_of(log, what, step):
@@ -50,16 +49,8 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
-    a.k, a.m = map(int, a.shape.split("+"))
-    a.world, a.codec = a.nodes + 2, None
-    a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
-    a.trainer = os.path.join(a.build, "integration", "trainer")
-    base = f"/dev/shm/snapbench-levels-{os.getpid()}"
+    base, logdir = setup(a, "snapbench-levels")
     disk = os.path.join(base, "disk")
-    logdir = f"/tmp/snapbench-levels-{os.getpid()}"
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(base)
-    os.makedirs(logdir, exist_ok=True)
     # (a later --mem-limit wins over the one Mesh passes)
     mesh = Mesh(a, base, ["--flush-dir", disk, "--flush-every", "1000", "--flush-keep", "1", "--mem-limit", "6G"])
     waiter = Waiter()
@@ -81,19 +72,14 @@ def main():
             p.wait()
         S += 1
         step_re = re.compile(rf"job {JOB} step {S} (protected|persisted)")
-        env_procs = []
-        for r in range(a.world):
-            node = r % a.nodes
-            env = dict(os.environ, SNAP_STORE=mesh.root(node), SNAP_JOB=JOB, SNAP_RANK=str(r),
-                       SNAP_WORLD_SIZE=str(a.world), SNAP_TIMEOUT_MS="60000", SNAP_SLOTS="3")
-            log = os.path.join(logdir, f"timed-r{r}.log")
-            env_procs.append((subprocess.Popen([a.trainer, "--steps", str(S), "--bytes", a.bytes, "--resume",
-                                                "--quiet", "--times", "--log", log], env=env), log))
-        for p, _ in env_procs:
+        # default copy threads and a longer timeout: 64 MiB per rank on 2 cores
+        timed = start_trainers(a, mesh, logdir, "timed", S, extra=["--times"],
+                               env_over={"SNAP_TIMEOUT_MS": "60000", "SNAP_COPY_THREADS": None})
+        for p, _, _ in timed:
             if p.wait() != 0:
                 sys.exit(f"bench_levels: a trainer failed; logs in {logdir}")
-        t_save = max(times_of(log, "save", S) for _, log in env_procs)
-        t_commit = max(times_of(log, "commit", S) for _, log in env_procs)
+        t_save = max(times_of(log, "save", S) for _, log, _ in timed)
+        t_commit = max(times_of(log, "commit", S) for _, log, _ in timed)
         if not waiter.until(lambda: seen("protected"), limit=300):
             sys.exit(f"bench_levels: step {S} was not protected; see {mesh.log}")
         t_prot = time.time()

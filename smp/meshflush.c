@@ -199,9 +199,9 @@ int mesh_flush_round(struct snap_mesh *mesh, int wanted)
 {
 	int busy = 0;
 	if (!mesh->flusher)
-		wanted = 0;
+		return 0;   /* nothing asks: persist_request refuses without a flush directory */
 	for (struct mjob *j = mesh->jobs; j; j = j->next)
-		if (!j->lost && mesh->flusher)
+		if (!j->lost)
 			busy |= advance(mesh, j, wanted);
 	if (wanted) {
 		pthread_mutex_lock(&mesh->mu);

@@ -41,7 +41,8 @@ import sys
 import time
 
 from events import Waiter, strike_within
-from mesh_trials import JOB, Mesh, committed_after_restore, groups_of, have_record, restored_of, start_trainers
+from mesh_trials import (JOB, Mesh, committed_after_restore, groups_of, have_record, restored_of, setup,
+                         start_trainers, wait_restored)
 
 KEEP = 2
 
@@ -69,19 +70,10 @@ def main():
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
-    a.k, a.m = map(int, a.shape.split("+"))
-    a.world, a.codec = a.nodes + 2, None
-    a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
-    a.trainer = os.path.join(a.build, "integration", "trainer")
-    a.snaptool = os.path.join(a.build, "tools", "snaptool")
+    base, logdir = setup(a, "snaptest-meshflush")
+    disk = os.path.join(base, "disk")
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    base = f"/dev/shm/snaptest-meshflush-{os.getpid()}"
-    disk = os.path.join(base, "disk")
-    logdir = f"/tmp/snaptest-meshflush-{os.getpid()}"
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(logdir, exist_ok=True)
-    os.makedirs(base)
     groups = groups_of(a.nodes, a.k, a.m)
     print(f"mesh_flush: {a.shape} nodes={a.nodes} world={a.world} trials={a.trials} seed={seed}")
     mesh = Mesh(a, base)
@@ -107,8 +99,7 @@ def main():
             procs = start_trainers(a, mesh, logdir, f"t{t}", 10**8 if busy else target)
             pp = [p for p, _, _ in procs]
             if busy:
-                if not waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and
-                                                restored_of(log) is not None for p, log, _ in procs), procs=pp):
+                if not wait_restored(waiter, procs):
                     fail(f"trial {t}: the ranks did not log their restore")
                 restored_at = time.monotonic()
                 waiter.until(lambda: any(committed_after_restore(log) for _, log, _ in procs), procs=pp)

@@ -160,8 +160,25 @@ class Mesh:
             return f.read()
 
 
-def start_trainers(a, mesh, logdir, tag, steps, ranks=None):
-    """steps: the last step for every rank, or a dict rank -> last step."""
+def setup(a, tag):
+    """The derived settings of a mesh run (k, m, world, program paths) into a,
+    and fresh store and log directories named tag-PID: (base, logdir)."""
+    a.k, a.m = map(int, a.shape.split("+"))
+    a.world = getattr(a, "world", 0) or a.nodes + 2
+    a.codec = getattr(a, "codec", None)
+    a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
+    a.trainer = os.path.join(a.build, "integration", "trainer")
+    a.snaptool = os.path.join(a.build, "tools", "snaptool")
+    base, logdir = f"/dev/shm/{tag}-{os.getpid()}", f"/tmp/{tag}-{os.getpid()}"
+    shutil.rmtree(base, ignore_errors=True)
+    os.makedirs(logdir, exist_ok=True)
+    os.makedirs(base)
+    return base, logdir
+
+
+def start_trainers(a, mesh, logdir, tag, steps, ranks=None, extra=(), env_over=None):
+    """steps: the last step for every rank, or a dict rank -> last step.
+    extra: more trainer flags; env_over: variables to set (None: unset)."""
     procs = []
     for r in (range(a.world) if ranks is None else ranks):
         node = r % a.nodes
@@ -169,14 +186,25 @@ def start_trainers(a, mesh, logdir, tag, steps, ranks=None):
                    SNAP_WORLD_SIZE=str(a.world), SNAP_TIMEOUT_MS="20000", SNAP_COPY_THREADS="1", SNAP_SLOTS="3")
         if a.codec:   # frames in the slots: parity and rebuild treat them as bytes
             env["SNAP_CODEC_PARAM"], env["SNAP_CODEC_OPTIM"] = a.codec.split(",")
+        for k, v in (env_over or {}).items():
+            if v is None:
+                env.pop(k, None)
+            else:
+                env[k] = v
         log = os.path.join(logdir, f"{tag}-r{r}.log")
         err = open(os.path.join(logdir, f"{tag}-r{r}.err"), "w")
         last = steps[r] if isinstance(steps, dict) else steps
         procs.append((subprocess.Popen([a.trainer, "--steps", str(last), "--bytes", a.bytes, "--resume",
-                                        "--quiet", "--log", log], env=env, stdout=subprocess.DEVNULL,
+                                        "--quiet", "--log", log, *extra], env=env, stdout=subprocess.DEVNULL,
                                        stderr=err), log, err.name))
         err.close()
     return procs
+
+
+def wait_restored(waiter, procs):
+    """Until every rank logged its restore (or exited); False after the waiter's limit."""
+    return waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and restored_of(log) is not None
+                                    for p, log, _ in procs), procs=[p for p, _, _ in procs])
 
 
 def restored_of(log):
@@ -252,17 +280,9 @@ def main():
                     help="codecs for the trainer's regions (SNAP_CODEC_PARAM/OPTIM), e.g. lossless,abs:1e-3")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
-    a.k, a.m = map(int, a.shape.split("+"))
-    a.world = a.world or a.nodes + 2
-    a.snapsmp = os.path.join(a.build, "smp", "snapsmp")
-    a.trainer = os.path.join(a.build, "integration", "trainer")
+    base, logdir = setup(a, "snaptest-mesh")
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
-    base = f"/dev/shm/snaptest-mesh-{os.getpid()}"
-    logdir = f"/tmp/snaptest-mesh-{os.getpid()}"
-    shutil.rmtree(base, ignore_errors=True)
-    os.makedirs(logdir, exist_ok=True)
-    os.makedirs(base)
     groups = groups_of(a.nodes, a.k, a.m)
     print(f"mesh_trials: {a.shape} nodes={a.nodes} groups={groups} world={a.world} trials={a.trials} seed={seed}")
     mesh = Mesh(a, base)
@@ -305,8 +325,7 @@ def main():
                 # below needs its line), then the mesh dies within the next
                 # few steps, as long as the first step after the restore took.
                 pp = [p for p, _, _ in procs]
-                if not waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and
-                                                restored_of(log) is not None for p, log, _ in procs), procs=pp):
+                if not wait_restored(waiter, procs):
                     fail(f"trial {t}: the ranks did not log their restore within 120 s")
                 restored_at = time.monotonic()
                 waiter.until(lambda: any(committed_after_restore(log) for _, log, _ in procs), procs=pp)
