@@ -225,6 +225,15 @@ static uint64_t wall_ns(void)
 	return (uint64_t)t.tv_sec * 1000000000ull + (uint64_t)t.tv_nsec;
 }
 
+/* The job's namespace changed: an erasure-coded mesh protects it anew
+ * (meshcap.c reads the counter in its next round). */
+static void ns_changed(struct snap_files *f, struct fjob *j)
+{
+	struct store_job *sj = snap_store_job(f->store, j->name, 1);
+	if (sj)
+		sj->files_ver++;
+}
+
 /*
  * Drop an entry from the namespace: its manifest (unless a rename already
  * replaced it), its data, its memory charge. One being flushed is freed by
@@ -235,6 +244,7 @@ static void remove_entry(struct snap_files *f, struct fjob *j, struct fent *e, i
 	char name[17];
 	hash_remove(j, e);
 	order_remove(j, e);
+	ns_changed(f, j);
 	if (unlink_manifest)
 		unlinkat(j->nsfd, e->path + 1, 0);
 	snap_fman_data_name(e->id, name);
@@ -1454,7 +1464,10 @@ int snap_files_dispatch(struct smp *m, struct conn *c, uint16_t type, struct sna
 	switch (type) {
 	case SNAP_MSG_FCREATE: rc = on_create(f, j, c, r, out, err, errlen); break;
 	case SNAP_MSG_FGROW: rc = on_grow(f, j, c, r, err, errlen); break;
-	case SNAP_MSG_FCOMMIT: rc = on_commit(f, j, c, r, err, errlen); break;
+	case SNAP_MSG_FCOMMIT:
+		if (!(rc = on_commit(f, j, c, r, err, errlen)))
+			ns_changed(f, j);
+		break;
 	case SNAP_MSG_FABORT: {
 		uint64_t id = snap_get_u64(r);
 		struct fwip *w = find_wip(j, id, c);
@@ -1476,6 +1489,7 @@ int snap_files_dispatch(struct smp *m, struct conn *c, uint16_t type, struct sna
 			rc = SNAP_EPROTO;
 		} else {
 			snap_put_u32(out, do_rename(f, j, c, from, to, wip));
+			ns_changed(f, j);
 		}
 		break;
 	}

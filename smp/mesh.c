@@ -189,7 +189,7 @@ struct jsum {
 	uint64_t persisted;/* newest step this node knows persisted */
 	uint64_t seal_step;/* node 0: its seal of seal_step ... */
 	uint32_t seal_state;/* ... 1 sealed, 2 failed */
-	uint32_t pad;
+	uint32_t cap_dirty;/* captured files changed here since the last generation (meshcap.c) */
 };
 
 /* The agreement cannot tolerate a node that skips a collective or folds
@@ -257,6 +257,9 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 			h.seal_step = mj->seal_step;
 			h.seal_state = (uint32_t)mj->seal_state;
 		}
+		/* A failed generation is not retried until the files change again. */
+		uint64_t v = j->files_ver;
+		h.cap_dirty = v && (!mj || (v != mj->cap_done && v != mj->cap_failed));
 		j->news = 0;   /* delivered by this round (a failed round stops the mesh) */
 		snprintf(h.name, sizeof(h.name), "%s", j->name);
 		put(mesh, &p, len, &cap, &h, sizeof(h));
@@ -319,6 +322,7 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 		j->f_nodes = j->f_done = j->f_ok = j->f_world = 0;
 		j->f_fail_node = -1;
 		j->f_seal = j->f_has_persisted = 0;
+		j->cap_want = 0;
 	}
 	for (int node = 0; node < mesh->size; node++) {
 		const uint8_t *p = all + displs[node], *end = p + counts[node];
@@ -331,6 +335,7 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 			if (!j)
 				round_fatal(mesh, "out of memory for a job entry");
 			fold_flush(j, node, &h);
+			j->cap_want |= h.cap_dirty != 0;
 			if (h.news == 2 || (h.news == 1 && j->news != 2 && (j->news == 0 || h.news_base < j->news_base))) {
 				j->news = (int)h.news;
 				j->news_base = h.news_base;
@@ -457,6 +462,9 @@ static int round_(struct snap_mesh *mesh, int protect)
 			continue;
 		mesh_protect(mesh, j, g);
 	}
+	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next)
+		if (j->cap_want)
+			mesh_cap_protect(mesh, j);
 	/* A stop (1) waits for a flush under way or wanted, e.g. the one a
 	 * SIGTERM asked for; a stop now (2: a second signal) does not. */
 	int flushing = mesh_flush_round(mesh, wanted);
@@ -489,7 +497,7 @@ static void account_parity(struct snap_mesh *mesh)
 {
 	struct snap_store *s = mesh->store;
 	for (struct store_job *j = s->jobs; j; j = j->next)
-		s->mem_used += mesh_ec_bytes(s->root, j->name);
+		s->mem_used += mesh_ec_bytes(s->root, j->name) + mesh_cap_parity_bytes(s->root, j->name);
 }
 
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
@@ -503,6 +511,8 @@ int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned 
 	snap_ec_describe(&mesh->grp, gline, sizeof(gline));
 	mesh_say(mesh, "mesh of %d nodes, %s", mesh->size, gline);
 	int changed = mesh_recover(mesh);
+	if (changed >= 0)
+		mesh_cap_recover(mesh);   /* captured files: before files.c opens them */
 	if (changed < 0) {
 		snap_fmt(err, errlen, "relaunch recovery failed on node %d (%s)", mesh->rank, snap_strerror(changed));
 		return changed;

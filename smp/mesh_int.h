@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * mesh_int.h - state shared by mesh.c, protect.c and recover.c (not an API),
- * and the helpers of meshutil.c they share. Calls go one way (see the layers
- * in smp_internal.h): mesh.c -> protect.c, recover.c -> meshutil.c.
+ * mesh_int.h - state shared by mesh.c, protect.c, recover.c and meshcap.c
+ * (not an API), and the helpers of meshutil.c and meshrec.c they share. Calls
+ * go one way (see the layers in smp_internal.h): mesh.c -> protect.c,
+ * recover.c, meshcap.c -> meshutil.c, meshrec.c.
  */
 #ifndef SNAP_MESH_INT_H
 #define SNAP_MESH_INT_H
@@ -60,6 +61,13 @@ struct mjob {
 	/* node 0 only: its seal of seal_step, reported in every summary */
 	int seal_state;               /* 0 none, 1 sealed, 2 failed */
 	uint64_t seal_step;
+	/* Captured files (meshcap.c). Agreed: */
+	int cap_want;                 /* this round: some node's captured files changed */
+	int has_cap;                  /* generation cap_gen is protected on every node */
+	uint64_t cap_gen;
+	uint64_t cap_seq;             /* newest generation number used or seen */
+	/* here: store_job.files_ver when the last (failed) generation was taken */
+	uint64_t cap_done, cap_failed;
 	int lost;                     /* relaunch could not rebuild it */
 	char lost_msg[MESH_ERRLEN];
 	struct mjob *next;
@@ -98,6 +106,36 @@ struct mjob *mesh_job(struct snap_mesh *mesh, const char *name);
 /* The job's entry if the mesh has one (never creates: only agreed data do). */
 struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
 
+/* ---- meshrec.c: the relaunch's records (recover.c, meshcap.c) ---- */
+
+/* One valid erasure-coding record of a node. */
+struct mesh_rec {
+	char job[SNAP_JOB_MAX + 1];
+	uint64_t step;                /* a step, or a generation of captured files */
+};
+/* Every node's valid records, gathered: node i's are all[dsp[i] .. +cnt[i]). */
+struct mesh_recs {
+	struct mesh_rec *all;
+	int *cnt, *dsp;
+	int total;
+};
+/* A local check of unit g of job beyond its record (0: usable). */
+typedef int (*mesh_rec_check)(struct snap_mesh *mesh, const char *job, uint64_t g, char *why, size_t wlen);
+/* [collective] List this node's valid records under <root>/<job><sub>/ec
+ * (sub "" for steps, "/files" for captured files), gather everyone's. */
+void mesh_gather_records(struct snap_mesh *mesh, const char *sub, mesh_rec_check check, struct mesh_recs *r);
+void mesh_recs_free(struct mesh_recs *r);
+int mesh_has_rec(const struct mesh_recs *r, int node, const char *job, uint64_t g);
+/* Can every group rebuild unit g (at most m records missing)? If not and msg
+ * is given, it names the first group that cannot and its lost nodes. */
+int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const char *job, uint64_t g, char *msg,
+		     size_t len);
+/* [collective] Agree on an outcome: 0, or SNAP_ELOST with the first failing
+ * node's message in msg. */
+int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len);
+/* A parity file mapped read-write at plen bytes (created or resized). */
+void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len);
+
 /* ---- meshflush.c (called by mesh.c) ---- */
 
 /* [no lock held; every node, same data] After a round's fold: advance each
@@ -116,5 +154,18 @@ void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
 
 /* [collective, before serving, store locked by the caller] relaunch rebuild. */
 int mesh_recover(struct snap_mesh *mesh);
+
+/* ---- meshcap.c (called by mesh.c): captured files across the mesh ---- */
+
+/* [no lock held; collective over the mesh] Erasure-code this node's
+ * committed captured files of job j as a new generation; on success on
+ * every node it replaces the previous one. */
+int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j);
+/* [collective, before serving, before the captured files are opened]
+ * Rebuild the newest generation every group can rebuild: lost nodes get
+ * their captured files (namespace and data) back. Returns 1 if it wrote. */
+int mesh_cap_recover(struct snap_mesh *mesh);
+/* Bytes of the captured files' parity of job (the memory budget). */
+uint64_t mesh_cap_parity_bytes(const char *root, const char *job);
 
 #endif

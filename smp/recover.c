@@ -31,117 +31,6 @@
 
 #include "mesh_int.h"
 
-struct rent {
-	char job[SNAP_JOB_MAX + 1];
-	uint64_t step;
-};
-
-/* This node's valid records, all jobs. */
-static int scan_records(struct snap_mesh *mesh, struct rent **out, int *nout)
-{
-	const char *root = mesh->store->root;
-	*out = NULL;
-	*nout = 0;
-	int cap = 0;
-	DIR *d = opendir(root);
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		if (!snap_job_name_ok(de->d_name))
-			continue;
-		uint64_t *steps;
-		size_t n;
-		if (mesh_list_records(root, de->d_name, &steps, &n))
-			continue;
-		for (size_t i = 0; i < n; i++) {
-			char p[SNAP_FILE_MAX], why[256] = "";
-			void *buf;
-			size_t len;
-			struct snap_ec_meta *meta = NULL;
-			struct snap_ec_meta_info in;
-			mesh_ec_path(root, de->d_name, steps[i], "rec", p, sizeof(p));
-			int rc = mesh_read_file(p, 1u << 30, &buf, &len);
-			if (!rc) {
-				rc = snap_ec_meta_unpack(buf, len, &meta, why, sizeof(why));
-				free(buf);
-			}
-			if (!rc) {
-				snap_ec_meta_info(meta, &in);
-				if (in.step != steps[i] || in.group != mesh->grp.id || in.index != mesh->grp.index ||
-				    in.n != mesh->grp.n || in.k != mesh->grp.k || in.m != mesh->grp.m) {
-					snprintf(why, sizeof(why), "describes step %" PRIu64 " group %d index %d (%d+%d), this node"
-						 " is group %d index %d (%d+%d)", in.step, in.group, in.index, in.k, in.m,
-						 mesh->grp.id, mesh->grp.index, mesh->grp.k, mesh->grp.m);
-					rc = SNAP_EMISMATCH;
-				}
-				snap_ec_meta_free(meta);
-			}
-			if (rc) {
-				mesh_warn(mesh, "record %s unusable (%s): this node counts as lost for that step", p,
-					  why[0] ? why : snap_strerror(rc));
-				continue;
-			}
-			if (*nout == cap) {
-				cap = cap ? cap * 2 : 16;
-				void *q = realloc(*out, (size_t)cap * sizeof(**out));
-				if (!q) {
-					/* A record silently left out would make this node's view differ. */
-					mesh_warn(mesh, "out of memory listing the erasure-coding records");
-					snap_mesh_abort(mesh, 1);
-				}
-				*out = q;
-			}
-			struct rent *e = &(*out)[(*nout)++];
-			memset(e, 0, sizeof(*e));
-			memcpy(e->job, de->d_name, strnlen(de->d_name, SNAP_JOB_MAX)); /* name_ok: <= SNAP_JOB_MAX */
-			e->step = steps[i];
-		}
-		free(steps);
-	}
-	if (d)
-		closedir(d);
-	return 0;
-}
-
-static int has_rec(const struct rent *all, const int *cnt, const int *dsp, int node, const char *job, uint64_t g)
-{
-	for (int i = dsp[node]; i < dsp[node] + cnt[node]; i++)
-		if (all[i].step == g && strcmp(all[i].job, job) == 0)
-			return 1;
-	return 0;
-}
-
-/*
- * Can every group rebuild step g of job? If not and msg is given, describe
- * the first group that cannot (its lost nodes).
- */
-static int rebuildable(struct snap_mesh *mesh, const struct rent *all, const int *cnt, const int *dsp,
-		       const char *job, uint64_t g, char *msg, size_t len)
-{
-	for (int first = 0; first < mesh->size;) {
-		struct snap_ec_group gg;
-		if (snap_ec_group_of(mesh->size, mesh->k, mesh->m, 0, first, &gg, NULL, 0))
-			return 0;
-		int lost = 0;
-		char names[512] = "";
-		size_t o = 0;
-		for (int i = 0; i < gg.n; i++)
-			if (!has_rec(all, cnt, dsp, first + i, job, g)) {
-				lost++;
-				int w = snprintf(names + o, sizeof(names) - o, "%s%d", o ? "," : "", first + i);
-				if (w > 0 && (size_t)w < sizeof(names) - o)
-					o += (size_t)w;
-			}
-		if (lost > gg.m) {
-			if (msg)
-				snap_fmt(msg, len, "group %d (nodes %d-%d, %d+%d) lost nodes %s: %d > m=%d", gg.id, first,
-					 first + gg.n - 1, gg.k, gg.m, names, lost, gg.m);
-			return 0;
-		}
-		first += gg.n;
-	}
-	return 1;
-}
-
 /* This node's files of one step, opened for the rebuild: per slot-list
  * entry its manifest (read into memory) and its slot file (mapped
  * read-write), and the parity file. */
@@ -232,25 +121,6 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 	return local;
 }
 
-/* The parity file, mapped read-write at the record's length (created or
- * resized when it is not). */
-static int open_parity_file(const char *ppath, struct rebuild_files *f, char *msg, size_t len)
-{
-	int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	struct stat st;
-	if (fd >= 0 && fstat(fd, &st) == 0 &&
-	    ((uint64_t)st.st_size == f->parity_len || ftruncate(fd, (off_t)f->parity_len) == 0))
-		f->parity = mmap(NULL, f->parity_len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-	if (fd >= 0)
-		close(fd);
-	if (!f->parity || f->parity == MAP_FAILED) {
-		f->parity = NULL;
-		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
-		return SNAP_EIO;
-	}
-	return 0;
-}
-
 /* Manifests and record last: they vouch for the bytes the rebuild wrote. A
  * manifest already right is left alone; an empty parity file is written
  * when the step has no parity bytes here. */
@@ -320,8 +190,8 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	snap_ec_meta_info(meta, &in);
 	struct rebuild_files f = { .parity_len = in.parity_len };
 	int local = open_slot_files(mesh, job, g, meta, &f, msg, len);
-	if (!local && in.parity_len)
-		local = open_parity_file(ppath, &f, msg, len);
+	if (!local && in.parity_len && !(f.parity = mesh_map_parity(ppath, in.parity_len, msg, len)))
+		local = SNAP_EIO;
 	/* Collective: a local failure passes nothing and fails the group. */
 	struct snap_ec_rebuild_stats st = { 0 };
 	rc = snap_ec_rebuild_run(rb, local ? NULL : f.iov, local ? 0 : 2 * (int)f.n, local ? NULL : f.parity,
@@ -341,21 +211,6 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	return local;
 }
 
-/* Agree on the outcome; on failure everyone gets the first failing node's message. */
-static int agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
-{
-	int me = rc ? mesh->rank : mesh->size, first = 0;
-	MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, mesh->world);
-	if (first == mesh->size)
-		return 0;
-	char buf[MESH_ERRLEN] = "";
-	if (mesh->rank == first)
-		snprintf(buf, sizeof(buf), "%s", msg);
-	MPI_Bcast(buf, sizeof(buf), MPI_CHAR, first, mesh->world);
-	snap_fmt(msg, len, "node %d: %s", first, buf);
-	return SNAP_ELOST;
-}
-
 /* Before serving (the budget is counted afterwards by account_parity). */
 static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
 {
@@ -365,30 +220,11 @@ static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, u
 
 int mesh_recover(struct snap_mesh *mesh)
 {
-	struct rent *mine = NULL, *all = NULL;
-	int nmine = 0, changed = 0;
-	scan_records(mesh, &mine, &nmine);
-	int *cnt = calloc((size_t)mesh->size, sizeof(int)), *dsp = calloc((size_t)mesh->size, sizeof(int));
-	int *bc = calloc((size_t)mesh->size, sizeof(int)), *bd = calloc((size_t)mesh->size, sizeof(int));
-	if (!cnt || !dsp || !bc || !bd) {
-		/* Peers are about to enter the collectives below: abort, never hang them. */
-		mesh_warn(mesh, "out of memory before the relaunch agreement");
-		snap_mesh_abort(mesh, 1);
-	}
-	MPI_Allgather(&nmine, 1, MPI_INT, cnt, 1, MPI_INT, mesh->world);
-	int total = 0;
-	for (int i = 0; i < mesh->size; i++) {
-		dsp[i] = total;
-		total += cnt[i];
-		bc[i] = cnt[i] * (int)sizeof(struct rent);
-		bd[i] = dsp[i] * (int)sizeof(struct rent);
-	}
-	all = calloc((size_t)total + 1, sizeof(*all));
-	if (!all) {
-		mesh_warn(mesh, "out of memory gathering the erasure-coding records");
-		snap_mesh_abort(mesh, 1);
-	}
-	MPI_Allgatherv(mine, nmine * (int)sizeof(struct rent), MPI_BYTE, all, bc, bd, MPI_BYTE, mesh->world);
+	struct mesh_recs rs;
+	int changed = 0;
+	mesh_gather_records(mesh, "", NULL, &rs);
+	const struct mesh_rec *all = rs.all;
+	int total = rs.total;
 	/* Jobs in name order (the same list on every node). */
 	for (int i = 0; i < total; i++)
 		mesh_job(mesh, all[i].job);
@@ -399,7 +235,7 @@ int mesh_recover(struct snap_mesh *mesh)
 			if (strcmp(all[i].job, j->name))
 				continue;
 			newest = all[i].step > newest ? all[i].step : newest;
-			if ((!found || all[i].step > best) && rebuildable(mesh, all, cnt, dsp, j->name, all[i].step, NULL, 0)) {
+			if ((!found || all[i].step > best) && mesh_rebuildable(mesh, &rs, j->name, all[i].step, NULL, 0)) {
 				best = all[i].step;
 				found = 1;
 			}
@@ -407,7 +243,7 @@ int mesh_recover(struct snap_mesh *mesh)
 		char msg[MESH_ERRLEN] = "";
 		if (!found) {
 			char why[700];
-			rebuildable(mesh, all, cnt, dsp, j->name, newest, why, sizeof(why));
+			mesh_rebuildable(mesh, &rs, j->name, newest, why, sizeof(why));
 			j->lost = 1;
 			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s cannot be rebuilt from the mesh: newest protected step"
 				 " %" PRIu64 ": %s; no step is recoverable by every group (newest step still recoverable"
@@ -420,15 +256,15 @@ int mesh_recover(struct snap_mesh *mesh)
 		}
 		if (best < newest) {
 			char why[700];
-			rebuildable(mesh, all, cnt, dsp, j->name, newest, why, sizeof(why));
+			mesh_rebuildable(mesh, &rs, j->name, newest, why, sizeof(why));
 			if (mesh->rank == 0)
 				mesh_warn(mesh, "job %s: step %" PRIu64 " cannot be rebuilt (%s); using step %" PRIu64,
 					  j->name, newest, why, best);
 		}
-		int rc = rebuild_step(mesh, j->name, best, has_rec(all, cnt, dsp, mesh->rank, j->name, best), msg,
+		int rc = rebuild_step(mesh, j->name, best, mesh_has_rec(&rs, mesh->rank, j->name, best), msg,
 				      sizeof(msg));
 		changed = 1;
-		if (agree(mesh, rc, msg, sizeof(msg))) {
+		if (mesh_agree(mesh, rc, msg, sizeof(msg))) {
 			j->lost = 1;
 			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s: rebuild of step %" PRIu64 " failed: %s", j->name,
 				 best, msg);
@@ -455,11 +291,6 @@ int mesh_recover(struct snap_mesh *mesh)
 	}
 	if (d)
 		closedir(d);
-	free(cnt);
-	free(dsp);
-	free(bc);
-	free(bd);
-	free(all);
-	free(mine);
+	mesh_recs_free(&rs);
 	return changed;
 }

@@ -7,14 +7,16 @@
  * own layer where the arrow says so); nothing calls upward, so there are no
  * call loops. Types (this header, mesh_int.h) are shared across layers.
  *
- *   6  main.c                   flags -> config, --ec, snap_smp_serve
- *   5  daemon.c                 poll loop, connections, request dispatch
- *   4  mesh.c                   MPI start/stop, agreement rounds, mesh thread
- *   3  persist.c meshflush.c    flush policy (-> flush.c); the mesh's flush
+ *   7  main.c                   flags -> config, --ec, snap_smp_serve
+ *   6  daemon.c                 poll loop, connections, request dispatch
+ *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
+ *   4  persist.c meshflush.c    flush policy (-> flush.c); the mesh's flush
  *                               of a protected step across nodes
- *   2  flush.c files.c rehydrate.c protect.c recover.c
+ *   3  flush.c files.c rehydrate.c protect.c recover.c meshcap.c
  *                               flush thread, captured files, restore from
- *                               disk, encode a step, relaunch rebuild
+ *                               disk, encode a step, relaunch rebuild,
+ *                               captured files across the mesh
+ *   2  meshrec.c                the relaunch's gathered records
  *   1  log.c reply.c meshutil.c config.c
  *      store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
  *

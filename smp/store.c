@@ -301,6 +301,8 @@ static int scan(struct snap_store *s)
 		struct dirent *re;
 		while (jd && (re = readdir(jd))) {
 			uint32_t rank;
+			if (strcmp(re->d_name, "files") == 0)
+				j->files_ver = 1;   /* captured files: unknown to the mesh until it protects them */
 			if (!parse_uint(re->d_name, "rank-", "", &rank))
 				continue;
 			char rdir[SNAP_FILE_MAX];

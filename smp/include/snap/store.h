@@ -87,6 +87,10 @@ struct store_job {
 	int mfl_failed;                /* the last mesh flush failed: its step and why */
 	uint64_t mfl_failed_step;
 	char mfl_msg[256];
+	/* Captured files (smp/files.c): namespace changes of this job here, so
+	 * the mesh knows when to protect a new generation (smp/meshcap.c). 1 at
+	 * start when the job has a files directory. */
+	uint64_t files_ver;
 	int news;                      /* 0: none; 1: rewound to news_base; 2: rewound to nothing */
 	uint64_t news_base;
 	struct store_job *next;

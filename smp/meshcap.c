@@ -1,0 +1,915 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * Captured files (LD_PRELOAD, files.c) across the erasure-coded mesh.
+ *
+ * A captured file has no step: programs write, rename and delete files
+ * whenever they like. So the mesh protects *generations*: when any node's
+ * namespace of a job changed (files.c bumps store_job.files_ver), every
+ * node takes a snapshot of its committed files and the mesh encodes them
+ * together, like a step. This node's part of generation G is
+ *
+ *   catalog | data of file 1 | data of file 2 | ...
+ *
+ * where the catalog lists each file's path, manifest and size. Survivors
+ * must be able to present those same bytes at a relaunch even if the
+ * program deleted or replaced the files since, so the snapshot holds them:
+ *
+ *   <root>/<job>/files/ec/step-<G>.parity, step-<G>.rec   as for steps
+ *   <root>/<job>/files/ec/g-<G>/catalog                   this node's catalog
+ *   <root>/<job>/files/ec/g-<G>/<data id>                 hard links to the data
+ *
+ * Data files are never modified after their commit (an update is a new
+ * file), so a hard link is a snapshot that costs no memory while the file
+ * lives; a deleted file's bytes stay until the next generation replaces G
+ * (one agreement round later). A relaunch rebuilds the newest generation
+ * every group can rebuild: a lost node gets its catalog, data and
+ * namespace back (a path its store already names is left alone: that is
+ * newer), then files.c opens the store as usual and flushes what the real
+ * paths lack.
+ *
+ * Cost: each generation re-encodes all of the job's captured files on
+ * every node, not only what changed (see docs/design.md).
+ */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "mesh_int.h"
+#include "snap/fileman.h"
+
+#define CAP_MAGIC "SNAPCAT1"
+#define CAP_HDR 24            /* magic, u32 count, u32 CRC32C of the rest, u64 length */
+#define CAP_BLOB_MAGIC 0x31464353u /* "SCF1" */
+#define CAP_PATH_MAX 4096
+#define CAP_DEPTH 128
+
+struct cap_blob {
+	uint32_t magic, nfiles;
+	uint64_t cat_len;
+};
+
+struct cap_ent {
+	char *path;                   /* absolute logical path */
+	void *man;                    /* encoded manifest */
+	uint32_t man_len;
+	uint64_t id, size;
+};
+
+struct cap_list {
+	struct cap_ent *e;
+	uint32_t n, cap;
+};
+
+static void list_free(struct cap_list *l)
+{
+	for (uint32_t i = 0; i < l->n; i++) {
+		free(l->e[i].path);
+		free(l->e[i].man);
+	}
+	free(l->e);
+	memset(l, 0, sizeof(*l));
+}
+
+/* <root>/<job>/files[/rest] */
+static int files_path(const struct snap_mesh *mesh, const char *job, const char *rest, char *out, size_t cap)
+{
+	int n = snprintf(out, cap, "%s/%s/files%s%s", mesh->store->root, job, rest ? "/" : "", rest ? rest : "");
+	return n < 0 || (size_t)n >= cap ? SNAP_EINVAL : 0;
+}
+
+static int gen_dir(const struct snap_mesh *mesh, const char *job, uint64_t g, char *out, size_t cap)
+{
+	char rest[64];
+	snprintf(rest, sizeof(rest), "ec/g-%" PRIu64, g);
+	return files_path(mesh, job, rest, out, cap);
+}
+
+/* <root>/<job>, <root>/<job>/files and <root>/<job>/files/ec. */
+static int make_dirs(const struct snap_mesh *mesh, const char *job)
+{
+	char p[SNAP_FILE_MAX];
+	if (mesh_mkdirs(mesh->store->root, job, -1) || files_path(mesh, job, NULL, p, sizeof(p)) ||
+	    (mkdir(p, 0700) != 0 && errno != EEXIST) || files_path(mesh, job, "ec", p, sizeof(p)) ||
+	    (mkdir(p, 0700) != 0 && errno != EEXIST))
+		return SNAP_EIO;
+	return 0;
+}
+
+/* "<job>/files": where meshfiles.c's helpers find this job's ec records. */
+static void ec_job(const char *job, char *out, size_t cap)
+{
+	snprintf(out, cap, "%s/files", job);
+}
+
+/* rm of a generation directory (it holds only plain files). */
+static void remove_gen_dir(const char *dir)
+{
+	DIR *d = opendir(dir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		char p[SNAP_FILE_MAX];
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
+		    snprintf(p, sizeof(p), "%s/%s", dir, de->d_name) < (int)sizeof(p))
+			unlink(p);
+	}
+	if (d)
+		closedir(d);
+	rmdir(dir);
+}
+
+/* Every generation of job but keep (all when !has_keep): records first. */
+static uint64_t prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
+{
+	char jf[SNAP_FILE_MAX], ecdir[SNAP_FILE_MAX];
+	uint64_t freed = 0;
+	ec_job(job, jf, sizeof(jf));
+	mesh_ec_prune(mesh->store->root, jf, has_keep, keep, &freed);
+	if (files_path(mesh, job, "ec", ecdir, sizeof(ecdir)))
+		return freed;
+	DIR *d = opendir(ecdir);
+	struct dirent *de;
+	while (d && (de = readdir(d))) {
+		uint64_t g = 0;
+		char p[SNAP_FILE_MAX];
+		if (strncmp(de->d_name, "g-", 2) || sscanf(de->d_name + 2, "%" SCNu64, &g) != 1 || (has_keep && g == keep))
+			continue;
+		if (snprintf(p, sizeof(p), "%s/%s", ecdir, de->d_name) < (int)sizeof(p))
+			remove_gen_dir(p);
+	}
+	if (d)
+		closedir(d);
+	return freed;
+}
+
+uint64_t mesh_cap_parity_bytes(const char *root, const char *job)
+{
+	char jf[SNAP_FILE_MAX];
+	ec_job(job, jf, sizeof(jf));
+	return mesh_ec_bytes(root, jf);
+}
+
+/* ---- the catalog ---------------------------------------------------------- */
+
+static int list_add(struct cap_list *l, const char *path, const void *man, uint32_t man_len, uint64_t id,
+		    uint64_t size)
+{
+	if (l->n == l->cap) {
+		uint32_t cap = l->cap ? 2 * l->cap : 64;
+		struct cap_ent *e = realloc(l->e, cap * sizeof(*e));
+		if (!e)
+			return SNAP_ENOMEM;
+		l->e = e;
+		l->cap = cap;
+	}
+	struct cap_ent *e = &l->e[l->n];
+	*e = (struct cap_ent){ .path = strdup(path), .man = malloc(man_len ? man_len : 1), .man_len = man_len,
+			       .id = id, .size = size };
+	if (!e->path || !e->man) {
+		free(e->path);
+		free(e->man);
+		return SNAP_ENOMEM;
+	}
+	memcpy(e->man, man, man_len);
+	l->n++;
+	return 0;
+}
+
+static size_t pad8(size_t n)
+{
+	return (n + 7) & ~(size_t)7;
+}
+
+/* header | per file: u32 path length, u32 manifest length, u64 size, path, manifest (8-aligned) */
+static void *catalog_pack(const struct cap_list *l, size_t *len)
+{
+	size_t n = CAP_HDR;
+	for (uint32_t i = 0; i < l->n; i++)
+		n += 16 + pad8(strlen(l->e[i].path) + l->e[i].man_len);
+	uint8_t *p = calloc(1, n), *q = p + CAP_HDR;
+	if (!p)
+		return NULL;
+	for (uint32_t i = 0; i < l->n; i++) {
+		uint32_t pl = (uint32_t)strlen(l->e[i].path);
+		memcpy(q, &pl, 4);
+		memcpy(q + 4, &l->e[i].man_len, 4);
+		memcpy(q + 8, &l->e[i].size, 8);
+		memcpy(q + 16, l->e[i].path, pl);
+		memcpy(q + 16 + pl, l->e[i].man, l->e[i].man_len);
+		q += 16 + pad8(pl + l->e[i].man_len);
+	}
+	uint32_t crc = snap_crc32c(p + CAP_HDR, n - CAP_HDR);
+	uint64_t len64 = n;
+	memcpy(p, CAP_MAGIC, 8);
+	memcpy(p + 8, &l->n, 4);
+	memcpy(p + 12, &crc, 4);
+	memcpy(p + 16, &len64, 8);
+	*len = n;
+	return p;
+}
+
+/* A logical path as files.c keeps them: absolute, no empty, "." or ".." part. */
+static int path_ok(const char *p, size_t len)
+{
+	if (len < 2 || len >= CAP_PATH_MAX || p[0] != '/' || memchr(p, 0, len))
+		return 0;
+	for (size_t i = 0; i < len;) {
+		size_t s = i + 1, e = s;
+		while (e < len && p[e] != '/')
+			e++;
+		if (e == s || (e - s == 1 && p[s] == '.') || (e - s == 2 && p[s] == '.' && p[s + 1] == '.'))
+			return 0;
+		i = e;
+	}
+	return 1;
+}
+
+/* Parse and check a catalog of len bytes (every manifest decodes, its size
+ * is the entry's). SNAP_ECORRUPT with why on anything wrong. */
+static int catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *why, size_t wlen)
+{
+	uint32_t count, crc;
+	uint64_t len64;
+	if (len < CAP_HDR || memcmp(p, CAP_MAGIC, 8)) {
+		snap_fmt(why, wlen, "the catalog's header is not a catalog's");
+		return SNAP_ECORRUPT;
+	}
+	memcpy(&count, p + 8, 4);
+	memcpy(&crc, p + 12, 4);
+	memcpy(&len64, p + 16, 8);
+	if (len64 != len || snap_crc32c(p + CAP_HDR, len - CAP_HDR) != crc) {
+		snap_fmt(why, wlen, "the catalog's length or CRC32C does not match its bytes");
+		return SNAP_ECORRUPT;
+	}
+	size_t o = CAP_HDR;
+	for (uint32_t i = 0; i < count; i++) {
+		uint32_t pl, ml;
+		uint64_t size;
+		struct snap_fman m;
+		char path[CAP_PATH_MAX];
+		if (len - o < 16) {
+			snap_fmt(why, wlen, "the catalog ends inside entry %u of %u", i, count);
+			return SNAP_ECORRUPT;
+		}
+		memcpy(&pl, p + o, 4);
+		memcpy(&ml, p + o + 4, 4);
+		memcpy(&size, p + o + 8, 8);
+		if ((uint64_t)pl + ml > len - o - 16 || !path_ok((const char *)p + o + 16, pl)) {
+			snap_fmt(why, wlen, "entry %u of the catalog has a bad path or length", i);
+			return SNAP_ECORRUPT;
+		}
+		memcpy(path, p + o + 16, pl);
+		path[pl] = 0;
+		int rc = snap_fman_decode(p + o + 16 + pl, ml, &m, why, wlen);
+		if (rc)
+			return rc;
+		uint64_t id = m.id, msize = m.size;
+		snap_fman_free(&m);
+		if (msize != size) {
+			snap_fmt(why, wlen, "the manifest of %s says %" PRIu64 " bytes, the catalog %" PRIu64, path, msize,
+				 size);
+			return SNAP_ECORRUPT;
+		}
+		if ((rc = list_add(l, path, p + o + 16 + pl, ml, id, size)))
+			return rc;
+		o += 16 + pad8((size_t)pl + ml);
+		if (o > len) {
+			snap_fmt(why, wlen, "the catalog ends inside entry %u of %u", i, count);
+			return SNAP_ECORRUPT;
+		}
+	}
+	if (o != len) {
+		snap_fmt(why, wlen, "%zu bytes after the last entry of the catalog", len - o);
+		return SNAP_ECORRUPT;
+	}
+	return 0;
+}
+
+/* ---- protect: snapshot, encode, publish, agree ---------------------------- */
+
+struct walk {
+	struct cap_list *l;
+	int datafd, gfd;
+	uint64_t bytes;
+};
+
+/* One manifest of the namespace: link its data into the generation. Files
+ * whose manifest or data is not sound are left out (files.c discards them
+ * at its next start anyway). */
+static int walk_file(struct walk *w, int dfd, const char *name, const char *path)
+{
+	int fd = openat(dfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+	struct stat st, ds;
+	if (fd < 0)
+		return 0;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_size > SNAP_FMAN_MAX) {
+		close(fd);
+		return 0;
+	}
+	uint8_t *buf = malloc((size_t)st.st_size + 1);
+	ssize_t got = buf ? pread(fd, buf, (size_t)st.st_size, 0) : -1;
+	close(fd);
+	struct snap_fman m;
+	char dname[17];
+	int rc = 0;
+	if (got == st.st_size && snap_fman_decode(buf, (size_t)got, &m, NULL, 0) == 0) {
+		snap_fman_data_name(m.id, dname);
+		if (fstatat(w->datafd, dname, &ds, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(ds.st_mode) &&
+		    (uint64_t)ds.st_size == m.size &&
+		    (linkat(w->datafd, dname, w->gfd, dname, 0) == 0 || errno == EEXIST)) {
+			rc = list_add(w->l, path, buf, (uint32_t)got, m.id, m.size);
+			w->bytes += m.size;
+		}
+		snap_fman_free(&m);
+	}
+	free(buf);
+	return rc;
+}
+
+static int walk_tree(struct walk *w, int dfd, char *path, size_t plen, int depth)
+{
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return 0;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (!rc && (de = readdir(d))) {
+		size_t nl = strlen(de->d_name);
+		struct stat st;
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") || plen + 1 + nl >= CAP_PATH_MAX ||
+		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0)
+			continue;
+		path[plen] = '/';
+		memcpy(path + plen + 1, de->d_name, nl + 1);
+		if (S_ISDIR(st.st_mode) && depth < CAP_DEPTH) {
+			int sub = openat(dfd, de->d_name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0) {
+				rc = walk_tree(w, sub, path, plen + 1 + nl, depth + 1);
+				close(sub);
+			}
+		} else if (S_ISREG(st.st_mode)) {
+			rc = walk_file(w, dfd, de->d_name, path);
+		}
+		path[plen] = '\0';
+	}
+	closedir(d);
+	return rc;
+}
+
+static int cmp_ent(const void *a, const void *b)
+{
+	return strcmp(((const struct cap_ent *)a)->path, ((const struct cap_ent *)b)->path);
+}
+
+/* One protect of generation g: what the phases below hand each other. */
+struct cap_run {
+	struct cap_list l;
+	void *cat;
+	size_t cat_len;
+	struct iovec *iov;
+	uint32_t niov;
+	struct cap_blob blob;
+	struct snap_ec_encode *enc;
+	void *parity, *rec;
+	size_t need;
+	uint64_t plen, data_len, ver;
+	int local, accounted;
+	char err[MESH_ERRLEN];
+	char gdir[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ptmp[SNAP_FILE_MAX + 8];
+};
+
+/* [lock held] The snapshot: link every committed file's data into g-<g>
+ * and write the catalog. The lock keeps the namespace still meanwhile
+ * (the poll thread changes it only under the mesh lock). */
+static void cap_snapshot(struct snap_mesh *mesh, struct mjob *j, struct cap_run *p)
+{
+	struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
+	char ns[SNAP_FILE_MAX], data[SNAP_FILE_MAX];
+	p->ver = sj ? sj->files_ver : 0;
+	remove_gen_dir(p->gdir);   /* a leftover of a killed attempt with this number */
+	if (make_dirs(mesh, j->name) || mkdir(p->gdir, 0700) != 0) {
+		snap_fmt(p->err, sizeof(p->err), "cannot create %s: %s", p->gdir, strerror(errno));
+		p->local = SNAP_EIO;
+		return;
+	}
+	files_path(mesh, j->name, "ns", ns, sizeof(ns));
+	files_path(mesh, j->name, "data", data, sizeof(data));
+	struct walk w = { .l = &p->l, .datafd = open(data, O_PATH | O_DIRECTORY | O_CLOEXEC),
+			  .gfd = open(p->gdir, O_PATH | O_DIRECTORY | O_CLOEXEC) };
+	int nsfd = open(ns, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	char path[CAP_PATH_MAX] = "";
+	if (w.gfd < 0)
+		p->local = SNAP_EIO;
+	else if (nsfd >= 0 && w.datafd >= 0)
+		p->local = walk_tree(&w, nsfd, path, 0, 0);
+	if (nsfd >= 0)
+		close(nsfd);
+	if (w.datafd >= 0)
+		close(w.datafd);
+	if (w.gfd >= 0)
+		close(w.gfd);
+	if (p->local) {
+		snap_fmt(p->err, sizeof(p->err), "cannot take the snapshot of the captured files in %s", p->gdir);
+		return;
+	}
+	if (p->l.n)
+		qsort(p->l.e, p->l.n, sizeof(*p->l.e), cmp_ent);
+	char cpath[SNAP_FILE_MAX + 16];
+	snprintf(cpath, sizeof(cpath), "%s/catalog", p->gdir);
+	if (!(p->cat = catalog_pack(&p->l, &p->cat_len)) || mesh_write_atomic(cpath, p->cat, p->cat_len)) {
+		snap_fmt(p->err, sizeof(p->err), "cannot write %s", cpath);
+		p->local = SNAP_EIO;
+		return;
+	}
+	p->data_len = p->cat_len + w.bytes;
+	p->blob = (struct cap_blob){ CAP_BLOB_MAGIC, p->l.n, p->cat_len };
+}
+
+/* The generation's bytes as iov: the catalog, then each data file mapped
+ * (through its link in the generation, which the program cannot remove). */
+static int map_gen(const char *gdir, const struct cap_list *l, void *cat, size_t cat_len, int writable,
+		   struct iovec **iovp, char *err, size_t errlen)
+{
+	struct iovec *iov = calloc((size_t)l->n + 1, sizeof(*iov));
+	if (!iov)
+		return SNAP_ENOMEM;
+	*iovp = iov;
+	iov[0] = (struct iovec){ cat, cat_len };
+	for (uint32_t i = 0; i < l->n; i++) {
+		char dname[17], p[SNAP_FILE_MAX + 32];
+		snap_fman_data_name(l->e[i].id, dname);
+		snprintf(p, sizeof(p), "%s/%s", gdir, dname);
+		if (!l->e[i].size)
+			continue;
+		int fd = open(p, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+		struct stat st;
+		void *m = MAP_FAILED;
+		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == l->e[i].size)
+			m = mmap(NULL, l->e[i].size, writable ? PROT_READ | PROT_WRITE : PROT_READ,
+				 MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (fd >= 0)
+			close(fd);
+		if (m == MAP_FAILED) {
+			snap_fmt(err, errlen, "cannot map %s (%" PRIu64 " bytes): %s", p, l->e[i].size,
+				 fd < 0 ? strerror(errno) : "wrong size");
+			return SNAP_EIO;
+		}
+		iov[i + 1] = (struct iovec){ m, l->e[i].size };
+	}
+	return 0;
+}
+
+static void unmap_gen(struct iovec *iov, uint32_t n)
+{
+	for (uint32_t i = 1; iov && i <= n; i++)
+		if (iov[i].iov_base)
+			munmap(iov[i].iov_base, iov[i].iov_len);
+	free(iov);
+}
+
+/* Collective over the group, whatever failed here (a member that failed
+ * passes nothing, and the library fails the group instead of hanging it). */
+static void cap_encode(struct snap_mesh *mesh, uint64_t g, struct cap_run *p)
+{
+	struct snap_ec_opts opts = { 0 };
+	char why[512] = "";
+	int local = p->local;
+	int rc = snap_ec_encode_begin(mesh->group, &mesh->grp, g, local ? 0 : p->data_len, local ? NULL : &p->blob,
+				      local ? 0 : sizeof(p->blob), &opts, &p->enc, why, sizeof(why));
+	if (rc && !p->local) {
+		snap_fmt(p->err, sizeof(p->err), "%s", why);
+		p->local = rc;
+	}
+	if (rc)
+		return;
+	p->plen = snap_ec_encode_parity_len(p->enc);
+	pthread_mutex_lock(&mesh->mu);
+	struct snap_store *s = mesh->store;
+	if (!p->local && s->mem_used + p->plen > s->mem_limit) {
+		snap_fmt(p->err, sizeof(p->err), "parity of %" PRIu64 " bytes would exceed the memory budget"
+			 " SNAP_MEM_LIMIT=%" PRIu64 " (%" PRIu64 " in use)", p->plen, s->mem_limit, s->mem_used);
+		p->local = SNAP_ENOSPC;
+	} else if (!p->local) {
+		s->mem_used += p->plen;
+		p->accounted = 1;
+	}
+	pthread_mutex_unlock(&mesh->mu);
+	if (!p->local && p->plen && !(p->parity = mesh_map_parity(p->ptmp, p->plen, p->err, sizeof(p->err))))
+		p->local = SNAP_EIO;
+	local = p->local;
+	rc = snap_ec_encode_run(p->enc, local ? NULL : p->iov, local ? 0 : (int)p->niov, local ? NULL : p->parity,
+				local ? 0 : p->plen);
+	if (rc && !p->local) {
+		snap_fmt(p->err, sizeof(p->err), "%s", snap_ec_encode_error(p->enc));
+		p->local = rc;
+	}
+	if (p->parity)
+		munmap(p->parity, p->plen);
+	p->parity = NULL;
+	if (!p->local) {
+		const struct snap_ec_meta *meta = snap_ec_encode_meta(p->enc);
+		snap_ec_meta_pack(meta, NULL, 0, &p->need);
+		if (!(p->rec = malloc(p->need)) || snap_ec_meta_pack(meta, p->rec, p->need, &p->need))
+			p->local = SNAP_ENOMEM;
+	}
+	/* Parity first, then the record that vouches for it. */
+	if (!p->local && ((p->plen ? rename(p->ptmp, p->ppath) : mesh_write_atomic(p->ppath, "", 0)) != 0 ||
+			  mesh_write_atomic(p->rpath, p->rec, p->need) != 0)) {
+		snap_fmt(p->err, sizeof(p->err), "cannot publish %s: %s", p->rpath, strerror(errno));
+		p->local = SNAP_EIO;
+	}
+}
+
+int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
+{
+	uint64_t t0 = snap_now_ns(), g = ++j->cap_seq;
+	char jf[SNAP_FILE_MAX];
+	struct cap_run run = { 0 }, *p = &run;
+	ec_job(j->name, jf, sizeof(jf));
+	mesh_ec_path(mesh->store->root, jf, g, "parity", p->ppath, sizeof(p->ppath));
+	mesh_ec_path(mesh->store->root, jf, g, "rec", p->rpath, sizeof(p->rpath));
+	snap_fmt(p->ptmp, sizeof(p->ptmp), "%s.tmp", p->ppath);
+	if (gen_dir(mesh, j->name, g, p->gdir, sizeof(p->gdir))) {
+		snap_fmt(p->err, sizeof(p->err), "the store path is too long");
+		p->local = SNAP_EINVAL;
+	}
+	if (!p->local) {
+		pthread_mutex_lock(&mesh->mu);
+		cap_snapshot(mesh, j, p);
+		pthread_mutex_unlock(&mesh->mu);
+	}
+	if (!p->local)
+		p->local = map_gen(p->gdir, &p->l, p->cat, p->cat_len, 0, &p->iov, p->err, sizeof(p->err));
+	p->niov = p->l.n + 1;
+	cap_encode(mesh, g, p);
+
+	int ok = p->local == 0, all = 0;
+	MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mesh->world);
+	uint64_t freed = 0;
+	if (all) {
+		freed = prune(mesh, j->name, 1, g);
+		mesh_say(mesh, "job %s captured files generation %" PRIu64 " protected (%u files, %" PRIu64 " data + %" PRIu64
+			 " parity bytes here, %.1f ms)", j->name, g, p->l.n, p->data_len, p->plen,
+			 (double)(snap_now_ns() - t0) / 1e6);
+	} else {
+		unlink(p->rpath);
+		unlink(p->ppath);
+		unlink(p->ptmp);
+		remove_gen_dir(p->gdir);
+		if (p->local)
+			mesh_warn(mesh, "job %s: captured files generation %" PRIu64 " not protected, it failed here: %s; "
+				  "generation %s stays the protected one", j->name, g, p->err[0] ? p->err : snap_strerror(p->local),
+				  j->has_cap ? "the previous" : "none");
+		else
+			mesh_say(mesh, "job %s: captured files generation %" PRIu64 " failed on another node; keeping the"
+				 " previous one", j->name, g);
+	}
+	pthread_mutex_lock(&mesh->mu);
+	struct snap_store *s = mesh->store;
+	if (!all && p->accounted)
+		freed += p->plen;
+	s->mem_used -= freed < s->mem_used ? freed : s->mem_used;
+	if (all) {
+		j->has_cap = 1;
+		j->cap_gen = g;
+		j->cap_done = p->ver;
+	} else {
+		j->cap_failed = p->ver;   /* not again until the files change */
+	}
+	pthread_mutex_unlock(&mesh->mu);
+	unmap_gen(p->iov, p->l.n);
+	list_free(&p->l);
+	free(p->cat);
+	free(p->rec);
+	snap_ec_encode_free(p->enc);
+	return all ? 0 : SNAP_EIO;
+}
+
+/* ---- relaunch: rebuild the newest generation ------------------------------ */
+
+/* This node's catalog of generation g, read and checked. */
+static int read_catalog(struct snap_mesh *mesh, const char *job, uint64_t g, struct cap_list *l, void **cat,
+			size_t *len, char *why, size_t wlen)
+{
+	char gdir[SNAP_FILE_MAX], p[SNAP_FILE_MAX + 16];
+	if (gen_dir(mesh, job, g, gdir, sizeof(gdir)))
+		return SNAP_EINVAL;
+	snprintf(p, sizeof(p), "%s/catalog", gdir);
+	int rc = mesh_read_file(p, 1u << 30, cat, len);
+	if (rc) {
+		snap_fmt(why, wlen, "its catalog %s is missing or unreadable", p);
+		return rc;
+	}
+	rc = catalog_parse(*cat, *len, l, why, wlen);
+	for (uint32_t i = 0; !rc && i < l->n; i++) {
+		char dname[17], dp[SNAP_FILE_MAX + 32];
+		struct stat st;
+		snap_fman_data_name(l->e[i].id, dname);
+		snprintf(dp, sizeof(dp), "%s/%s", gdir, dname);
+		if (stat(dp, &st) != 0 || (uint64_t)st.st_size != l->e[i].size) {
+			snap_fmt(why, wlen, "the data of %s (%s) is missing or has the wrong size", l->e[i].path, dp);
+			rc = SNAP_ECORRUPT;
+		}
+	}
+	return rc;
+}
+
+/* mesh_rec_check: a record counts only with its catalog and data links. */
+static int cap_check(struct snap_mesh *mesh, const char *job, uint64_t g, char *why, size_t wlen)
+{
+	struct cap_list l = { 0 };
+	void *cat = NULL;
+	size_t len;
+	int rc = read_catalog(mesh, job, g, &l, &cat, &len, why, wlen);
+	free(cat);
+	list_free(&l);
+	return rc;
+}
+
+/* mkdir -p of the parents of rel under dirfd. */
+static int mkparents(int dirfd, const char *rel)
+{
+	char buf[CAP_PATH_MAX];
+	snprintf(buf, sizeof(buf), "%s", rel);
+	for (char *s = strchr(buf, '/'); s; s = strchr(s + 1, '/')) {
+		*s = 0;
+		if (mkdirat(dirfd, buf, 0700) != 0 && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	return 0;
+}
+
+static int write_file_at(int dirfd, const char *name, const void *buf, size_t len)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		return -1;
+	const char *q = buf;
+	while (len) {
+		ssize_t n = write(fd, q, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			close(fd);
+			return -1;
+		}
+		q += n;
+		len -= (size_t)n;
+	}
+	return close(fd);
+}
+
+static int open_files_dir(struct snap_mesh *mesh, const char *job, const char *sub)
+{
+	char p[SNAP_FILE_MAX];
+	if (files_path(mesh, job, sub, p, sizeof(p)) || (mkdir(p, 0700) != 0 && errno != EEXIST))
+		return -1;
+	return open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
+}
+
+/* A lost node's rebuilt part: cut it back into the catalog and data files
+ * of the generation, then give the store every file whose path it does not
+ * name (data linked, manifest published by rename, as files.c does). */
+static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdir, const uint8_t *seg, uint64_t len,
+			const struct cap_blob *b, int *restored, char *msg, size_t mlen)
+{
+	struct cap_list l = { 0 };
+	char why[512] = "";
+	int rc = b->cat_len <= len ? catalog_parse(seg, (size_t)b->cat_len, &l, why, sizeof(why)) : SNAP_ECORRUPT;
+	uint64_t total = b->cat_len;
+	for (uint32_t i = 0; !rc && i < l.n; i++)
+		total += l.e[i].size;
+	if (!rc && (total != len || l.n != b->nfiles)) {
+		snap_fmt(why, sizeof(why), "the catalog lists %u files, %" PRIu64 " bytes; the record %u files, %" PRIu64,
+			 l.n, total, b->nfiles, len);
+		rc = SNAP_ECORRUPT;
+	}
+	if (rc) {
+		snap_fmt(msg, mlen, "the rebuilt catalog is not sound: %s", why[0] ? why : snap_strerror(rc));
+		list_free(&l);
+		return rc;
+	}
+	int gfd = open(gdir, O_PATH | O_DIRECTORY | O_CLOEXEC), nsfd = open_files_dir(mesh, job, "ns");
+	int datafd = open_files_dir(mesh, job, "data"), tmpfd = open_files_dir(mesh, job, "tmp");
+	rc = gfd < 0 || nsfd < 0 || datafd < 0 || tmpfd < 0 || write_file_at(gfd, "catalog", seg, (size_t)b->cat_len);
+	const uint8_t *q = seg + b->cat_len;
+	for (uint32_t i = 0; !rc && i < l.n; q += l.e[i].size, i++) {
+		char dname[17], tname[32];
+		struct stat st;
+		snap_fman_data_name(l.e[i].id, dname);
+		snprintf(tname, sizeof(tname), "%s.man", dname);
+		rc = write_file_at(gfd, dname, q, (size_t)l.e[i].size);
+		if (rc || fstatat(nsfd, l.e[i].path + 1, &st, AT_SYMLINK_NOFOLLOW) == 0)
+			continue;   /* a file the store names already is newer than this generation */
+		rc = (linkat(gfd, dname, datafd, dname, 0) != 0 && errno != EEXIST) ||
+		     write_file_at(tmpfd, tname, l.e[i].man, l.e[i].man_len) || mkparents(nsfd, l.e[i].path + 1) ||
+		     renameat(tmpfd, tname, nsfd, l.e[i].path + 1);
+		if (!rc)
+			(*restored)++;
+	}
+	if (rc)
+		snap_fmt(msg, mlen, "cannot write the rebuilt captured files of job %s under %s: %s", job, gdir,
+			 strerror(errno));
+	int fds[] = { gfd, nsfd, datafd, tmpfd };
+	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	list_free(&l);
+	return rc ? SNAP_EIO : 0;
+}
+
+/* The rebuild of generation g on this node (collective over the group). */
+static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
+{
+	const char *root = mesh->store->root;
+	char jf[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], gdir[SNAP_FILE_MAX], why[MESH_ERRLEN] = "";
+	ec_job(job, jf, sizeof(jf));
+	mesh_ec_path(root, jf, g, "rec", rpath, sizeof(rpath));
+	mesh_ec_path(root, jf, g, "parity", ppath, sizeof(ppath));
+	gen_dir(mesh, job, g, gdir, sizeof(gdir));
+	struct snap_ec_meta *mine = NULL;
+	void *buf;
+	size_t blen;
+	if (have && !mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
+		snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
+		free(buf);
+	}
+	struct snap_ec_rebuild *rb = NULL;
+	struct snap_ec_opts opts = { 0 };
+	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
+	snap_ec_meta_free(mine);
+	if (rc) {
+		snap_fmt(msg, len, "%s", why);
+		return rc;
+	}
+	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
+	struct snap_ec_meta_info in;
+	snap_ec_meta_info(meta, &in);
+	uint64_t mlen = snap_ec_meta_member_len(meta, mesh->grp.index);
+	const void *app = NULL;
+	size_t alen = 0;
+	struct cap_blob b = { 0 };
+	snap_ec_meta_app(meta, mesh->grp.index, &app, &alen);
+	int local = 0;
+	if (alen != sizeof(b) || (memcpy(&b, app, sizeof(b)), b.magic != CAP_BLOB_MAGIC) || b.cat_len > mlen) {
+		snap_fmt(msg, len, "the record of captured files generation %" PRIu64 " describes no catalog", g);
+		local = SNAP_ECORRUPT;
+	}
+	struct cap_list l = { 0 };
+	void *cat = NULL, *seg = NULL, *parity = NULL;
+	size_t cat_len = 0;
+	struct iovec *iov = NULL, one;
+	int niov = 0;
+	char segp[SNAP_FILE_MAX + 16];
+	snprintf(segp, sizeof(segp), "%s/segment.tmp", gdir);
+	if (!local && have) {
+		/* the catalog is mapped too, so that a repair of it lands in the file */
+		local = read_catalog(mesh, job, g, &l, &cat, &cat_len, msg, len);
+		free(cat);
+		cat = NULL;
+		char cp[SNAP_FILE_MAX + 16];
+		snprintf(cp, sizeof(cp), "%s/catalog", gdir);
+		int fd = local ? -1 : open(cp, O_RDWR | O_CLOEXEC);
+		if (fd >= 0 && (cat = mmap(NULL, cat_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+			cat = NULL;
+		if (fd >= 0)
+			close(fd);
+		if (!local && !cat) {
+			snap_fmt(msg, len, "cannot map %s", cp);
+			local = SNAP_EIO;
+		}
+		if (!local)
+			local = map_gen(gdir, &l, cat, cat_len, 1, &iov, msg, len);
+		niov = (int)l.n + 1;
+	} else if (!local) {
+		remove_gen_dir(gdir);
+		int fd = !make_dirs(mesh, job) && mkdir(gdir, 0700) == 0 ? open(segp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+		if (fd >= 0 && ftruncate(fd, (off_t)mlen) == 0 && mlen)
+			seg = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (fd >= 0)
+			close(fd);
+		if (fd < 0 || seg == MAP_FAILED) {
+			seg = NULL;
+			snap_fmt(msg, len, "cannot create %s for the rebuild: %s", segp, strerror(errno));
+			local = SNAP_EIO;
+		}
+		one = (struct iovec){ seg, mlen };
+		iov = &one;
+		niov = 1;
+	}
+	if (!local && in.parity_len && !(parity = mesh_map_parity(ppath, in.parity_len, msg, len)))
+		local = SNAP_EIO;
+	struct snap_ec_rebuild_stats st = { 0 };
+	rc = snap_ec_rebuild_run(rb, local ? NULL : iov, local ? 0 : niov, local ? NULL : parity,
+				 local ? 0 : in.parity_len, &st);
+	if (rc && !local) {
+		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
+		local = rc;
+	}
+	int restored = 0;
+	if (!local && !have)
+		local = install_lost(mesh, job, gdir, seg ? seg : "", mlen, &b, &restored, msg, len);
+	if (!local) {
+		size_t need = 0;
+		void *rec = NULL;
+		snap_ec_meta_pack(meta, NULL, 0, &need);
+		if (!(rec = malloc(need)) || snap_ec_meta_pack(meta, rec, need, &need) || mesh_write_atomic(rpath, rec, need)) {
+			snap_fmt(msg, len, "cannot write record %s", rpath);
+			local = SNAP_EIO;
+		}
+		free(rec);
+		if (!in.parity_len)
+			mesh_write_atomic(ppath, "", 0);
+	}
+	if (!local && (st.chunks_rebuilt || !have))
+		mesh_warn(mesh, "job %s captured files generation %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64
+			  " corrupt), %d files given back to the store, CRCs verified", job, g,
+			  have ? "repaired this node" : "rebuilt this lost node", st.chunks_rebuilt, st.chunks_corrupt,
+			  restored);
+	if (seg)
+		munmap(seg, mlen);
+	unlink(segp);
+	if (have)
+		unmap_gen(iov, l.n);
+	if (cat)
+		munmap(cat, cat_len);
+	if (parity)
+		munmap(parity, in.parity_len);
+	list_free(&l);
+	snap_ec_rebuild_free(rb);
+	return local;
+}
+
+int mesh_cap_recover(struct snap_mesh *mesh)
+{
+	struct mesh_recs rs;
+	int changed = 0;
+	mesh_gather_records(mesh, "/files", cap_check, &rs);
+	for (int i = 0; i < rs.total; i++)
+		if (!mesh_job(mesh, rs.all[i].job)) {
+			mesh_warn(mesh, "out of memory for a job entry");
+			snap_mesh_abort(mesh, 1);
+		}
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		uint64_t best = 0, newest = 0;
+		int found = 0, any = 0;
+		for (int i = 0; i < rs.total; i++) {
+			if (strcmp(rs.all[i].job, j->name))
+				continue;
+			any = 1;
+			newest = rs.all[i].step > newest ? rs.all[i].step : newest;
+			if ((!found || rs.all[i].step > best) && mesh_rebuildable(mesh, &rs, j->name, rs.all[i].step, NULL, 0)) {
+				best = rs.all[i].step;
+				found = 1;
+			}
+		}
+		if (!any) {
+			prune(mesh, j->name, 0, 0);   /* leftovers of a first generation killed halfway */
+			continue;
+		}
+		j->cap_seq = newest;
+		char msg[MESH_ERRLEN] = "";
+		if (!found) {
+			mesh_rebuildable(mesh, &rs, j->name, newest, msg, sizeof(msg));
+			if (mesh->rank == 0)
+				mesh_warn(mesh, "job %s: no generation of its captured files can be rebuilt (newest %" PRIu64
+					  ": %s); the lost nodes' captured files are gone from memory (copies already "
+					  "flushed to their real paths remain); stores left untouched", j->name, newest, msg);
+			continue;
+		}
+		int rc = cap_rebuild(mesh, j->name, best, mesh_has_rec(&rs, mesh->rank, j->name, best), msg, sizeof(msg));
+		changed = 1;
+		if (mesh_agree(mesh, rc, msg, sizeof(msg))) {
+			mesh_warn(mesh, "job %s: rebuild of captured files generation %" PRIu64 " failed: %s", j->name, best, msg);
+			continue;
+		}
+		prune(mesh, j->name, 1, best);
+		j->has_cap = 1;
+		j->cap_gen = best;
+		if (mesh->rank == 0)
+			mesh_say(mesh, "job %s: captured files generation %" PRIu64 " verified on every node (rebuilt where "
+				 "lost or corrupt)", j->name, best);
+	}
+	/* Jobs no node has a generation of: whatever their files/ec holds is a
+	 * first encode killed halfway. */
+	DIR *d = opendir(mesh->store->root);
+	struct dirent *de;
+	while (d && (de = readdir(d)))
+		if (snap_job_name_ok(de->d_name) && !mesh_job_find(mesh, de->d_name))
+			prune(mesh, de->d_name, 0, 0);
+	if (d)
+		closedir(d);
+	mesh_recs_free(&rs);
+	return changed;
+}
