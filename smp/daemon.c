@@ -483,6 +483,11 @@ static int on_signal(struct smp *m)
 		snap_files_flush_all(m->files, "SIGUSR1 (preemption notice)");
 		return 0;
 	}
+	if (m->draining && si.ssi_pid == (uint32_t)getpid())
+		/* The mesh thread's own SIGTERM (a peer ended the mesh) is no
+		 * second signal: what the drain still does here, flushing the
+		 * captured files, needs no peer. */
+		return !persist_busy(m) && !snap_files_busy(m->files);
 	if (m->draining)
 		return 1;   /* a second signal: stop now */
 	smp_say(m, "signal %u: shutting down%s", si.ssi_signo, m->flusher ? " after flushing the newest steps" : "");

@@ -1,0 +1,245 @@
+#!/usr/bin/python3
+# SPDX-License-Identifier: BSD-3-Clause
+"""Captured files (LD_PRELOAD) across an erasure-coded mesh (issue 13), with
+real processes: `mpirun -np NODES snapsmp --ec K+M --flush-files 0`, so a
+captured file lives only in the nodes' memory, and on every node an
+unmodified C program (pl_writer: write, pwrite, fsync, rename, unlink) under
+the preload, checkpointing into that node's own captured directory.
+
+Quiet phase (the issue's survival test): every writer writes its checkpoints
+and exits; the test waits until every node logs a generation holding its
+final files, SIGKILLs the whole mesh, deletes the stores of M random nodes of
+every group and relaunches. Every node's directory must then read, under the
+preload, the same files byte for byte as before the loss (the lost nodes'
+rebuilt from parity), while the real directories are still empty.
+
+Busy trials: the writers keep checkpointing. The test notes each writer's
+last committed step c, waits until its node has protected two more
+generations (the second began after c's commit), then measures the time
+between generations and SIGKILLs the mesh and the writers at a random moment
+within one. Up to M nodes per group lose their stores, and sometimes a byte
+of a survivor's protected data is flipped. After the relaunch, on every node:
+no torn or wrong file (pl_writer check), the newest checkpoint is not older
+than c, the flipped byte is repaired, and the writer resumes from it.
+
+Finally SIGTERM: every node flushes its captured files and exits 0, and
+the real directories hold what the store held, read without the preload.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+from events import Waiter, strike_within
+from mesh_trials import Mesh, groups_of, setup
+
+JOB = "pc"
+
+
+def protected_counts(text, nodes):
+    """Per node: how many captured-file generations it logged as protected,
+    and how many files the newest held."""
+    count, files = [0] * nodes, [0] * nodes
+    for m in re.finditer(r"node (\d+): job " + JOB + r" captured files generation \d+ protected \((\d+) files", text):
+        n = int(m.group(1))
+        if n < nodes:
+            count[n] += 1
+            files[n] = int(m.group(2))
+    return count, files
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--build", required=True)
+    ap.add_argument("--shape", default="4+2")
+    ap.add_argument("--nodes", type=int, default=6)
+    ap.add_argument("--trials", type=int, default=6)
+    ap.add_argument("--bytes", type=int, default=256 << 10)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    a = ap.parse_args()
+    base, logdir = setup(a, "snaptest-meshcap")
+    preload = os.path.abspath(os.path.join(a.build, "integration", "libsnap_preload.so"))
+    writer = os.path.join(a.build, "tests", "preload", "pl_writer")
+    disk = f"/tmp/snaptest-meshcap-disk-{os.getpid()}"
+    shutil.rmtree(disk, ignore_errors=True)
+    seed = a.seed if a.seed is not None else random.randrange(1 << 30)
+    rng = random.Random(seed)
+    groups = groups_of(a.nodes, a.k, a.m)
+    print(f"mesh_capture: {a.shape} nodes={a.nodes} groups={groups} trials={a.trials} seed={seed}", flush=True)
+    mesh = Mesh(a, base, ["--flush-files", "0"])
+    waiter = Waiter()
+    waiter.watch(logdir)
+    failures = []
+
+    def fail(msg):
+        print("FAIL:", msg, flush=True)
+        failures.append(msg)
+
+    def cdir(n):
+        return os.path.join(disk, f"n{n}")
+
+    def env(n, with_preload=True):
+        e = dict(os.environ, SNAP_STORE=mesh.root(n), SNAP_CAPTURE=cdir(n), SNAP_JOB=JOB, SNAP_TIMEOUT_MS="5000",
+                 ASAN_OPTIONS="detect_leaks=0")
+        e.pop("LD_PRELOAD", None)
+        if with_preload:
+            e["LD_PRELOAD"] = preload
+        return e
+
+    def check(n, with_preload=True):
+        r = subprocess.run([writer, "check", cdir(n), str(a.bytes)], env=env(n, with_preload), capture_output=True,
+                           text=True, timeout=300)
+        try:
+            return json.loads(r.stdout.strip().splitlines()[-1])
+        except (ValueError, IndexError):
+            return {"newest": -1, "bad": [r.stdout + r.stderr], "names": []}
+
+    def start_writers(tag, steps):
+        out = []
+        for n in range(a.nodes):
+            log = os.path.join(logdir, f"{tag}-w{n}.log")
+            f = open(log, "w")
+            p = subprocess.Popen([writer, "run", cdir(n), str(a.bytes), str(steps)], env=env(n), stdout=f,
+                                 stderr=subprocess.STDOUT)
+            f.close()
+            out.append((p, log))
+        return out
+
+    def last_committed(log):
+        with open(log, errors="replace") as f:
+            steps = [int(x) for x in re.findall(r"^committed (\d+)$", f.read(), re.M)]
+        return steps[-1] if steps else -1
+
+    def lose(trial):
+        """M random nodes of each group (sometimes fewer) lose their stores."""
+        lost = []
+        for g in groups:
+            lost += rng.sample(g, rng.randint(1, a.m) if trial else a.m)
+        for n in lost:
+            shutil.rmtree(mesh.root(n), ignore_errors=True)
+        return sorted(lost)
+
+    def flip(lost):
+        """A byte of a survivor's protected data: the rebuild must repair it."""
+        def ec(n):
+            return os.path.join(mesh.root(n), JOB, "files", "ec")
+
+        survivors = [n for n in range(a.nodes) if n not in lost]
+        # the newest generation every survivor has a record of: the one the relaunch rebuilds
+        gens = set.intersection(*[{int(r[5:-4]) for r in os.listdir(ec(n)) if r.startswith("step-") and
+                                   r.endswith(".rec")} if os.path.isdir(ec(n)) else set() for n in survivors])
+        if not gens:
+            return None
+        g = max(gens)
+        cands = [p for n in survivors for p in glob.glob(os.path.join(ec(n), f"g-{g}", "*"))
+                 if not p.endswith("catalog") and os.path.getsize(p) > 0]
+        if not cands:
+            return None
+        p = rng.choice(cands)
+        with open(p, "r+b") as f:
+            off = rng.randrange(os.path.getsize(p))
+            f.seek(off)
+            b = f.read(1)
+            f.seek(off)
+            f.write(bytes([b[0] ^ 0x5A]))
+        return p
+
+    try:
+        for n in range(a.nodes):
+            os.makedirs(cdir(n))
+        # ---- quiet: the issue's survival test ----
+        mesh.start(os.path.join(logdir, "mesh-q0.log"))
+        ws = start_writers("q", 5)
+        for p, log in ws:
+            if p.wait(timeout=300) != 0:
+                fail(f"quiet writer exited {p.returncode}; see {log}")
+        before = [check(n) for n in range(a.nodes)]
+        # every node's newest generation holds its two checkpoints (the writer keeps two)
+        if not waiter.until(lambda: all(c >= 1 for c in protected_counts(mesh.text(), a.nodes)[0]) and
+                            all(x == len(before[n]["names"]) for n, x in
+                                enumerate(protected_counts(mesh.text(), a.nodes)[1])), limit=120):
+            fail(f"quiet: not every node protected its final files; see {mesh.log}")
+        mesh.kill()
+        lost = lose(0)
+        mesh.start(os.path.join(logdir, "mesh-q1.log"))
+        for n in range(a.nodes):
+            after = check(n)
+            if sorted(after["names"]) != sorted(before[n]["names"]) or after["bad"] or after["newest"] != 4:
+                fail(f"quiet: node {n}{' (lost)' if n in lost else ''} reads {after}, before the loss {before[n]}")
+            if os.listdir(cdir(n)):
+                fail(f"quiet: {cdir(n)} holds {os.listdir(cdir(n))} with --flush-files 0: not served from the store")
+        if len(re.findall(r"captured files generation \d+: rebuilt this lost node", mesh.text())) != len(lost):
+            fail(f"quiet: {len(lost)} lost nodes but the log shows another number of rebuilds; see {mesh.log}")
+        print(f"quiet: lost nodes {lost}, every node reads its {len(before[0]['names'])} files back", flush=True)
+
+        # ---- busy trials ----
+        for t in range(1, a.trials + 1):
+            ws = start_writers(f"b{t}", 10**6)
+            pp = [p for p, _ in ws]
+            # c: each writer's committed step, then two more generations everywhere
+            if not waiter.until(lambda: all(last_committed(log) >= 0 for _, log in ws), procs=pp):
+                fail(f"trial {t}: a writer committed nothing; see {logdir}")
+            c = [last_committed(log) for _, log in ws]
+            c0 = protected_counts(mesh.text(), a.nodes)[0]
+            began = time.monotonic()
+            if not waiter.until(lambda: all(x >= y + 2 for x, y in zip(protected_counts(mesh.text(), a.nodes)[0], c0)),
+                                procs=pp):
+                fail(f"trial {t}: no two generations were protected while the writers ran; see {mesh.log}")
+            gen_time = (time.monotonic() - began) / 2
+            strike_within(rng, gen_time)
+            mesh.kill()
+            for p in pp:
+                p.kill()
+                p.wait()
+            lost = lose(t)
+            flipped = flip(lost) if rng.random() < 0.5 else None
+            mesh.start(os.path.join(logdir, f"mesh-b{t}.log"))
+            for n in range(a.nodes):
+                r = check(n)
+                if r["bad"]:
+                    fail(f"trial {t}: node {n}{' (lost)' if n in lost else ''}: torn or wrong files {r['bad']}")
+                if r["newest"] < c[n]:
+                    fail(f"trial {t}: node {n}{' (lost)' if n in lost else ''}: newest checkpoint {r['newest']} is "
+                         f"older than {c[n]}, committed before a generation that was protected")
+            if flipped and "1 corrupt" not in mesh.text():
+                fail(f"trial {t}: a byte of {flipped} was flipped but no rebuild repaired it; see {mesh.log}")
+            print(f"trial {t}: lost {lost}{', flipped ' + os.path.basename(flipped) if flipped else ''}, "
+                  f"after {gen_time:.3f} s; every node reads whole files, none older than c={c}", flush=True)
+        # the writers resume from the store (and the files are whole)
+        ws = start_writers("resume", 2)
+        for (p, log), n in zip(ws, range(a.nodes)):
+            if p.wait(timeout=300) != 0:
+                fail(f"resume: writer {n} exited {p.returncode}; see {log}")
+        final = [check(n) for n in range(a.nodes)]
+        rc = mesh.stop()
+        if rc != 0:
+            fail(f"SIGTERM: the mesh exited {rc}; see {mesh.log}")
+        for n in range(a.nodes):
+            disk_view = check(n, with_preload=False)
+            if sorted(disk_view["names"]) != sorted(final[n]["names"]) or disk_view["bad"] or disk_view["newest"] != final[n]["newest"]:
+                fail(f"SIGTERM flush: node {n}'s real directory reads {disk_view}, the store {final[n]}")
+        if mesh.sanitizer_errors():
+            fail(f"sanitizer report in {mesh.log}")
+    finally:
+        mesh.kill()
+        waiter.close()
+    if failures:
+        print(f"mesh_capture: {len(failures)} failure(s); logs in {logdir}, seed {seed}")
+        return 1
+    shutil.rmtree(base, ignore_errors=True)
+    shutil.rmtree(disk, ignore_errors=True)
+    shutil.rmtree(logdir, ignore_errors=True)
+    print(f"mesh_capture: OK ({a.trials} busy trials and the quiet loss, seed {seed})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
