@@ -276,23 +276,38 @@ EXPORT ssize_t pwritev64v2(int fd, const struct iovec *iov, int cnt, off64_t off
 	WRITE_HOOK(pl_real.pwritev2(fd, iov, cnt, off, flags), off, iov_len(iov, cnt));
 }
 
+/* The most a copy from `in` can write: a regular input has only so many
+ * bytes left, and programs ask for far more (cp's copy_file_range asks for
+ * nearly SSIZE_MAX, which would otherwise be reserved). */
+static size_t copy_len(int in, const off64_t *off, size_t count)
+{
+	struct stat st;
+	if (fstat(in, &st) != 0 || !S_ISREG(st.st_mode))
+		return count;
+	off64_t pos = off ? *off : lseek64(in, 0, SEEK_CUR);
+	if (pos < 0 || pos >= st.st_size)
+		return 0;
+	uint64_t left = (uint64_t)(st.st_size - pos);
+	return left < count ? (size_t)left : count;
+}
+
 EXPORT ssize_t sendfile(int out, int in, off_t *off, size_t count)
 {
-	int fd = out;
-	(void)off;   /* the offset is the input's */
-	WRITE_HOOK(pl_real.sendfile(out, in, off, count), -1, count);
+	int fd = out;   /* the offset is the input's */
+	WRITE_HOOK(pl_real.sendfile(out, in, off, count), -1, copy_len(in, off, count));
 }
 
 EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
 {
 	int fd = out;
-	WRITE_HOOK(pl_real.sendfile(out, in, off, count), -1, count);
+	WRITE_HOOK(pl_real.sendfile(out, in, off, count), -1, copy_len(in, off, count));
 }
 
 EXPORT ssize_t copy_file_range(int in, off64_t *inoff, int out, off64_t *outoff, size_t len, unsigned flags)
 {
 	int fd = out;
-	WRITE_HOOK(pl_real.copy_file_range(in, inoff, out, outoff, len, flags), outoff ? *outoff : -1, len);
+	WRITE_HOOK(pl_real.copy_file_range(in, inoff, out, outoff, len, flags), outoff ? *outoff : -1,
+		   copy_len(in, inoff, len));
 }
 
 EXPORT size_t fwrite(const void *buf, size_t size, size_t n, FILE *f)

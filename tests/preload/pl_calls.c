@@ -19,6 +19,7 @@
  */
 #include <dirent.h>
 #include <errno.h>
+#include <limits.h>
 #include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/sendfile.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <sys/wait.h>
@@ -274,6 +276,15 @@ static int use(void)
 	fd = open(P("i.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	loff_t in = 0;
 	CHECK(fd >= 0 && copy_file_range(src, &in, fd, NULL, MB, 0) == MB && close(fd) == 0);
+	/* as cp does: copy_file_range asks for nearly SSIZE_MAX bytes; the store
+	 * must reserve only what the input holds, not fall back to the disk */
+	fd = open(P("j.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+	CHECK(fd >= 0 && lseek(src, 0, SEEK_SET) == 0 &&
+	      copy_file_range(src, NULL, fd, NULL, (size_t)SSIZE_MAX - (1u << 30), 0) == MB &&
+	      copy_file_range(src, NULL, fd, NULL, (size_t)SSIZE_MAX - (1u << 30), 0) == 0 && close(fd) == 0);
+	struct stat raw;   /* the real file system's view, past the preload's stat */
+	CHECK(same_as(P("j.bin"), buf, MB) && syscall(SYS_newfstatat, AT_FDCWD, P("j.bin"), &raw, 0) != 0 &&
+	      unlink(P("j.bin")) == 0);
 	close(src);
 	CHECK(same_as(P("h.bin"), buf, MB) && same_as(P("i.bin"), buf, MB));
 	CHECK(unlink(P("g.bin")) == 0 && unlink(P("i.bin")) == 0);
