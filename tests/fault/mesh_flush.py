@@ -10,7 +10,9 @@ directory, after one of these ends:
          the trainers ran to a target step and exited; the test waits until
          every node holds that step's protect record, sometimes sends SIGUSR1
          (a preemption notice: the mesh must persist that step) and waits for
-         it to be persisted, then SIGKILLs the mesh or stops it with SIGTERM
+         it to be persisted (sometimes first with a directory where one rank's
+         file goes: that node's part fails, every node logs the failure, the
+         step is not persisted and what was stays), then SIGKILLs the mesh or stops it with SIGTERM
          (which must persist the newest protected step, then exit 0);
   busy   the trainers keep committing with --flush-every 1; the test waits
          until a flush that began after the restore has been persisted and
@@ -179,6 +181,24 @@ def main():
                     fail(f"trial {t}: step {target} was not protected")
                 prot, step = target, target
                 if rng.random() < 0.4:
+                    if rng.random() < 0.5:
+                        # One node's part fails: a directory where one rank's file goes. The
+                        # step must not count as persisted, what is on disk stays, and the
+                        # next request persists it once the obstacle is gone.
+                        before = persisted_steps(disk)
+                        blocked = os.path.join(disk, JOB, f"step-{target}", f"rank-{rng.randrange(a.world)}.h5")
+                        os.makedirs(blocked)
+                        failed = rf"flush of step {target} of job {JOB} failed on node \d+"
+                        mesh.signal_all(signal.SIGUSR1)
+                        if not waiter.until(lambda: len(re.findall(failed, mesh.text())) >= a.nodes):
+                            fail(f"trial {t}: a blocked rank file did not fail the flush of {target} on every "
+                                 f"node; see {mesh.log}")
+                        if target in persisted_steps(disk) or not set(before) <= set(persisted_steps(disk)):
+                            fail(f"trial {t}: after a failed flush of {target}: persisted {persisted_steps(disk)}, "
+                                 f"before {before}")
+                        os.rmdir(blocked)
+                        print(f"trial {t}: the flush of {target} failed on the node holding "
+                              f"{os.path.basename(blocked)}, as it should", flush=True)
                     mesh.signal_all(signal.SIGUSR1)
                     if not waiter.until(lambda: target in persisted_steps(disk) and
                                         len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
