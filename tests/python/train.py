@@ -42,7 +42,9 @@ ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--seed", type=int, default=1234)
 args = ap.parse_args()
 
-log = open(args.log, "a", buffering=1)
+# "%r" in --log: one log per rank when a launcher passes every rank the same
+# arguments (torchrun).
+log = open(args.log.replace("%r", os.environ.get("RANK", "0")), "a", buffering=1)
 
 
 def say(*a):
