@@ -21,6 +21,23 @@ int snap_smp_flush_codec_parse(const char *s, int *codec)
 	return 0;
 }
 
+static const char *const log_levels[] = { "error", "warn", "info", "debug" };
+
+int snap_smp_log_level_parse(const char *s, int *level)
+{
+	for (int i = 0; i < 4; i++)
+		if (!strcmp(s, log_levels[i])) {
+			*level = i;
+			return 0;
+		}
+	return SNAP_EINVAL;
+}
+
+const char *snap_smp_log_level_name(int level)
+{
+	return level >= 0 && level < 4 ? log_levels[level] : NULL;
+}
+
 int snap_smp_flush_mode_parse(const char *s, unsigned *mode)
 {
 	char *end;
@@ -45,6 +62,7 @@ int snap_smp_config_init(struct snap_smp_config *cfg)
 	cfg->flush_keep = 2;
 	cfg->flush_mode = 0600;
 	cfg->flush_files = 1;
+	cfg->log_level = SNAP_SMP_LOG_INFO;
 	return 0;
 }
 
@@ -81,8 +99,14 @@ int snap_smp_config_from_env(struct snap_smp_config *cfg, char *err, size_t errl
 	    (rc = smp_env_uint("SNAP_FLUSH_INTERVAL", &cfg->flush_interval, 0, 1 << 30, err, errlen)) ||
 	    (rc = smp_env_uint("SNAP_FLUSH_KEEP", &cfg->flush_keep, 1, 1 << 20, err, errlen)) ||
 	    (rc = smp_env_int("SNAP_ALLOW_OLDER", &cfg->allow_older, 0, 1, err, errlen)) ||
-	    (rc = smp_env_int("SNAP_FLUSH_FILES", &cfg->flush_files, 0, 1, err, errlen)))
+	    (rc = smp_env_int("SNAP_FLUSH_FILES", &cfg->flush_files, 0, 1, err, errlen)) ||
+	    (rc = snap_env_str("SNAP_LOG", cfg->log, sizeof(cfg->log), err, errlen)))
 		return rc;
+	const char *level = getenv("SNAP_LOG_LEVEL");
+	if (level && *level && (rc = snap_smp_log_level_parse(level, &cfg->log_level))) {
+		snap_fmt(err, errlen, "SNAP_LOG_LEVEL=\"%s\": expected error, warn, info or debug", level);
+		return rc;
+	}
 	const char *mode = getenv("SNAP_FLUSH_MODE");
 	if (mode && *mode && (rc = snap_smp_flush_mode_parse(mode, &cfg->flush_mode))) {
 		snap_fmt(err, errlen, "SNAP_FLUSH_MODE=\"%s\": expected octal permission bits that include 0600, "
@@ -109,6 +133,10 @@ int snap_smp_config_check(const struct snap_smp_config *cfg, char *err, size_t e
 	}
 	if (cfg->flush_dir[0] && cfg->flush_dir[0] != '/') {
 		snap_fmt(err, errlen, "flush directory \"%s\" must be an absolute path", cfg->flush_dir);
+		return SNAP_EINVAL;
+	}
+	if (!snap_smp_log_level_name(cfg->log_level)) {
+		snap_fmt(err, errlen, "log level %d: expected error, warn, info or debug", cfg->log_level);
 		return SNAP_EINVAL;
 	}
 	if (cfg->slots < 2) {

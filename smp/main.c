@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* snapsmp: the per-node snapshot management process. Usage in --help. */
 #include <getopt.h>
+#include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -8,6 +9,7 @@
 
 #include "snap/smp_config.h"
 #include "daemon.h"
+#include "log.h"
 #include "snap/proto.h"
 #include "mesh.h"
 
@@ -40,7 +42,14 @@ static void usage(FILE *f)
 		"                     With --flush-dir (one directory every node reaches) the nodes persist\n"
 		"                     protected steps together: --flush-every counts protected steps, node 0\n"
 		"                     seals a step once every node wrote its ranks' files\n"
-		"  -q, --quiet        log nothing but fatal errors\n"
+		"  --log-level L      error, warn, info or debug (SNAP_LOG_LEVEL, default info): error = fatal\n"
+		"                     errors only, warn = also what was refused, lost or damaged, info = also\n"
+		"                     each state change (connections, steps flushed, persisted, protected,\n"
+		"                     verified), debug = also the effective settings at start\n"
+		"  --log DEST         where the log goes (SNAP_LOG): stderr (the default), syslog (facility\n"
+		"                     daemon), or a file appended to (\"%%n\" = mesh rank with --ec). Each line:\n"
+		"                     UTC time, level, snapsmp[pid]: message (syslog: its own time and pid)\n"
+		"  -q, --quiet        --log-level warn\n"
 		"  -h, --help         this text\n\n"
 		"SIGUSR1 is a preemption notice: flush the newest restorable (in a mesh: protected) step of every job\n"
 		"and every captured file not yet on disk now. SIGTERM or SIGINT flush the same\n"
@@ -67,6 +76,7 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
 		{ "flush-mode", required_argument, NULL, 'M' }, { "flush-files", required_argument, NULL, 'L' },
+		{ "log-level", required_argument, NULL, 'g' }, { "log", required_argument, NULL, 'G' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int o;
@@ -117,6 +127,19 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 			}
 			cfg->flush_files = optarg[0] == '1';
 			break;
+		case 'g':
+			if (snap_smp_log_level_parse(optarg, &cfg->log_level)) {
+				fprintf(stderr, "snapsmp: --log-level %s: expected error, warn, info or debug\n", optarg);
+				return 2;
+			}
+			break;
+		case 'G':
+			if (snprintf(cfg->log, sizeof(cfg->log), "%s", !strcmp(optarg, "stderr") ? "" : optarg) >=
+			    (int)sizeof(cfg->log)) {
+				fprintf(stderr, "snapsmp: --log %s: path too long\n", optarg);
+				return 2;
+			}
+			break;
 		case 'O': cfg->allow_older = 1; break;
 		case 'e': f->ec = optarg; break;
 		case 'q': f->quiet = 1; break;
@@ -128,6 +151,8 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		usage(stderr);
 		return 2;
 	}
+	if (f->quiet && cfg->log_level > SNAP_SMP_LOG_WARN)
+		cfg->log_level = SNAP_SMP_LOG_WARN;
 	return -1;
 }
 
@@ -161,8 +186,9 @@ static int join_mesh(struct snap_mesh **mesh, int *argc, char ***argv, const cha
 	if (snap_mesh_expand(cfg->client.store, node, tmp, sizeof(tmp)) ||
 	    snprintf(cfg->client.store, sizeof(cfg->client.store), "%s", tmp) < 0 ||
 	    snap_mesh_expand(cfg->client.socket, node, tmp, sizeof(tmp)) ||
-	    snprintf(cfg->client.socket, sizeof(cfg->client.socket), "%s", tmp) < 0) {
-		fprintf(stderr, "snapsmp: node %d: --store/--socket too long after %%n\n", node);
+	    snprintf(cfg->client.socket, sizeof(cfg->client.socket), "%s", tmp) < 0 ||
+	    snap_mesh_expand(cfg->log, node, tmp, sizeof(tmp)) || snprintf(cfg->log, sizeof(cfg->log), "%s", tmp) < 0) {
+		fprintf(stderr, "snapsmp: node %d: --store/--socket/--log too long after %%n\n", node);
 		snap_mesh_abort(*mesh, 2);
 	}
 	return -1;
@@ -191,6 +217,23 @@ static int finish_config(struct snap_smp_config *cfg, const struct flags *f, str
 	return -1;
 }
 
+/* --log-level debug: the settings the daemon runs with, after flags,
+ * SNAP_* variables and defaults, one line each. */
+static void log_settings(const struct smp_log *lg, const struct snap_smp_config *c, const char *ec)
+{
+	if (!smp_log_enabled(SMP_LOG_DEBUG))
+		return;
+	smp_logf(lg, SMP_LOG_DEBUG, "setting store=%s socket=%s", c->client.store, c->client.socket);
+	smp_logf(lg, SMP_LOG_DEBUG, "setting mem_limit=%" PRIu64 " slots=%u verify_commit=%d allow_older=%d ec=%s",
+		 c->mem_limit, c->slots, c->verify_commit, c->allow_older, ec ? ec : "off");
+	smp_logf(lg, SMP_LOG_DEBUG, "setting flush_dir=%s flush_every=%u flush_interval=%u flush_keep=%u "
+		 "flush_codec=%s flush_mode=%04o flush_files=%d", c->flush_dir[0] ? c->flush_dir : "(none)",
+		 c->flush_every, c->flush_interval, c->flush_keep, c->flush_codec ? "lz4" : "none", c->flush_mode,
+		 c->flush_files);
+	smp_logf(lg, SMP_LOG_DEBUG, "setting log_level=%s log=%s", snap_smp_log_level_name(c->log_level),
+		 c->log[0] ? c->log : "stderr");
+}
+
 int main(int argc, char **argv)
 {
 	struct snap_smp_config cfg;
@@ -209,17 +252,30 @@ int main(int argc, char **argv)
 		code = finish_config(&cfg, &f, mesh, err, sizeof(err));
 	if (code >= 0)
 		return code;
-	int rc = snap_smp_serve(&cfg, f.quiet, mesh, err, sizeof(err));
-	if (rc) {
+	if (smp_log_open(cfg.log_level, cfg.log, err, sizeof(err))) {
+		fprintf(stderr, "snapsmp: %s\n", err);
 		if (mesh)
+			snap_mesh_abort(mesh, 2);
+		return 2;
+	}
+	struct smp_log lg = { .node = mesh ? snap_mesh_rank(mesh) : -1 };
+	log_settings(&lg, &cfg, f.ec);
+	/* Below info, the daemon's info lines (and the store scan's) stay off. */
+	int rc = snap_smp_serve(&cfg, cfg.log_level < SNAP_SMP_LOG_INFO, mesh, err, sizeof(err));
+	if (rc) {
+		smp_logf(&lg, SMP_LOG_ERROR, "%s (%s)", err, snap_strerror(rc));
+		/* A log elsewhere (file, syslog): the launcher still sees why. */
+		if (cfg.log[0] && mesh)
 			fprintf(stderr, "snapsmp: node %d: %s (%s)\n", snap_mesh_rank(mesh), err, snap_strerror(rc));
-		else
+		else if (cfg.log[0])
 			fprintf(stderr, "snapsmp: %s (%s)\n", err, snap_strerror(rc));
+		smp_log_close();
 		/* The peers may be inside a collective: only an abort frees them. */
 		if (mesh)
 			snap_mesh_abort(mesh, 1);
 		return 1;
 	}
+	smp_log_close();
 	snap_mesh_finalize(mesh);
 	return 0;
 }

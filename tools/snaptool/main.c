@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "opts.h"
 #include "snaptool.h"
 
 struct cmd {
@@ -36,6 +37,9 @@ static void usage(FILE *f)
 		fprintf(f, "  %-16s %s\n", cmds[i].name, cmds[i].help);
 	fprintf(f, "\nThe store, job and flush directory come from --store/--job/--flush-dir or\n"
 		   "SNAP_STORE/SNAP_JOB/SNAP_FLUSH_DIR.\n"
+		   "Every command takes --json (one document on stdout, docs/snaptool-json.md; bench\n"
+		   "passes it to snapbench), -q/--quiet (nothing on stdout) and -v/--verbose (detail on\n"
+		   "stderr). Long commands draw a progress bar on stderr when it is a terminal.\n"
 		   "exit codes: 0 success, 1 failed, 2 usage error, 3 data lost or corrupt\n");
 }
 
@@ -45,9 +49,19 @@ int main(int argc, char **argv)
 		usage(argc < 2 ? stderr : stdout);
 		return argc < 2 ? ST_USAGE : ST_OK;
 	}
+	/* Seen before the command parses its options, so that even a usage
+	 * error answers with a JSON document. bench passes --json to snapbench. */
+	for (int i = 2; i < argc && strcmp(argv[1], "bench"); i++)
+		if (!strcmp(argv[i], "--json"))
+			st_json_mode = 1;
+		else if (!strcmp(argv[i], "--"))
+			break;
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
-		if (!strcmp(argv[1], cmds[i].name))
-			return cmds[i].fn(argc - 1, argv + 1);
+		if (!strcmp(argv[1], cmds[i].name)) {
+			int rc = cmds[i].fn(argc - 1, argv + 1);
+			st_json_error(cmds[i].name, rc);
+			return rc;
+		}
 	fprintf(stderr, "snaptool: unknown command \"%s\"\n", argv[1]);
 	usage(stderr);
 	return ST_USAGE;

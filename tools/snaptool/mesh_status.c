@@ -21,6 +21,7 @@
 #include "snap/io.h"
 #include "snap/meshfiles.h"
 #include "snap/ec.h"
+#include "opts.h"
 #include "snaptool.h"
 #include "snap/store.h"
 
@@ -259,34 +260,55 @@ int cmd_mesh_status(int argc, char **argv, int recover)
 					    { "job", required_argument, NULL, 'j' },
 					    { "flush-dir", required_argument, NULL, 'F' },
 					    { "help", no_argument, NULL, 'h' },
+					    { "json", no_argument, NULL, 'J' },
+					    { "quiet", no_argument, NULL, 'q' },
+					    { "verbose", no_argument, NULL, 'v' },
 					    { NULL, 0, NULL, 0 } };
 	const char *pat = getenv("SNAP_STORE"), *job = NULL, *flush_dir = getenv("SNAP_FLUSH_DIR");
 	const char *cmd = recover ? "recover" : "status";
-	int nodes = 0, o;
+	int nodes = 0, o, json = 0, quiet = 0;
 	optind = 1;
-	while ((o = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
+	opterr = 0;
+	while ((o = getopt_long(argc, argv, "hqv", lo, NULL)) != -1) {
 		switch (o) {
 		case 's': pat = optarg; break;
 		case 'n': nodes = atoi(optarg); break;
 		case 'j': job = optarg; break;
 		case 'F': flush_dir = optarg; break;
+		case 'J': json = 1; break;
+		case 'q': quiet = 1; break;
+		case 'v': break;   /* the mesh view prints every detail it has */
 		case 'h':
 			printf("usage: snaptool %s --nodes N --store PATTERN [--flush-dir DIR] [--job NAME]\n"
 			       "The erasure-coded mesh of N node stores (\"%%n\" in PATTERN = node number)%s\n"
 			       "and, per job, what each level holds (node stores, parity, the shared flush\n"
-			       "directory) and from which a relaunch restores.%s\n", cmd,
+			       "directory) and from which a relaunch restores.%s\n"
+			       "  -q, --quiet    nothing on stdout; the exit code tells%s\n"
+			       "  -v, --verbose  accepted; the mesh view is already complete\n"
+			       "  --json         not yet with --nodes: answers {\"error\": ..., \"exit\": 2}\n", cmd,
 			       recover ? "" : ":\nper step the nodes holding data and parity, whether each group is protected,",
-			       recover ? " Exit 0 if every job shown is recoverable,\n3 if one is not" : "");
+			       recover ? " Exit 0 if every job shown is recoverable,\n3 if one is not" : "",
+			       recover ? "" : " (0, or 1/2 on errors)");
 			return ST_OK;
-		default: return ST_USAGE;
+		default:
+			st_error("snaptool %s --nodes: unknown option or missing argument: \"%s\"", cmd, argv[optind - 1]);
+			return ST_USAGE;
 		}
 	}
+	if (json) {
+		st_error("snaptool %s --nodes: --json is not implemented for the mesh view yet", cmd);
+		return ST_USAGE;
+	}
+	if (quiet && !freopen("/dev/null", "w", stdout)) {
+		st_error("snaptool %s: --quiet: cannot open /dev/null", cmd);
+		return ST_FAIL;
+	}
 	if (!pat || nodes < 1 || nodes > 4096 || !strstr(pat, "%n")) {
-		fprintf(stderr, "snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)\n", cmd);
+		st_error("snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)", cmd);
 		return ST_USAGE;
 	}
 	if (job && !snap_job_name_ok(job)) {
-		fprintf(stderr, "snaptool %s: --job %s: not a job name\n", cmd, job);
+		st_error("snaptool %s: --job %s: not a job name", cmd, job);
 		return ST_USAGE;
 	}
 	struct snap_store **st = calloc((size_t)nodes, sizeof(*st));

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -104,7 +105,7 @@ int cmd_status(int argc, char **argv)
 			return cmd_mesh_status(argc, argv, 0);
 	struct opts o;
 	struct snap_store *s;
-	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json]\n"
+	int rc = st_parse(argc, argv, &o, "usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
 				       "Steps of every job (or one) in a node store (restorable = committed by every\n"
 				       "rank, partial = some ranks), memory used against the running snapsmp's budget\n"
 				       "(--mem-limit, asked over its socket; \"unknown\" when none answers), and the\n"
@@ -121,6 +122,11 @@ int cmd_status(int argc, char **argv)
 	uint64_t dlimit = 0, dused = 0;
 	uint32_t dslots = 0, dpid = 0;
 	int live = daemon_budget(o.cfg.client.socket, &dlimit, &dused, &dslots, &dpid) == 0;
+	if (live)
+		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", dpid,
+			   o.cfg.client.socket, dused / 1048576.0, dlimit / 1048576.0, dslots);
+	else
+		st_verbose(&o, "no snapsmp answers on %s", o.cfg.client.socket);
 	if (o.json) {
 		printf("{\"store\":");
 		st_json_str(s->root);
@@ -168,6 +174,8 @@ int cmd_status(int argc, char **argv)
 		uint64_t disk[64];
 		struct snap_io_err e = { 0 };
 		int nd = o.cfg.flush_dir[0] ? snap_io_list_steps(o.cfg.flush_dir, j->name, disk, 64, &e) : 0;
+		if (nd < 0)
+			st_verbose(&o, "job %s: flush directory %s unreadable: %s", j->name, o.cfg.flush_dir, e.msg);
 		if (o.json) {
 			printf("],\"persisted\":[");
 			for (int i = 0; i < nd && i < 64; i++)
@@ -184,8 +192,10 @@ int cmd_status(int argc, char **argv)
 			printf("\n");
 		}
 	}
-	if (o.json)
+	if (o.json) {
 		printf("]}\n");
+		st_json_done();
+	}
 	snap_store_close(s);
 	return ST_OK;
 }
@@ -194,7 +204,7 @@ int cmd_ls(int argc, char **argv)
 {
 	struct opts o;
 	struct snap_store *s;
-	int rc = st_parse(argc, argv, &o, "usage: snaptool ls [--store DIR] [--job NAME] [--json]\n"
+	int rc = st_parse(argc, argv, &o, "usage: snaptool ls [--store DIR] [--job NAME] [--json] [-q|-v]\n"
 				       "One line per committed snapshot: job, step, rank, slot, bytes.\n", 0);
 	if (rc)
 		return rc < 0 ? 0 : rc;
@@ -211,8 +221,11 @@ int cmd_ls(int argc, char **argv)
 		for (uint32_t r = 0; r < j->nranks; r++)
 			for (unsigned i = 0; j->ranks[r] && i < s->nslots; i++) {
 				const struct store_slot *sl = &j->ranks[r]->slots[i];
-				if (sl->state != SLOT_COMMITTED)
+				if (sl->state != SLOT_COMMITTED) {
+					st_verbose(&o, "job %s rank %u slot %u: %s (not listed)", j->name, r, i,
+						   sl->state == SLOT_WRITING ? "being written" : "free");
 					continue;
+				}
 				if (o.json) {
 					printf("%s{\"job\":", first ? "" : ",");
 					st_json_str(j->name);
@@ -224,8 +237,10 @@ int cmd_ls(int argc, char **argv)
 				first = 0;
 			}
 	}
-	if (o.json)
+	if (o.json) {
 		printf("]\n");
+		st_json_done();
+	}
 	snap_store_close(s);
 	return ST_OK;
 }
@@ -251,14 +266,56 @@ static void print_shape(const struct snap_man_region *g)
 		}
 }
 
+static void json_dims(const char *key, const uint64_t *v, int n)
+{
+	printf(",\"%s\":[", key);
+	for (int d = 0; d < n; d++)
+		printf("%s%" PRIu64, d ? "," : "", v[d]);
+	printf("]");
+}
+
+/* One region of inspect --json (the fields docs/snaptool-json.md lists). */
+static void json_region_head(const char *name, int dtype, int kind, const char *codec, uint64_t bytes, uint64_t stored)
+{
+	printf("{\"name\":");
+	st_json_str(name);
+	printf(",\"dtype\":\"%s\",\"kind\":\"%s\",\"codec\":\"%s\",\"bytes\":%" PRIu64 ",\"stored_bytes\":%" PRIu64,
+	       snap_dtype_name(dtype), snap_kind_name(kind), codec, bytes, stored);
+}
+
+struct disk_walk {
+	const char *only;   /* REGION, or NULL for all */
+	int json, n;
+};
+
+static const char *disk_codec(const struct snap_io_region_info *g)
+{
+	return g->codec == SNAP_IO_CODEC_FRAMES ? snap_codec_spec_name(g->frame_codec)
+	       : g->codec == SNAP_IO_CODEC_LZ4	 ? "lz4"
+						 : "none";
+}
+
 static int print_disk_region(const struct snap_io_region_info *g, void *arg)
 {
-	const char *only = arg;
-	if (only && strcmp(only, g->name))
+	struct disk_walk *w = arg;
+	if (w->only && strcmp(w->only, g->name))
 		return 0;
-	printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind),
-	       g->codec == SNAP_IO_CODEC_FRAMES ? snap_codec_spec_name(g->frame_codec)
-	       : g->codec == SNAP_IO_CODEC_LZ4 ? "lz4" : "none");
+	if (w->json) {
+		printf("%s", w->n++ ? "," : "");
+		json_region_head(g->name, g->dtype, g->kind, disk_codec(g), g->bytes, g->stored_bytes);
+		printf(",\"bound\":null");
+		json_dims("shape", g->shape, g->ndim);
+		json_dims("global_shape", g->global_shape, g->ndim);
+		json_dims("shard_offset", g->shard_offset, g->ndim);
+		printf(",\"dataset\":");
+		st_json_str(g->dataset);
+		if (g->codec == SNAP_IO_CODEC_FRAMES)
+			printf(",\"frames\":%u,\"crc32c\":[]}", g->nframes);
+		else
+			printf(",\"frames\":null,\"crc32c\":[\"%08x\"]}", g->crc32c);
+		return 0;
+	}
+	printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind), disk_codec(g));
 	printf(" bytes=%" PRIu64 " stored=%" PRIu64 " shape=", g->bytes, g->stored_bytes);
 	for (int d = 0; d < g->ndim; d++)
 		printf("%s%" PRIu64, d ? "x" : "[", g->shape[d]);
@@ -269,32 +326,92 @@ static int print_disk_region(const struct snap_io_region_info *g, void *arg)
 	return 0;
 }
 
+static void json_mem_region(const struct store_slot *sl, const struct snap_man_region *g, int first)
+{
+	uint64_t stored = 0;
+	for (uint32_t c = 0; c < g->nchunks; c++)
+		stored += sl->man.len[g->first_crc + c];
+	printf("%s", first ? "" : ",");
+	json_region_head(g->name, g->dtype, g->kind, snap_codec_spec_name(g->codec), g->bytes,
+			 g->codec == SNAP_CODEC_NONE ? g->bytes : stored);
+	if ((g->codec == SNAP_CODEC_LOSSY_ABS || g->codec == SNAP_CODEC_LOSSY_REL) && isfinite(g->bound))
+		printf(",\"bound\":%.17g", g->bound);
+	else
+		printf(",\"bound\":null");
+	if (g->ndim == 0) {   /* a flat region: its element count, whole */
+		uint64_t n = g->bytes / snap_dtype_size(g->dtype), zero = 0;
+		json_dims("shape", &n, 1);
+		json_dims("global_shape", &n, 1);
+		json_dims("shard_offset", &zero, 1);
+	} else {
+		json_dims("shape", g->shape, g->ndim);
+		json_dims("global_shape", g->global_shape, g->ndim);
+		json_dims("shard_offset", g->shard_offset, g->ndim);
+	}
+	printf(",\"dataset\":null,\"frames\":null,\"crc32c\":[");
+	for (uint32_t c = 0; c < g->nchunks; c++)
+		printf("%s\"%08x\"", c ? "," : "", sl->man.crc[g->first_crc + c]);
+	printf("]}");
+}
+
+/* {"job":...,"step":...,"ranks":[ before the first rank, "," before the others. */
+static void json_open_step(const char *job, uint64_t step, int found)
+{
+	if (found) {
+		printf(",");
+		return;
+	}
+	printf("{\"job\":");
+	st_json_str(job);
+	printf(",\"step\":%" PRIu64 ",\"ranks\":[", step);
+}
+
 int cmd_inspect(int argc, char **argv)
 {
 	struct opts o;
 	struct snap_store *s;
 	uint64_t step;
 	int rc = st_parse(argc, argv, &o, "usage: snaptool inspect STEP [REGION] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
-				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk.\n", 2);
+				       "                       [--json] [-q|-v]\n"
+				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk\n"
+				       "(the first 4 per region; all with REGION or --json). From the node store, else\n"
+				       "from the persisted copy in the flush directory. Exit 1 if neither holds the step.\n", 2);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
 	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
+	if (!j)
+		st_verbose(&o, "node store %s holds no job %s", o.cfg.client.store, o.cfg.client.job);
 	int found = 0;
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
 		uint32_t slot;
 		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, &slot);
-		if (!sl)
+		if (!sl) {
+			st_verbose(&o, "rank %u: no committed slot of step %" PRIu64 " in the node store", r, step);
 			continue;
-		found = 1;
+		}
 		const struct snap_layout *lay = &sl->man.layout;
-		printf("job %s step %" PRIu64 " rank %u/%u slot %u: %u regions, %" PRIu64 " bytes, %" PRIu64 "-byte chunks\n",
-		       j->name, step, r, sl->man.world, slot, lay->nregions, lay->slot_bytes, lay->chunk_size);
+		if (o.json) {
+			json_open_step(o.cfg.client.job, step, found);
+			printf("{\"rank\":%u,\"world\":%u,\"source\":\"node store\",\"slot\":%u,\"bytes\":%" PRIu64
+			       ",\"chunk_size\":%" PRIu64 ",\"error\":null,\"regions\":[",
+			       r, sl->man.world, slot, lay->slot_bytes, lay->chunk_size);
+		} else {
+			printf("job %s step %" PRIu64 " rank %u/%u slot %u: %u regions, %" PRIu64 " bytes, %" PRIu64
+			       "-byte chunks\n", j->name, step, r, sl->man.world, slot, lay->nregions, lay->slot_bytes,
+			       lay->chunk_size);
+		}
+		found = 1;
+		int n = 0;
 		for (uint32_t i = 0; i < lay->nregions; i++) {
 			const struct snap_man_region *g = &lay->regions[i];
 			if (o.arg2 && strcmp(o.arg2, g->name))
 				continue;
+			if (o.json) {
+				json_mem_region(sl, g, n++ == 0);
+				continue;
+			}
 			printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind),
 			       snap_codec_spec_name(g->codec));
 			if (g->codec == SNAP_CODEC_LOSSY_ABS || g->codec == SNAP_CODEC_LOSSY_REL)
@@ -313,25 +430,53 @@ int cmd_inspect(int argc, char **argv)
 				printf("%s%08x", c ? "," : "", sl->man.crc[g->first_crc + c]);
 			printf("%s\n", !o.arg2 && g->nchunks > 4 ? ",..." : "");
 		}
+		if (o.json)
+			printf("]}");
 	}
 	snap_store_close(s);
 	uint32_t world;
 	struct snap_io_err e = { 0 };
 	if (!found && o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &world, &e) == 0) {
-		found = 1;
+		st_verbose(&o, "step %" PRIu64 " is not in the node store; reading its persisted copy in %s", step,
+			   o.cfg.flush_dir);
 		for (uint32_t r = 0; r < world; r++) {
-			printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o.cfg.client.job, step, r, world,
-			       o.cfg.flush_dir);
-			if (snap_io_list_regions(o.cfg.flush_dir, o.cfg.client.job, step, r, print_disk_region, (void *)o.arg2, &e))
+			struct disk_walk w = { .only = o.arg2, .json = o.json };
+			if (o.json) {
+				json_open_step(o.cfg.client.job, step, found);
+				printf("{\"rank\":%u,\"world\":%u,\"source\":\"flush directory\",\"slot\":null,\"bytes\":null,"
+				       "\"chunk_size\":null,\"regions\":[", r, world);
+			} else
+				printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o.cfg.client.job, step, r, world,
+				       o.cfg.flush_dir);
+			found = 1;
+			int lrc = snap_io_list_regions(o.cfg.flush_dir, o.cfg.client.job, step, r, print_disk_region, &w, &e);
+			if (o.json) {
+				printf("],\"error\":");
+				lrc ? st_json_str(e.msg) : (void)printf("null");
+				printf("}");
+			} else if (lrc) {
 				printf("  %s\n", e.msg);
+			}
 		}
 	}
 	if (!found) {
-		fprintf(stderr, "snaptool inspect: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.client.job, step,
-			o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
+		st_error("snaptool inspect: job %s has no step %" PRIu64 " in %s%s%s", o.cfg.client.job, step,
+			 o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
 		return ST_FAIL;
 	}
+	if (o.json) {
+		printf("]}\n");
+		st_json_done();
+	}
 	return ST_OK;
+}
+
+/* Bytes of the persisted step's files, for the progress of reading them all. */
+uint64_t st_step_disk_bytes(const char *flush_dir, const char *job, uint64_t step)
+{
+	char d[SNAP_PATH_MAX * 2];
+	snprintf(d, sizeof(d), "%s/%s/step-%" PRIu64, flush_dir, job, step);
+	return st_dir_bytes(d);
 }
 
 int cmd_verify(int argc, char **argv)
@@ -339,45 +484,69 @@ int cmd_verify(int argc, char **argv)
 	struct opts o;
 	struct snap_store *s;
 	uint64_t step;
-	int rc = st_parse(argc, argv, &o, "usage: snaptool verify STEP [--store DIR] [--flush-dir DIR] [--job NAME]\n"
+	int rc = st_parse(argc, argv, &o, "usage: snaptool verify STEP [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
 				       "Recompute the CRC32C of every chunk of a step on every rank in the node store, and\n"
-				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch.\n"
+				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch or\n"
+				       "when ranks are missing from the node store, 1 if neither holds the step.\n"
 				       "On a terminal, a progress bar (bytes, rate) on stderr; none when piped.\n", 1);
 	if (rc)
 		return rc < 0 ? 0 : rc;
 	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
 		return rc;
 	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
-	uint32_t ranks = 0, bad = 0, world = 0;
+	uint32_t ranks = 0, present = 0, bad = 0, world = 0, dworld = 0;
 	uint64_t total = 0;
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
 		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, NULL);
+		present += sl != NULL;
 		for (uint32_t t = 0; sl && t < sl->man.layout.ncrc; t++)
 			total += sl->man.len[t];
 	}
+	struct snap_io_err e = { 0 };
+	int on_disk = o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &dworld, &e) == 0;
+	if (!present && !on_disk) {
+		snap_store_close(s);
+		st_error("snaptool verify: job %s has no step %" PRIu64 " in %s%s%s", o.cfg.client.job, step,
+			 o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
+		return ST_FAIL;
+	}
+	if (o.json) {
+		printf("{\"job\":");
+		st_json_str(o.cfg.client.job);
+		printf(",\"step\":%" PRIu64 ",\"ranks\":[", step);
+	}
 	struct st_progress bar;
-	st_progress_begin(&bar, "verify", total);
+	if (present)
+		st_progress_begin(&bar, "verify", total);
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
 		uint32_t slot;
-		char err[512];
+		char err[512] = "";
 		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, &slot);
 		if (!sl)
 			continue;
-		ranks++;
 		world = sl->man.world;
-		int fd = snap_store_open_slot(s, j, j->ranks[r], slot, err, sizeof(err));
-		if (fd < 0) {
-			st_progress_hide(&bar);
-			printf("rank %u: %s\n", r, err);
-			bad++;
-			continue;
-		}
 		const struct snap_layout *lay = &sl->man.layout;
-		const uint8_t *p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0) : NULL;
-		close(fd);
-		if (p == MAP_FAILED) {
+		if (o.json)
+			printf("%s{\"rank\":%u,\"slot\":%u,\"chunks\":%u,\"bad_chunks\":[", ranks ? "," : "", r, slot, lay->ncrc);
+		ranks++;
+		st_verbose(&o, "rank %u: slot %u, %u chunks, %" PRIu64 " bytes", r, slot, lay->ncrc, lay->slot_bytes);
+		const uint8_t *p = NULL;
+		int fd = snap_store_open_slot(s, j, j->ranks[r], slot, err, sizeof(err));
+		if (fd >= 0) {
+			p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+			close(fd);
+			if (p == MAP_FAILED)
+				snprintf(err, sizeof(err), "cannot map slot %u", slot);
+		}
+		if (fd < 0 || p == MAP_FAILED) {
 			st_progress_hide(&bar);
-			printf("rank %u: cannot map slot %u\n", r, slot);
+			if (o.json) {
+				printf("],\"state\":\"unreadable\",\"error\":");
+				st_json_str(err);
+				printf("}");
+			} else {
+				printf("rank %u: %s\n", r, err);
+			}
 			bad++;
 			continue;
 		}
@@ -386,34 +555,71 @@ int cmd_verify(int argc, char **argv)
 			struct snap_chunk c;
 			snap_layout_chunk(lay, t, &c);
 			if (snap_crc32c(p + c.slot_off, sl->man.len[t]) != sl->man.crc[t]) {
-				st_progress_hide(&bar);
-				printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, c.g->name, c.index);
+				if (o.json) {
+					printf("%s{\"region\":", badc ? "," : "");
+					st_json_str(c.g->name);
+					printf(",\"chunk\":%u}", c.index);
+				} else {
+					st_progress_hide(&bar);
+					printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, c.g->name, c.index);
+				}
 				badc++;
 			}
 			st_progress_add(&bar, sl->man.len[t]);
 		}
 		if (p)
 			munmap((void *)p, lay->slot_bytes);
-		st_progress_hide(&bar);
-		printf("rank %u: %s (%u chunks)\n", r, badc ? "CORRUPT" : "ok", lay->ncrc);
+		if (o.json) {
+			printf("],\"state\":\"%s\",\"error\":null}", badc ? "corrupt" : "ok");
+		} else {
+			st_progress_hide(&bar);
+			printf("rank %u: %s (%u chunks)\n", r, badc ? "CORRUPT" : "ok", lay->ncrc);
+		}
 		bad += badc > 0;
 	}
-	st_progress_end(&bar);
+	if (present)
+		st_progress_end(&bar);
 	snap_store_close(s);
 	int disk_rc = SNAP_ENOENT;
-	uint32_t dworld;
-	struct snap_io_err e = { 0 };
-	if (o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &dworld, &e) == 0) {
+	if (o.json) {
+		printf("],\"ranks_present\":%u,\"world\":", ranks);
+		ranks ? printf("%u", world) : printf("null");
+	}
+	if (on_disk) {
 		size_t dbad = 0;
+		struct st_progress dbar;
+		st_progress_begin(&dbar, "verify disk", st_step_disk_bytes(o.cfg.flush_dir, o.cfg.client.job, step));
+		st_progress_watch_reads(&dbar);
 		disk_rc = snap_io_verify_step(o.cfg.flush_dir, o.cfg.client.job, step, &dbad, &e);
-		printf("persisted copy in %s: %s%s\n", o.cfg.flush_dir, disk_rc ? "CORRUPT: " : "ok", disk_rc ? e.msg : "");
+		st_progress_unwatch(&dbar);
+		if (!disk_rc)
+			st_progress_set(&dbar, dbar.total);
+		st_progress_end(&dbar);
+		if (o.json) {
+			printf(",\"persisted\":{\"dir\":");
+			st_json_str(o.cfg.flush_dir);
+			printf(",\"world\":%u,\"state\":\"%s\",\"bad_datasets\":%zu,\"error\":", dworld,
+			       disk_rc ? "corrupt" : "ok", dbad);
+			disk_rc ? st_json_str(e.msg) : (void)printf("null");
+			printf("}");
+		} else {
+			printf("persisted copy in %s: %s%s\n", o.cfg.flush_dir, disk_rc ? "CORRUPT: " : "ok",
+			       disk_rc ? e.msg : "");
+		}
+	} else {
+		if (o.json)
+			printf(",\"persisted\":null");
+		st_verbose(&o, "no persisted copy of step %" PRIu64 "%s%s", step,
+			   o.cfg.flush_dir[0] ? " in " : " (no --flush-dir)", o.cfg.flush_dir);
 	}
-	if (!ranks && disk_rc == SNAP_ENOENT) {
-		fprintf(stderr, "snaptool verify: job %s has no step %" PRIu64 " in %s%s%s\n", o.cfg.client.job, step,
-			o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
-		return ST_FAIL;
-	}
-	if (ranks)
+	const char *result = bad || disk_rc > 0 || (disk_rc && disk_rc != SNAP_ENOENT) ? "corrupt"
+			     : ranks && ranks < world				  ? "incomplete"
+										  : "ok";
+	if (o.json) {
+		printf(",\"result\":\"%s\"}\n", result);
+		st_json_done();
+	} else if (ranks) {
 		printf("step %" PRIu64 ": %u of %u ranks present in the node store, %u corrupt\n", step, ranks, world, bad);
-	return bad || (ranks && ranks < world) || (disk_rc && disk_rc != SNAP_ENOENT) ? ST_LOST : ST_OK;
+	}
+	return strcmp(result, "ok") ? ST_LOST : ST_OK;
 }

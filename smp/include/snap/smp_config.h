@@ -16,6 +16,9 @@
 
 #include "snap/snap.h"
 
+/* Log levels (--log-level / SNAP_LOG_LEVEL), most severe first. */
+enum { SNAP_SMP_LOG_ERROR = 0, SNAP_SMP_LOG_WARN = 1, SNAP_SMP_LOG_INFO = 2, SNAP_SMP_LOG_DEBUG = 3 };
+
 struct snap_smp_config {
 	struct snap_config client;    /* SNAP_STORE, SNAP_SOCKET, SNAP_JOB, ... (snap.h) */
 	uint64_t mem_limit;           /* SNAP_MEM_LIMIT: bytes snapsmp may hold; default 1/4 of RAM */
@@ -39,6 +42,12 @@ struct snap_smp_config {
 	 * to its real path in the background right after the commit (1, the
 	 * default), or only on SIGUSR1, SIGTERM or a request (0). */
 	int flush_files;
+	/* SNAP_LOG_LEVEL (--log-level): error, warn, info (the default) or debug;
+	 * the daemon logs that level and the more severe ones. */
+	int log_level;
+	/* SNAP_LOG (--log): where: "" stderr (the default), "syslog", or a file
+	 * appended to ("%n" is the mesh rank with --ec). */
+	char log[SNAP_PATH_MAX];
 };
 
 /* Defaults: snap_config_init for the client part, then the daemon's. */
@@ -54,6 +63,10 @@ int snap_smp_config_check(const struct snap_smp_config *cfg, char *err, size_t e
 
 /* --flush-codec / SNAP_FLUSH_CODEC: "none" -> 0, "lz4" -> 1; else SNAP_EINVAL. */
 int snap_smp_flush_codec_parse(const char *s, int *codec);
+/* --log-level / SNAP_LOG_LEVEL: "error", "warn", "info", "debug" -> SNAP_SMP_LOG_*; else SNAP_EINVAL. */
+int snap_smp_log_level_parse(const char *s, int *level);
+/* The name of a level ("info"), NULL for none. */
+const char *snap_smp_log_level_name(int level);
 /* --flush-mode / SNAP_FLUSH_MODE: "0600", "640", ...: octal permission bits
  * including 0600. 0 or SNAP_EINVAL. */
 int snap_smp_flush_mode_parse(const char *s, unsigned *mode);
