@@ -276,7 +276,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 					    { NULL, 0, NULL, 0 } };
 	const char *usage = "usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
 			    "                          [--input FILE] [--json]\n"
-			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save.\n"
+			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
+			    "then restore of the newest step by the saving context and by a new one (as after a relaunch).\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
 			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
