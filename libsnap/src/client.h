@@ -76,7 +76,12 @@ struct snap_ctx {
 
 	/* restore job */
 	const struct snap_manifest *rman;
-	const uint8_t *rbase;
+	const uint8_t *rbase;   /* the slot, mapped; NULL: read it from rfd */
+	int rfd;
+	uint8_t **rbounce;      /* rfd: one SUBBLOCK per copy thread, a stack */
+	unsigned nrbounce;
+	int rio;                /* rfd: the first read's errno (under mu) */
+	uint32_t rio_chunk;
 	int rphase;             /* 0 verify, 1 copy */
 	uint32_t rbad;          /* first bad chunk index + 1 */
 	uint32_t rdecode;       /* first chunk index + 1 whose frame failed to decode */

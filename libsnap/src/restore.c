@@ -39,11 +39,78 @@ int snap_latest(snap_ctx *ctx, uint64_t *step)
 	return r.bad ? snap_fail(ctx, SNAP_EPROTO, "latest: malformed reply") : 0;
 }
 
+/*
+ * Where restore reads a slot from. A slot this process already maps for its
+ * saves is read through that mapping. Otherwise (a relaunched trainer) a
+ * slot of raw host regions is read with pread(): a fresh mapping costs a
+ * page-table entry per 4 KiB to build and to tear down, and on a virtual
+ * machine a hypervisor fault on the first touch of every page, which made
+ * restore 5-10x slower than memcpy. The kernel copies from the page cache
+ * through its own mapping instead. Codec frames and CUDA regions take their
+ * source as one pointer, so a fresh mapping still serves those.
+ */
+
+/* pread exactly n bytes at off: 0, or an errno (EIO: the file is shorter). */
+static int read_full(int fd, uint8_t *buf, size_t n, uint64_t off)
+{
+	while (n > 0) {
+		ssize_t k = pread(fd, buf, n, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k < 0)
+			return errno;
+		if (k == 0)
+			return EIO;
+		buf += k;
+		n -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+static void read_failed(snap_ctx *ctx, uint32_t t, int err)
+{
+	pthread_mutex_lock(&ctx->mu);
+	if (!ctx->rio) {
+		ctx->rio = err;
+		ctx->rio_chunk = t;
+	}
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+/* CRC32C of the stored bytes of chunk t, read through a bounce block that
+ * stays in L2 between the read and the CRC. 0 if they could not be read. */
+static int read_crc(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c, uint64_t len, uint32_t *crc)
+{
+	/* At most copy_threads tasks run at once, one bounce block each. */
+	pthread_mutex_lock(&ctx->mu);
+	uint8_t *b = ctx->rbounce[--ctx->nrbounce];
+	pthread_mutex_unlock(&ctx->mu);
+	int err = 0;
+	*crc = 0;
+	for (uint64_t done = 0; done < len && !err; done += SUBBLOCK) {
+		size_t k = len - done < SUBBLOCK ? (size_t)(len - done) : SUBBLOCK;
+		if (!(err = read_full(ctx->rfd, b, k, c->slot_off + done)))
+			*crc = snap_crc32c_update(*crc, b, k);
+	}
+	pthread_mutex_lock(&ctx->mu);
+	ctx->rbounce[ctx->nrbounce++] = b;
+	pthread_mutex_unlock(&ctx->mu);
+	if (err)
+		read_failed(ctx, t, err);
+	return !err;
+}
+
 /* Phase 0: is chunk t intact? Its CRC, and for a frame, a header that
  * promises exactly the chunk's values (so phase 1 cannot overrun). */
-static int chunk_ok(const struct snap_manifest *man, const uint8_t *base, uint32_t t, const struct snap_chunk *c)
+static int chunk_ok(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c)
 {
-	const uint8_t *src = base + c->slot_off;
+	const struct snap_manifest *man = ctx->rman;
+	if (!ctx->rbase) {   /* raw host regions only: no header to check */
+		uint32_t crc;   /* a failed read is reported as such (rio), not as a bad CRC */
+		return !read_crc(ctx, t, c, man->len[t], &crc) || crc == man->crc[t];
+	}
+	const uint8_t *src = ctx->rbase + c->slot_off;
 	if (snap_crc32c(src, man->len[t]) != man->crc[t])
 		return 0;
 	if (c->g->codec == SNAP_CODEC_NONE)
@@ -59,9 +126,8 @@ static void restore_task(void *arg, uint32_t t)
 	const struct snap_manifest *man = ctx->rman;
 	struct snap_chunk c;
 	snap_layout_chunk(&man->layout, t, &c);
-	const uint8_t *src = ctx->rbase + c.slot_off;
 	if (ctx->rphase == 0) {
-		if (!chunk_ok(man, ctx->rbase, t, &c)) {
+		if (!chunk_ok(ctx, t, &c)) {
 			pthread_mutex_lock(&ctx->mu);
 			if (!ctx->rbad || t + 1 < ctx->rbad)
 				ctx->rbad = t + 1;
@@ -74,6 +140,13 @@ static void restore_task(void *arg, uint32_t t)
 		if (strcmp(ctx->regs[i].name, c.g->name) != 0)
 			continue;
 		uint8_t *dst = (uint8_t *)ctx->regs[i].ptr + c.raw_off;
+		int err;
+		if (!ctx->rbase) {
+			if ((err = read_full(ctx->rfd, dst, c.raw_len, c.slot_off)))
+				read_failed(ctx, t, err);
+			return;
+		}
+		const uint8_t *src = ctx->rbase + c.slot_off;
 		if (ctx->regs[i].device == SNAP_DEVICE_CUDA) {
 			snap_gpu_restore_chunk(ctx, dst, src, man->len[t], &c);
 		} else if (c.g->codec == SNAP_CODEC_NONE) {
@@ -136,6 +209,50 @@ static int ask_restore(snap_ctx *ctx, uint64_t step, void **rep, uint32_t *rlen,
 	return rc;
 }
 
+/* The mapping this process made of the slot for its saves, if fd is that
+ * file (a relaunched process, or a slot snapsmp rebuilt, has none). */
+static const uint8_t *saved_map(const snap_ctx *ctx, uint32_t slot, const struct stat *st)
+{
+	if (slot >= ctx->nmaps)
+		return NULL;
+	const struct slot_map *m = &ctx->maps[slot];
+	if (m->base && m->dev == st->st_dev && m->ino == st->st_ino && m->size == (uint64_t)st->st_size)
+		return m->base;
+	return NULL;
+}
+
+/* Can the slot be read with pread() (see above)? Raw host regions only. */
+static int by_read(const snap_ctx *ctx, const struct snap_manifest *man)
+{
+	for (uint32_t i = 0; i < man->layout.nregions; i++)
+		if (man->layout.regions[i].codec != SNAP_CODEC_NONE)
+			return 0;
+	for (uint32_t i = 0; i < ctx->nregs; i++)
+		if (ctx->regs[i].device == SNAP_DEVICE_CUDA)
+			return 0;
+	return 1;
+}
+
+static void free_bounce(snap_ctx *ctx)
+{
+	for (unsigned i = 0; i < ctx->nrbounce; i++)
+		free(ctx->rbounce[i]);
+	free(ctx->rbounce);
+	ctx->rbounce = NULL;
+	ctx->nrbounce = 0;
+}
+
+static int alloc_bounce(snap_ctx *ctx)
+{
+	unsigned n = ctx->cfg.copy_threads ? ctx->cfg.copy_threads : 1;
+	if (!(ctx->rbounce = calloc(n, sizeof(*ctx->rbounce))))
+		return SNAP_ENOMEM;
+	for (; ctx->nrbounce < n; ctx->nrbounce++)
+		if (!(ctx->rbounce[ctx->nrbounce] = aligned_alloc(4096, SUBBLOCK)))
+			return SNAP_ENOMEM;
+	return 0;
+}
+
 int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 {
 	if (!ctx)
@@ -164,7 +281,8 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	char where[160];
 	snprintf(where, sizeof(where), "restore of step %" PRIu64 " (job %s, rank %u)", man.step, man.job, man.rank);
 	struct stat st;
-	uint8_t *base = MAP_FAILED;
+	const uint8_t *base = NULL;
+	uint8_t *mapped = MAP_FAILED;   /* a mapping of our own, unmapped at the end */
 	if (fd < 0) {
 		rc = snap_fail(ctx, SNAP_EPROTO, "%s: snapsmp passed no slot file", where);
 	} else if (strcmp(man.job, ctx->cfg.job) != 0 || man.rank != (uint32_t)ctx->cfg.rank) {
@@ -174,20 +292,30 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	} else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < man.layout.slot_bytes) {
 		rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: slot file %u is truncated (%" PRIu64 " of %" PRIu64 " bytes)", where,
 			  man.slot, (uint64_t)st.st_size, man.layout.slot_bytes);
-	} else if (man.layout.slot_bytes &&
-		   (base = mmap(NULL, man.layout.slot_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)) == MAP_FAILED) {
+	} else if ((base = saved_map(ctx, man.slot, &st)) || !man.layout.slot_bytes) {
+		/* read through the save mapping (or nothing to read) */
+	} else if (by_read(ctx, &man)) {
+		if ((rc = alloc_bounce(ctx)))
+			snap_fail(ctx, rc, "%s: out of memory", where);
+	} else if ((mapped = mmap(NULL, man.layout.slot_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0)) ==
+		   MAP_FAILED) {
 		rc = snap_fail(ctx, SNAP_EIO, "%s: mmap: %s", where, strerror(errno));
+	} else {
+		base = mapped;
 	}
-	if (fd >= 0)
-		close(fd);
 	if (!rc) {
 		ctx->rman = &man;
 		ctx->rbase = base;
+		ctx->rfd = fd;
 		ctx->rbad = 0;
 		ctx->rdecode = 0;
 		ctx->rgpu = 0;
+		ctx->rio = 0;
 		run_restore_phase(ctx, 0);
-		if (ctx->rbad) {
+		if (ctx->rio) {
+			rc = snap_fail(ctx, SNAP_EIO, "%s: reading chunk %u of slot %u: %s; registered memory left untouched",
+				  where, ctx->rio_chunk, man.slot, strerror(ctx->rio));
+		} else if (ctx->rbad) {
 			struct snap_chunk c;
 			snap_layout_chunk(&man.layout, ctx->rbad - 1, &c);
 			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u (bytes %" PRIu64 "+%" PRIu64
@@ -197,6 +325,9 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		} else if (run_restore_phase(ctx, 1), ctx->rgpu) {
 			rc = snap_fail(ctx, ctx->rgpu, "%s: copy to the GPU failed: %s; registered memory is partly "
 				  "overwritten", where, ctx->rgpu_msg);
+		} else if (ctx->rio) {
+			rc = snap_fail(ctx, SNAP_EIO, "%s: reading chunk %u of slot %u: %s; registered memory is partly "
+				  "overwritten", where, ctx->rio_chunk, man.slot, strerror(ctx->rio));
 		} else if (ctx->rdecode) {
 			struct snap_chunk c;
 			snap_layout_chunk(&man.layout, ctx->rdecode - 1, &c);
@@ -210,9 +341,14 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 			ctx->have_last_step = 1;
 		}
 		ctx->rman = NULL;
+		ctx->rbase = NULL;
+		ctx->rfd = -1;
 	}
-	if (base != MAP_FAILED)
-		munmap(base, man.layout.slot_bytes);
+	free_bounce(ctx);
+	if (fd >= 0)
+		close(fd);
+	if (mapped != MAP_FAILED)
+		munmap(mapped, man.layout.slot_bytes);
 	snap_manifest_free(&man);
 	return rc;
 }

@@ -199,6 +199,48 @@ static void test_corrupt_chunk(struct smp_proc *p)
 	snap_close(ctx);
 }
 
+/*
+ * The same, in the process that saved: restore reads the slot through the
+ * mapping its saves wrote (not a fresh read of the file), and a byte flipped
+ * in the file since is seen there too and refused, memory untouched. Also
+ * the last chunk of a region, and a region shorter than a page.
+ */
+static void test_corrupt_chunk_saved_mapping(struct smp_proc *p)
+{
+	snap_ctx *ctx = open_job(p, "mapped", 1);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	for (uint64_t s = 1; s <= 2; s++) {
+		fill(s);
+		CHECK_RC(snap_save(ctx, s), 0);
+		CHECK_RC(snap_wait(ctx), 0);
+	}
+	char path[512];
+	CHECK_RC(slot_of(p->store, "mapped", 2, path, sizeof(path)), 0);
+	flip_byte(path, 1000 * 1024);   /* inside chunk 3, the last of "w" */
+	fill(77);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ECORRUPT);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 3") != NULL);
+	CHECK(strstr(snap_errmsg(ctx), "untouched") != NULL);
+	CHECK(is_step(77));
+	CHECK_RC(snap_restore(ctx, 1, &got), 0);   /* the other slot, also mapped by the saves */
+	CHECK(got == 1 && is_step(1));
+	flip_byte(path, 1000 * 1024);              /* repaired: restores again, through the same mapping */
+	fill(77);
+	CHECK_RC(snap_restore(ctx, 2, &got), 0);
+	CHECK(got == 2 && is_step(2));
+	/* The rng region: its own chunk after w's, 100 bytes. */
+	CHECK_RC(slot_of(p->store, "mapped", 2, path, sizeof(path)), 0);
+	flip_byte(path, (off_t)sizeof(w) + 50);
+	fill(77);
+	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ECORRUPT);
+	CHECK(strstr(snap_errmsg(ctx), "\"rng\" chunk 0") != NULL);
+	CHECK(is_step(77));
+	snap_close(ctx);
+}
+
 static void test_budget(const char *store)
 {
 	struct smp_proc p;
@@ -479,6 +521,7 @@ int main(void)
 	test_mismatch_and_unknown_job(&p);
 	test_one_process_per_rank(&p);
 	test_corrupt_chunk(&p);
+	test_corrupt_chunk_saved_mapping(&p);
 	test_restart_keeps_steps(&p);
 	char store2[160];
 	snprintf(store2, sizeof(store2), "%s-budget", store);

@@ -29,6 +29,7 @@
 #include "snapbench.h"
 
 #define MAX_ITERS 64
+#define NRES 4   /* per iteration: save blocks, save -> committed, restore, restore by a new context */
 
 /* snapsmp next to this binary (build tree or install), else on PATH. */
 static void find_smp(char *out, size_t cap)
@@ -75,7 +76,7 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	struct snap_region r = { .name = "weights", .ptr = buf, .bytes = bytes / 4 * 4, .dtype = SNAP_DTYPE_F32,
 				 .codec = d->codec, .codec_bound = d->bound };
 	int rc = snap_register(ctx, &r);
-	double res[3 * MAX_ITERS];
+	double res[NRES * MAX_ITERS];
 	for (int it = -2; it < iters; it++) {
 		pthread_barrier_wait(bar);
 		if (rc)
@@ -87,12 +88,13 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 			rc = snap_wait(ctx);
 		uint64_t t2 = snap_now_ns();
 		if (it >= 0) {
-			res[3 * it] = (t1 - t0) / 1e9;
-			res[3 * it + 1] = (t2 - t0) / 1e9;
+			res[NRES * it] = (t1 - t0) / 1e9;
+			res[NRES * it + 1] = (t2 - t0) / 1e9;
 		}
 	}
 	/* Restore of the newest step from the node store into the buffers
-	 * (slot mapped, every chunk's CRC32C checked, copied), after all saves. */
+	 * (every chunk's CRC32C checked, then copied), after all saves: read
+	 * through the slot mapping this process's saves made... */
 	for (int it = -1; it < iters; it++) {
 		pthread_barrier_wait(bar);
 		if (rc)
@@ -100,13 +102,32 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 		uint64_t t0 = snap_now_ns(), got;
 		rc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
 		if (it >= 0)
-			res[3 * it + 2] = (snap_now_ns() - t0) / 1e9;
+			res[NRES * it + 2] = (snap_now_ns() - t0) / 1e9;
+	}
+	/* ...and from a new context, as a relaunched trainer restores: it has
+	 * never mapped the slot. Only snap_restore() is timed. */
+	for (int it = -1; it < iters; it++) {
+		pthread_barrier_wait(bar);
+		if (!rc) {
+			snap_close(ctx);
+			ctx = NULL;
+			if (!(rc = snap_open(&cfg, &ctx)))
+				rc = snap_register(ctx, &r);
+		}
+		pthread_barrier_wait(bar);   /* every rank open before any restores */
+		if (rc)
+			continue;
+		uint64_t t0 = snap_now_ns(), got;
+		rc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
+		if (it >= 0)
+			res[NRES * it + 3] = (snap_now_ns() - t0) / 1e9;
 	}
 	if (rc)
-		fprintf(stderr, "bench rank %d: %s\n", rank, snap_errmsg(ctx));
-	snap_close(ctx);
+		fprintf(stderr, "bench rank %d: %s\n", rank, ctx ? snap_errmsg(ctx) : snap_strerror(rc));
+	if (ctx)
+		snap_close(ctx);
 	free(buf);
-	if (!rc && write(wfd, res, sizeof(double) * 3 * (size_t)iters) != (ssize_t)(sizeof(double) * 3 * (size_t)iters))
+	if (!rc && write(wfd, res, sizeof(double) * NRES * (size_t)iters) != (ssize_t)(sizeof(double) * NRES * (size_t)iters))
 		rc = 1;
 	return rc ? 1 : 0;
 }
@@ -137,6 +158,55 @@ static double bench_memcpy(uint64_t bytes, int iters)
 	free(src);
 	free(dst);
 	return bench_median(t, iters);
+}
+
+/* The same copy split over `threads` threads: the limit for work that uses
+ * every core, as the ranks' copy threads do together. */
+struct mc_part {
+	uint8_t *dst;
+	const uint8_t *src;
+	size_t n;
+};
+
+static void *mc_thread(void *arg)
+{
+	struct mc_part *p = arg;
+	memcpy(p->dst, p->src, p->n);
+	return NULL;
+}
+
+static double bench_memcpy_mt(uint64_t bytes, int iters, int threads)
+{
+	uint8_t *src = malloc(bytes), *dst = malloc(bytes);
+	double t[MAX_ITERS];
+	struct mc_part part[64];
+	pthread_t tid[64];
+	if (!src || !dst || threads < 1 || threads > 64) {
+		free(src);
+		free(dst);
+		return -1;
+	}
+	memset(src, 1, bytes);
+	memset(dst, 0, bytes);
+	uint64_t per = bytes / (uint64_t)threads / 4096 * 4096;
+	for (int k = 0; k < threads; k++)
+		part[k] = (struct mc_part){ dst + k * per, src + k * per, k + 1 < threads ? per : bytes - k * per };
+	int ok = 1;
+	for (int i = 0; i < iters && ok; i++) {
+		uint64_t t0 = snap_now_ns();
+		int started = 0;
+		for (; started < threads; started++)
+			if (pthread_create(&tid[started], NULL, mc_thread, &part[started]) != 0)
+				break;
+		for (int k = 0; k < started; k++)
+			pthread_join(tid[k], NULL);
+		ok = started == threads;
+		t[i] = (snap_now_ns() - t0) / 1e9;
+		src[i % bytes]++;
+	}
+	free(src);
+	free(dst);
+	return ok ? bench_median(t, iters) : -1;
 }
 
 /* torch.save of the same bytes to the same filesystem; -1 if unavailable. */
@@ -206,7 +276,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 					    { NULL, 0, NULL, 0 } };
 	const char *usage = "usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
 			    "                          [--input FILE] [--json]\n"
-			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save.\n"
+			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
+			    "then restore of the newest step by the saving context and by a new one (as after a relaunch).\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
 			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
@@ -288,10 +359,11 @@ int cmd_bench_snapshot(int argc, char **argv)
 		}
 	}
 	close(pfd[1]);
-	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, restore[MAX_ITERS] = { 0 }, res[3 * MAX_ITERS];
+	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, restore[MAX_ITERS] = { 0 },
+	       cold[MAX_ITERS] = { 0 }, res[NRES * MAX_ITERS];
 	int ok = 1;
 	for (int r = 0; r < ranks; r++) {
-		size_t want = sizeof(double) * 3 * (size_t)iters, got = 0;
+		size_t want = sizeof(double) * NRES * (size_t)iters, got = 0;
 		while (got < want) {
 			ssize_t n = read(pfd[0], (char *)res + got, want - got);
 			if (n <= 0)
@@ -303,9 +375,10 @@ int cmd_bench_snapshot(int argc, char **argv)
 			break;
 		}
 		for (int i = 0; i < iters; i++) {
-			block[i] = res[3 * i] > block[i] ? res[3 * i] : block[i];
-			commit[i] = res[3 * i + 1] > commit[i] ? res[3 * i + 1] : commit[i];
-			restore[i] = res[3 * i + 2] > restore[i] ? res[3 * i + 2] : restore[i];
+			block[i] = res[NRES * i] > block[i] ? res[NRES * i] : block[i];
+			commit[i] = res[NRES * i + 1] > commit[i] ? res[NRES * i + 1] : commit[i];
+			restore[i] = res[NRES * i + 2] > restore[i] ? res[NRES * i + 2] : restore[i];
+			cold[i] = res[NRES * i + 3] > cold[i] ? res[NRES * i + 3] : cold[i];
 		}
 	}
 	close(pfd[0]);
@@ -323,18 +396,21 @@ int cmd_bench_snapshot(int argc, char **argv)
 	}
 	uint64_t total = per * (uint64_t)ranks;
 	double b = bench_median(block, iters), cm = bench_median(commit, iters), rs = bench_median(restore, iters);
+	double rc_new = bench_median(cold, iters);
+	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	double mc = bench_memcpy(total, iters);
+	double mct = bench_memcpy_mt(total, iters, cores > 64 ? 64 : (int)cores);
 	double ts = bench_torch(store, total, iters);
 	remove_store(store);
 	free(tile);
 
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
-		       "\"restore_s\":%.6g,\"memcpy_s\":%.6g,\"torch_save_s\":", total, ranks, codec, b, cm, rs, mc);
+		       "\"restore_s\":%.6g,\"restore_new_ctx_s\":%.6g,\"memcpy_s\":%.6g,\"memcpy_all_cores_s\":%.6g,"
+		       "\"torch_save_s\":", total, ranks, codec, b, cm, rs, rc_new, mc, mct);
 		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
 		return SB_OK;
 	}
-	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	printf("snapshot of %.1f MiB over %d ranks (%ld copy threads each, %ld cores), codec %s, %s, median of %d, "
 	       "slowest rank\n", total / 1048576.0, ranks, cores / ranks > 1 ? cores / ranks : 1, cores, codec,
 	       input ? input : "ramp data", iters);
@@ -342,7 +418,10 @@ int cmd_bench_snapshot(int argc, char **argv)
 	printf("  %-28s %10.6f %10s %11.2f%%\n", "snap_save blocks", b, "-", 100 * b / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "save -> committed", cm, total / cm / 1e9, cm / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "restore (store -> buffers)", rs, total / rs / 1e9, rs / mc);
+	printf("  %-28s %10.4f %10.2f %11.2fx\n", "restore, new context", rc_new, total / rc_new / 1e9, rc_new / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, 1 thread", mc, total / mc / 1e9, 1.0);
+	if (mct > 0)
+		printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, all cores", mct, total / mct / 1e9, mct / mc);
 	if (ts < 0)
 		printf("  %-28s %10s\n", "torch.save to /dev/shm", "unavailable");
 	else

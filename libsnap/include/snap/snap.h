@@ -288,7 +288,10 @@ SNAP_API int snap_latest(snap_ctx *ctx, uint64_t *step);
  * failure your memory is untouched. SNAP_EMISMATCH if the registered layout
  * differs from the snapshot's (the message names the region), or if the
  * snapshot was taken by a job of another world size (no resharding);
- * SNAP_ECORRUPT naming the region and chunk on a checksum mismatch.
+ * SNAP_ECORRUPT naming the region and chunk on a checksum mismatch;
+ * SNAP_EIO if the slot file cannot be read. The rare failures after the
+ * copy began (a read or device copy error, a frame that passes its CRC but
+ * does not decode) say in the message that memory is partly overwritten.
  * *restored (may be NULL) receives the step restored. No fence is needed
  * first: it waits for the previous save itself, as snap_wait() does (copy
  * and commit), and returns that save's error if it failed.
