@@ -14,6 +14,7 @@
 #   P/<libdir>/pkgconfig/libsnap.pc      prefix written at install time
 #   P/<libdir>/cmake/libsnap/            find_package(libsnap) -> libsnap::snap
 #   P/share/man/man1, man3; P/share/doc/libsnap (LICENSE, README.md, docs)
+#   P/share/libsnap/launch               the launch recipes (mpirun, SLURM, torchrun)
 include(CMakePackageConfigHelpers)
 
 # The headers of libsnap.so's API (libsnap.map names the same three). ec.h,
@@ -99,6 +100,12 @@ install(FILES ${PROJECT_BINARY_DIR}/cmake/libsnapConfig.cmake
 
 install(FILES ${PROJECT_SOURCE_DIR}/LICENSE ${PROJECT_SOURCE_DIR}/README.md
   DESTINATION ${CMAKE_INSTALL_DOCDIR} COMPONENT runtime)
+# The recipes find snapsmp on PATH, so they work from here once installed.
+install(PROGRAMS ${PROJECT_SOURCE_DIR}/integration/launch/mpirun.sh ${PROJECT_SOURCE_DIR}/integration/launch/torchrun.sh
+  ${PROJECT_SOURCE_DIR}/integration/launch/slurm.sbatch
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/libsnap/launch COMPONENT runtime)
+install(FILES ${PROJECT_SOURCE_DIR}/integration/launch/README.md
+  DESTINATION ${CMAKE_INSTALL_DATADIR}/libsnap/launch COMPONENT runtime)
 if(NOT SNAP_CLIENT_ONLY)
   include(${CMAKE_CURRENT_LIST_DIR}/man.cmake)
   include(${CMAKE_CURRENT_LIST_DIR}/package.cmake)

@@ -34,7 +34,8 @@ for f in include/snap/snap.h include/snap/error.h include/snap/types.h \
 	"$libdir/libsnap.so.$version" "$libdir/pkgconfig/libsnap.pc" \
 	"$plugindir/libh5z_snapcodec.so" \
 	"$libdir/cmake/libsnap/libsnapConfig.cmake" "$libdir/cmake/libsnap/libsnapConfigVersion.cmake" \
-	share/doc/libsnap/LICENSE share/man/man1/snapsmp.1.gz share/man/man1/snaptool.1.gz share/man/man1/snapbench.1.gz share/man/man3/libsnap.3.gz; do
+	share/doc/libsnap/LICENSE share/man/man1/snapsmp.1.gz share/man/man1/snaptool.1.gz share/man/man1/snapbench.1.gz share/man/man3/libsnap.3.gz \
+	share/libsnap/launch/mpirun.sh share/libsnap/launch/torchrun.sh share/libsnap/launch/slurm.sbatch; do
 	[ -f "$P/$f" ] || fail "not installed: $f"
 done
 soname=$(readelf -d "$P/$libdir/libsnap.so.$version" | sed -n 's/.*(SONAME).*\[\(.*\)\]/\1/p')
