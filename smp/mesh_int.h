@@ -135,6 +135,16 @@ int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const ch
 int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len);
 /* A parity file mapped read-write at plen bytes (created or resized). */
 void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len);
+/* [collective over the group] Begin the rebuild of the unit whose record
+ * is rpath: this node passes its record when it has a usable one (have),
+ * else it counts as lost. msg on failure. */
+int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *msg,
+		       size_t len);
+/* Pack meta into rpath (written to rpath.tmp and renamed). */
+int mesh_write_record(const char *rpath, const struct snap_ec_meta *meta);
+/* [no lock held] Charge plen parity bytes to the memory budget, or
+ * SNAP_ENOSPC with err naming the budget. */
+int mesh_charge_parity(struct snap_mesh *mesh, uint64_t plen, char *err, size_t errlen);
 
 /* ---- meshflush.c (called by mesh.c) ---- */
 

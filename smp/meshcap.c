@@ -380,8 +380,7 @@ struct cap_run {
 	uint32_t niov;
 	struct cap_blob blob;
 	struct snap_ec_encode *enc;
-	void *parity, *rec;
-	size_t need;
+	void *parity;
 	uint64_t plen, data_len, ver;
 	int local, accounted;
 	char err[MESH_ERRLEN];
@@ -493,17 +492,8 @@ static void cap_encode(struct snap_mesh *mesh, uint64_t g, struct cap_run *p)
 	if (rc)
 		return;
 	p->plen = snap_ec_encode_parity_len(p->enc);
-	pthread_mutex_lock(&mesh->mu);
-	struct snap_store *s = mesh->store;
-	if (!p->local && s->mem_used + p->plen > s->mem_limit) {
-		snap_fmt(p->err, sizeof(p->err), "parity of %" PRIu64 " bytes would exceed the memory budget"
-			 " SNAP_MEM_LIMIT=%" PRIu64 " (%" PRIu64 " in use)", p->plen, s->mem_limit, s->mem_used);
-		p->local = SNAP_ENOSPC;
-	} else if (!p->local) {
-		s->mem_used += p->plen;
-		p->accounted = 1;
-	}
-	pthread_mutex_unlock(&mesh->mu);
+	if (!p->local)
+		p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
 	if (!p->local && p->plen && !(p->parity = mesh_map_parity(p->ptmp, p->plen, p->err, sizeof(p->err))))
 		p->local = SNAP_EIO;
 	local = p->local;
@@ -516,15 +506,9 @@ static void cap_encode(struct snap_mesh *mesh, uint64_t g, struct cap_run *p)
 	if (p->parity)
 		munmap(p->parity, p->plen);
 	p->parity = NULL;
-	if (!p->local) {
-		const struct snap_ec_meta *meta = snap_ec_encode_meta(p->enc);
-		snap_ec_meta_pack(meta, NULL, 0, &p->need);
-		if (!(p->rec = malloc(p->need)) || snap_ec_meta_pack(meta, p->rec, p->need, &p->need))
-			p->local = SNAP_ENOMEM;
-	}
 	/* Parity first, then the record that vouches for it. */
 	if (!p->local && ((p->plen ? rename(p->ptmp, p->ppath) : mesh_write_atomic(p->ppath, "", 0)) != 0 ||
-			  mesh_write_atomic(p->rpath, p->rec, p->need) != 0)) {
+			  mesh_write_record(p->rpath, snap_ec_encode_meta(p->enc)) != 0)) {
 		snap_fmt(p->err, sizeof(p->err), "cannot publish %s: %s", p->rpath, strerror(errno));
 		p->local = SNAP_EIO;
 	}
@@ -590,7 +574,6 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 	unmap_gen(p->iov, p->l.n);
 	list_free(&p->l);
 	free(p->cat);
-	free(p->rec);
 	snap_ec_encode_free(p->enc);
 	return all ? 0 : SNAP_EIO;
 }
@@ -733,26 +716,15 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
 {
 	const char *root = mesh->store->root;
-	char jf[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], gdir[SNAP_FILE_MAX], why[MESH_ERRLEN] = "";
+	char jf[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], gdir[SNAP_FILE_MAX];
 	ec_job(job, jf, sizeof(jf));
 	mesh_ec_path(root, jf, g, "rec", rpath, sizeof(rpath));
 	mesh_ec_path(root, jf, g, "parity", ppath, sizeof(ppath));
 	gen_dir(mesh, job, g, gdir, sizeof(gdir));
-	struct snap_ec_meta *mine = NULL;
-	void *buf;
-	size_t blen;
-	if (have && !mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
-		snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
-		free(buf);
-	}
 	struct snap_ec_rebuild *rb = NULL;
-	struct snap_ec_opts opts = { 0 };
-	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
-	snap_ec_meta_free(mine);
-	if (rc) {
-		snap_fmt(msg, len, "%s", why);
+	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
+	if (rc)
 		return rc;
-	}
 	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
 	struct snap_ec_meta_info in;
 	snap_ec_meta_info(meta, &in);
@@ -821,14 +793,10 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	if (!local && !have)
 		local = install_lost(mesh, job, gdir, seg ? seg : "", mlen, &b, &restored, msg, len);
 	if (!local) {
-		size_t need = 0;
-		void *rec = NULL;
-		snap_ec_meta_pack(meta, NULL, 0, &need);
-		if (!(rec = malloc(need)) || snap_ec_meta_pack(meta, rec, need, &need) || mesh_write_atomic(rpath, rec, need)) {
+		if (mesh_write_record(rpath, meta)) {
 			snap_fmt(msg, len, "cannot write record %s", rpath);
 			local = SNAP_EIO;
 		}
-		free(rec);
 		if (!in.parity_len)
 			mesh_write_atomic(ppath, "", 0);
 	}

@@ -201,3 +201,48 @@ void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
 	}
 	return p;
 }
+
+int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *msg,
+		       size_t len)
+{
+	struct snap_ec_meta *mine = NULL;
+	void *buf;
+	size_t blen;
+	char why[MESH_ERRLEN] = "";
+	if (have && !mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
+		snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
+		free(buf);
+	}
+	struct snap_ec_opts opts = { 0 }; /* the chunk size comes from the meta */
+	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, rb, why, sizeof(why));
+	snap_ec_meta_free(mine);
+	if (rc)
+		snap_fmt(msg, len, "%s", why);
+	return rc;
+}
+
+int mesh_write_record(const char *rpath, const struct snap_ec_meta *meta)
+{
+	size_t need = 0;
+	snap_ec_meta_pack(meta, NULL, 0, &need);
+	void *rec = malloc(need);
+	int rc = !rec || snap_ec_meta_pack(meta, rec, need, &need) ? SNAP_ENOMEM : mesh_write_atomic(rpath, rec, need);
+	free(rec);
+	return rc;
+}
+
+int mesh_charge_parity(struct snap_mesh *mesh, uint64_t plen, char *err, size_t errlen)
+{
+	int rc = 0;
+	pthread_mutex_lock(&mesh->mu);
+	struct snap_store *s = mesh->store;
+	if (s->mem_used + plen > s->mem_limit) {
+		snap_fmt(err, errlen, "parity of %" PRIu64 " bytes would exceed the memory budget SNAP_MEM_LIMIT=%" PRIu64
+			 " (%" PRIu64 " in use)", plen, s->mem_limit, s->mem_used);
+		rc = SNAP_ENOSPC;
+	} else {
+		s->mem_used += plen;
+	}
+	pthread_mutex_unlock(&mesh->mu);
+	return rc;
+}

@@ -165,8 +165,8 @@ struct protect_run {
 	struct enc_src src;
 	struct iovec *iov;
 	struct snap_ec_encode *enc;
-	void *parity, *blob, *rec;
-	size_t blen, need;
+	void *parity, *blob;
+	size_t blen;
 	uint64_t plen, data_len;
 	int local, accounted;
 	char err[MESH_ERRLEN];
@@ -221,17 +221,8 @@ static void protect_encode(struct snap_mesh *mesh, uint64_t g, struct protect_ru
 	if (rc)
 		return;
 	p->plen = snap_ec_encode_parity_len(p->enc);
-	pthread_mutex_lock(&mesh->mu);
-	struct snap_store *s = mesh->store;
-	if (!p->local && s->mem_used + p->plen > s->mem_limit) {
-		snap_fmt(p->err, sizeof(p->err), "parity of %" PRIu64 " bytes would exceed the memory budget"
-			 " SNAP_MEM_LIMIT=%" PRIu64 " (%" PRIu64 " in use)", p->plen, s->mem_limit, s->mem_used);
-		p->local = SNAP_ENOSPC;
-	} else if (!p->local) {
-		s->mem_used += p->plen;
-		p->accounted = 1;
-	}
-	pthread_mutex_unlock(&mesh->mu);
+	if (!p->local)
+		p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
 	if (!p->local && p->plen && !(p->parity = create_parity(p->ptmp, p->plen, p->err, sizeof(p->err))))
 		p->local = SNAP_EIO;
 	local = p->local;
@@ -246,17 +237,11 @@ static void protect_encode(struct snap_mesh *mesh, uint64_t g, struct protect_ru
 /* Local: parity first, then the record that vouches for it. */
 static void protect_publish(struct protect_run *p)
 {
-	if (!p->local) {
-		const struct snap_ec_meta *meta = snap_ec_encode_meta(p->enc);
-		snap_ec_meta_pack(meta, NULL, 0, &p->need);
-		if (!(p->rec = malloc(p->need)) || snap_ec_meta_pack(meta, p->rec, p->need, &p->need))
-			p->local = SNAP_ENOMEM;
-	}
 	if (p->parity)
 		munmap(p->parity, p->plen);
 	p->parity = NULL;
 	if (!p->local && ((p->plen ? rename(p->ptmp, p->ppath) : mesh_write_atomic(p->ppath, "", 0)) != 0 ||
-			  mesh_write_atomic(p->rpath, p->rec, p->need) != 0)) {
+			  mesh_write_record(p->rpath, snap_ec_encode_meta(p->enc)) != 0)) {
 		snap_fmt(p->err, sizeof(p->err), "cannot publish %s: %s", p->rpath, strerror(errno));
 		p->local = SNAP_EIO;
 	}
@@ -320,7 +305,6 @@ static void protect_free(struct protect_run *p)
 	free(p->src.pins);
 	free(p->iov);
 	free(p->blob);
-	free(p->rec);
 	snap_ec_encode_free(p->enc);
 }
 

@@ -43,20 +43,6 @@ struct rebuild_files {
 	uint64_t parity_len;
 };
 
-/* This node's record of the step, if it has a readable one (else the
- * rebuild treats this node as lost). */
-static struct snap_ec_meta *read_record(const char *rpath)
-{
-	struct snap_ec_meta *mine = NULL;
-	void *buf;
-	size_t blen;
-	if (!mesh_read_file(rpath, 1u << 30, &buf, &blen)) {
-		snap_ec_meta_unpack(buf, blen, &mine, NULL, 0);
-		free(buf);
-	}
-	return mine;
-}
-
 /* The slot list and its buffers; the manifests as they are (missing: zeros,
  * a wrong size fails its CRC) and the slot files, created when missing. */
 static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, const struct snap_ec_meta *meta,
@@ -140,15 +126,10 @@ static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct
 			return SNAP_EIO;
 		}
 	}
-	size_t need = 0;
-	void *rec = NULL;
-	snap_ec_meta_pack(meta, NULL, 0, &need);
-	if (!(rec = malloc(need)) || snap_ec_meta_pack(meta, rec, need, &need) || mesh_write_atomic(rpath, rec, need)) {
-		free(rec);
+	if (mesh_write_record(rpath, meta)) {
 		snap_fmt(msg, len, "cannot write record %s", rpath);
 		return SNAP_EIO;
 	}
-	free(rec);
 	if (!f->parity_len)
 		mesh_write_atomic(ppath, "", 0);
 	return 0;
@@ -172,19 +153,14 @@ static void rebuild_files_free(struct rebuild_files *f)
 static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
 {
 	const char *root = mesh->store->root;
-	char rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], why[MESH_ERRLEN] = "";
+	char rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX];
 	mesh_ec_path(root, job, g, "rec", rpath, sizeof(rpath));
 	mesh_ec_path(root, job, g, "parity", ppath, sizeof(ppath));
 	/* Collective: who is lost, and the meta every member rebuilds from. */
-	struct snap_ec_meta *mine = have ? read_record(rpath) : NULL;
 	struct snap_ec_rebuild *rb = NULL;
-	struct snap_ec_opts opts = { 0 }; /* the chunk size comes from the meta */
-	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, &rb, why, sizeof(why));
-	snap_ec_meta_free(mine);
-	if (rc) {
-		snap_fmt(msg, len, "%s", why);
+	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
+	if (rc)
 		return rc;
-	}
 	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
 	struct snap_ec_meta_info in;
 	snap_ec_meta_info(meta, &in);
