@@ -174,8 +174,11 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
 					   m->cfg->verify_commit, err, SMP_ERRLEN);
 	free(crc);
-	if (rc == 0)
+	if (rc == 0) {
+		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u committed step %" PRIu64 " (slot %u)", c->job->name,
+			 c->rank->rank, step, slot);
 		persist_on_commit(m, c->job);
+	}
 	return rc;
 }
 

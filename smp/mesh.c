@@ -398,6 +398,8 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 					 "a dead one's later steps dropped", j->name, j->news == 1 ? "step " : "nothing, ",
 					 j->news == 1 ? j->news_base : 0, dropped);
 		}
+		if (sj && j->ncomplete && !j->lost && (!sj->mesh_has_latest || j->complete[0] > sj->mesh_latest))
+			mesh_say(mesh, "job %s step %" PRIu64 " restorable: every rank committed it", j->name, j->complete[0]);
 		if (sj) {
 			sj->mesh_has_latest = j->ncomplete > 0 && !j->lost;
 			sj->mesh_latest = j->ncomplete ? j->complete[0] : 0;

@@ -98,6 +98,7 @@ void persist_on_commit(struct smp *m, struct store_job *j)
 		return;
 	j->has_seen = 1;
 	j->seen = latest;
+	smp_say(m, "step %" PRIu64 " of job %s restorable: every rank of %u committed it", latest, j->name, j->world);
 	j->since_flush++;
 	if (m->flusher && m->cfg->flush_every && j->since_flush >= m->cfg->flush_every) {
 		char err[SMP_ERRLEN];

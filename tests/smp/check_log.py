@@ -88,7 +88,7 @@ def main():
     got = lines(open(logf).read(), smp.pid)
     msgs = [m for _, m in got]
     for want in (r"^serving store ", r"^job lj rank 0/1 connected", r"^flushing step 2 of job lj to ",
-                 r"^persisted step 2 of job lj: ", r"^signal 15: shutting down"):
+                 r"^persisted step 2 of job lj: ", r"^signal 15: shutting down", r"^step 2 of job lj restorable: "):
         n = sum(bool(re.search(want, m)) for m in msgs)
         check(n == 1, f"want one line matching {want!r} at info, found {n}: {msgs}")
     check(all(lv in ("info", "warn") for lv, _ in got), f"levels other than info/warn by default: {got}")
