@@ -45,7 +45,7 @@ def check(cond, msg):
 def schemas(doc):
     text = open(doc).read()
     out = {name: json.loads(body) for name, body in re.findall(r"```json (\w+)\n(.*?)```", text, re.S)}
-    want = {"status", "ls", "inspect", "verify", "flush", "export", "gc", "recover", "error"}
+    want = {"status", "ls", "inspect", "verify", "flush", "export", "gc", "recover", "mesh", "error"}
     if set(out) != want:
         sys.exit(f"{doc}: expected schemas {sorted(want)}; found {sorted(out)}")
     return out
@@ -192,7 +192,22 @@ def check_commands(schema, snaptool, tmp, store, flush):
         check(g == {"job": "js", "keep": 1, "removed": 0}, f"gc: {g}")
     run_json(schema, "error", [snaptool, "gc", "--job", "js", "--json"], want_rc=2)
     run_json(schema, "error", [snaptool, "ls", "--bogus", "--json"], want_rc=2)
-    run_json(schema, "error", [snaptool, "status", "--nodes", "2", "--store", store + "%n", "--json"], want_rc=2)
+    # The mesh view over 2 "nodes": node0 is this store (a link), node1 is lost.
+    mesh = os.path.join(tmp, "mesh")
+    os.makedirs(mesh, exist_ok=True)
+    if not os.path.lexists(os.path.join(mesh, "node0")):
+        os.symlink(store, os.path.join(mesh, "node0"))
+    for cmd in ("status", "recover"):
+        mv = run_json(schema, "mesh", [snaptool, cmd, "--nodes", "2", "--store", os.path.join(mesh, "node%n"),
+                                       "--flush-dir", flush, "--json"], want_rc=0)
+        if mv:
+            jobs = {j["job"]: j for j in mv["jobs"]}
+            check(mv["missing_nodes"] == [1] and "js" in jobs, f"{cmd} --nodes: {mv}")
+            js = jobs.get("js", {})
+            check(js.get("levels", {}).get("disk") == 2 and js.get("restore_level") in (1, 3) and
+                  any(s["step"] == 2 and s["data_nodes"] == [0] and s["parity_nodes"] == [] for s in js.get("steps", [])),
+                  f"{cmd} --nodes: job js: {js}")
+    run_json(schema, "error", [snaptool, "status", "--nodes", "2", "--store", store, "--json"], want_rc=2)
 
     # Progress: every command that reads the persisted step, on a terminal only.
     check_bar([snaptool, "verify", "2", *st, "--flush-dir", flush], "verify disk")

@@ -138,8 +138,30 @@ static void print_levels(const char *job, const struct levels *L, const char *fl
 		printf("  NOTHING IS RECOVERABLE for job %s\n", job);
 }
 
+/* The job's levels and relaunch choice, as JSON (docs/snaptool-json.md, "mesh"). */
+static void json_levels(const struct levels *L, int k, int m, uint64_t data_total, uint64_t parity_total)
+{
+	uint64_t step = 0;
+	int lv = relaunch_level(L, &step);
+	printf("], \"k\": ");
+	k ? printf("%d, \"m\": %d", k, m) : printf("null, \"m\": null");
+	printf(", \"data_bytes\": %" PRIu64 ", \"parity_bytes\": %" PRIu64 ", \"levels\": {\"node_stores\": ", data_total,
+	       parity_total);
+	L->has_mem ? printf("%" PRIu64, L->mem) : printf("null");
+	printf(", \"parity\": ");
+	L->has_par ? printf("%" PRIu64, L->par) : printf("null");
+	printf(", \"disk\": ");
+	L->has_disk ? printf("%" PRIu64, L->disk) : printf("null");
+	printf("}, \"disk_why\": ");
+	L->has_disk ? printf("null") : st_json_str(L->disk_why);
+	printf(", \"restore_level\": %d, \"restore_step\": ", lv);
+	lv ? printf("%" PRIu64 "}", step) : printf("null}");
+}
+
+/* One job of the mesh view: text (per step unless levels_only), or one
+ * JSON object of the "jobs" array when json (every step; first: no comma). */
 static void show_job(struct snap_store **st, int nodes, const char *job, const char *flush_dir, int levels_only,
-		     struct levels *L)
+		     int json, int first_job, struct levels *L)
 {
 	*L = (struct levels){ 0 };
 	uint64_t steps[64];
@@ -159,14 +181,22 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 		}
 	}
 	qsort(steps, (size_t)ns, sizeof(steps[0]), cmp_desc);
-	printf("job %s (%d nodes)\n", job, nodes);
+	if (json) {
+		printf("%s{\"job\": ", first_job ? "" : ", ");
+		st_json_str(job);
+		printf(", \"steps\": [");
+	} else {
+		printf("job %s (%d nodes)\n", job, nodes);
+	}
 	uint64_t data_total = 0, parity_total = 0;
 	int k = 0, m = 0;
 	/* levels_only: every step is looked at, nothing printed per step */
-	FILE *out = levels_only ? NULL : stdout;
-	for (int s = 0; s < ns && (levels_only || s < MESH_STATUS_MAXSTEPS); s++) {
+	FILE *out = levels_only || json ? NULL : stdout, *jo = json ? stdout : NULL;
+	for (int s = 0; s < ns && (levels_only || json || s < MESH_STATUS_MAXSTEPS); s++) {
 		uint32_t ranks = 0, world = 0;
+		int jn = 0;   /* JSON list items so far */
 		outf(out, "  step %" PRIu64 "\n    data:  ", steps[s]);
+		outf(jo, "%s{\"step\": %" PRIu64 ", \"data_nodes\": [", s ? ", " : "", steps[s]);
 		for (int n = 0; n < nodes; n++) {
 			struct store_job *j = st[n] ? snap_store_job(st[n], job, 0) : NULL;
 			int first = 1;
@@ -174,9 +204,10 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 				struct store_slot *sl = snap_store_find(st[n], j->ranks[r], steps[s], NULL);
 				if (!sl)
 					continue;
-				if (first)
+				if (first) {
 					outf(out, " node%d(r%u", n, r);
-				else
+					outf(jo, "%s%d", jn++ ? ", " : "", n);
+				} else
 					outf(out, ",%u", r);
 				first = 0;
 				ranks++;
@@ -186,12 +217,14 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 				outf(out, ")");
 		}
 		outf(out, "%s\n    parity:", ranks ? "" : " none");
+		outf(jo, "], \"parity_nodes\": [");
 		int holders = 0;
 		struct snap_ec_meta_info in, any = { 0 };
 		char *have = calloc((size_t)nodes, 1);
 		for (int n = 0; n < nodes; n++)
 			if (st[n] && record(st[n]->root, job, steps[s], &in)) {
 				outf(out, " node%d", n);
+				outf(jo, "%s%d", holders ? ", " : "", n);
 				holders++;
 				any = in;
 				if (have)
@@ -211,6 +244,8 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 		if (world)
 			outf(out, " (%u of %u ranks)", ranks, world);
 		outf(out, "\n");
+		outf(jo, "], \"ranks\": %u, \"world\": %u, \"complete\": %s, \"groups\": [", ranks, world,
+		     world && ranks == world ? "true" : "false");
 		if (holders && have) {
 			k = any.k;
 			m = any.m;
@@ -224,25 +259,30 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 				all_groups_ok &= missing <= g.m;
 				outf(out, "    group %d (nodes %d-%d, %d+%d): %s", g.id, first, first + g.n - 1, g.k, g.m,
 				       missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "NOT recoverable");
-				if (missing) {
+				outf(jo, "%s{\"group\": %d, \"first_node\": %d, \"last_node\": %d, \"k\": %d, \"m\": %d, "
+				     "\"state\": \"%s\", \"missing\": [", g.id ? ", " : "", g.id, first, first + g.n - 1, g.k, g.m,
+				     missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "not recoverable");
+				if (missing)
 					outf(out, " (no parity/record on");
-					for (int i = 0; i < g.n; i++)
-						if (!have[first + i])
-							outf(out, " node%d", first + i);
-					outf(out, ")");
-				}
-				outf(out, "\n");
+				for (int i = 0, jm = 0; i < g.n; i++)
+					if (!have[first + i]) {
+						outf(out, " node%d", first + i);
+						outf(jo, "%s%d", jm++ ? ", " : "", first + i);
+					}
+				outf(out, "%s\n", missing ? ")" : "");
+				outf(jo, "]}");
 				first += g.n;
 			}
 		}
 		free(have);
+		outf(jo, "]}");
 		if (all_groups_ok && !L->has_par) {
 			L->has_par = 1;
 			L->par = steps[s];
 		}
 	}
 
-	if (levels_only)
+	if (levels_only || json)
 		;
 	else if (k)
 		printf("  storage overhead M/K = %d/%d = %.2f (parity %" PRIu64 " bytes for %" PRIu64 " bytes of data)\n",
@@ -250,7 +290,10 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 	else
 		printf("  no step is protected yet (no parity records)\n");
 	disk_level(flush_dir, job, L);
-	print_levels(job, L, flush_dir);
+	if (json)
+		json_levels(L, k, m, data_total, parity_total);
+	else
+		print_levels(job, L, flush_dir);
 }
 
 int cmd_mesh_status(int argc, char **argv, int recover)
@@ -285,7 +328,7 @@ int cmd_mesh_status(int argc, char **argv, int recover)
 			       "directory) and from which a relaunch restores.%s\n"
 			       "  -q, --quiet    nothing on stdout; the exit code tells%s\n"
 			       "  -v, --verbose  accepted; the mesh view is already complete\n"
-			       "  --json         not yet with --nodes: answers {\"error\": ..., \"exit\": 2}\n", cmd,
+			       "  --json         one JSON document (docs/snaptool-json.md, \"mesh\")\n", cmd,
 			       recover ? "" : ":\nper step the nodes holding data and parity, whether each group is protected,",
 			       recover ? " Exit 0 if every job shown is recoverable,\n3 if one is not" : "",
 			       recover ? "" : " (0, or 1/2 on errors)");
@@ -295,11 +338,7 @@ int cmd_mesh_status(int argc, char **argv, int recover)
 			return ST_USAGE;
 		}
 	}
-	if (json) {
-		st_error("snaptool %s --nodes: --json is not implemented for the mesh view yet", cmd);
-		return ST_USAGE;
-	}
-	if (quiet && !freopen("/dev/null", "w", stdout)) {
+	if (quiet && !json && !freopen("/dev/null", "w", stdout)) {
 		st_error("snaptool %s: --quiet: cannot open /dev/null", cmd);
 		return ST_FAIL;
 	}
@@ -324,8 +363,17 @@ int cmd_mesh_status(int argc, char **argv, int recover)
 			free(st);
 			return ST_USAGE;
 		}
-		if (snap_store_open(&st[n], root, 64, UINT64_MAX, 1, NULL, err, sizeof(err)))
+		if (snap_store_open(&st[n], root, 64, UINT64_MAX, 1, NULL, err, sizeof(err)) && !json)
 			printf("node%d: %s: no store (lost or not started)\n", n, root);
+	}
+	if (json) {
+		printf("{\"nodes\": %d, \"store\": ", nodes);
+		st_json_str(pat);
+		printf(", \"missing_nodes\": [");
+		for (int n = 0, c = 0; n < nodes; n++)
+			if (!st[n])
+				printf("%s%d", c++ ? ", " : "", n);
+		printf("], \"jobs\": [");
 	}
 	/* Every job any node knows, each once; a named job also when only the
 	 * disk knows it (every store lost). */
@@ -337,16 +385,20 @@ int cmd_mesh_status(int argc, char **argv, int recover)
 			for (int p = 0; p < n && !seen; p++)
 				seen = st[p] && snap_store_job(st[p], j->name, 0);
 			if (!seen && (!job || !strcmp(job, j->name))) {
-				show_job(st, nodes, j->name, flush_dir, recover, &L);
+				show_job(st, nodes, j->name, flush_dir, recover, json, !shown, &L);
 				uint64_t step;
 				lost += !relaunch_level(&L, &step);
 				shown++;
 			}
 		}
 	if (!shown && job) {
-		show_job(st, nodes, job, flush_dir, recover, &L);
+		show_job(st, nodes, job, flush_dir, recover, json, 1, &L);
 		uint64_t step;
 		lost += !relaunch_level(&L, &step);
+	}
+	if (json) {
+		printf("]}\n");
+		st_json_done();
 	}
 	for (int n = 0; n < nodes; n++)
 		snap_store_close(st[n]);
