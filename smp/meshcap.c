@@ -41,255 +41,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "capgen.h"
 #include "mesh_int.h"
 #include "snap/fileman.h"
-
-#define CAP_MAGIC "SNAPCAT1"
-#define CAP_HDR 24            /* magic, u32 count, u32 CRC32C of the rest, u64 length */
-#define CAP_BLOB_MAGIC 0x31464353u /* "SCF1" */
-#define CAP_PATH_MAX 4096
-#define CAP_DEPTH 128
-
-struct cap_blob {
-	uint32_t magic, nfiles;
-	uint64_t cat_len;
-};
-
-struct cap_ent {
-	char *path;                   /* absolute logical path */
-	void *man;                    /* encoded manifest */
-	uint32_t man_len;
-	uint64_t id, size;
-};
-
-struct cap_list {
-	struct cap_ent *e;
-	uint32_t n, cap;
-};
-
-static void list_free(struct cap_list *l)
-{
-	for (uint32_t i = 0; i < l->n; i++) {
-		free(l->e[i].path);
-		free(l->e[i].man);
-	}
-	free(l->e);
-	memset(l, 0, sizeof(*l));
-}
-
-/* <root>/<job>/files[/rest] */
-static int files_path(const struct snap_mesh *mesh, const char *job, const char *rest, char *out, size_t cap)
-{
-	int n = snprintf(out, cap, "%s/%s/files%s%s", mesh->store->root, job, rest ? "/" : "", rest ? rest : "");
-	return n < 0 || (size_t)n >= cap ? SNAP_EINVAL : 0;
-}
-
-static int gen_dir(const struct snap_mesh *mesh, const char *job, uint64_t g, char *out, size_t cap)
-{
-	char rest[64];
-	snprintf(rest, sizeof(rest), "ec/g-%" PRIu64, g);
-	return files_path(mesh, job, rest, out, cap);
-}
-
-/* <root>/<job>, <root>/<job>/files and <root>/<job>/files/ec. */
-static int make_dirs(const struct snap_mesh *mesh, const char *job)
-{
-	char p[SNAP_FILE_MAX];
-	if (mesh_mkdirs(mesh->store->root, job, -1) || files_path(mesh, job, NULL, p, sizeof(p)) ||
-	    (mkdir(p, 0700) != 0 && errno != EEXIST) || files_path(mesh, job, "ec", p, sizeof(p)) ||
-	    (mkdir(p, 0700) != 0 && errno != EEXIST))
-		return SNAP_EIO;
-	return 0;
-}
-
-/* "<job>/files": where meshfiles.c's helpers find this job's ec records. */
-static void ec_job(const char *job, char *out, size_t cap)
-{
-	snprintf(out, cap, "%s/files", job);
-}
-
-/* rm of a generation directory (it holds only plain files). */
-static void remove_gen_dir(const char *dir)
-{
-	DIR *d = opendir(dir);
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		char p[SNAP_FILE_MAX];
-		if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..") &&
-		    snprintf(p, sizeof(p), "%s/%s", dir, de->d_name) < (int)sizeof(p))
-			unlink(p);
-	}
-	if (d)
-		closedir(d);
-	rmdir(dir);
-}
-
-/* Every generation of job but keep (all when !has_keep): records first. */
-static uint64_t prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
-{
-	char jf[SNAP_FILE_MAX], ecdir[SNAP_FILE_MAX];
-	uint64_t freed = 0;
-	ec_job(job, jf, sizeof(jf));
-	mesh_ec_prune(mesh->store->root, jf, has_keep, keep, &freed);
-	if (files_path(mesh, job, "ec", ecdir, sizeof(ecdir)))
-		return freed;
-	DIR *d = opendir(ecdir);
-	struct dirent *de;
-	while (d && (de = readdir(d))) {
-		uint64_t g = 0;
-		char p[SNAP_FILE_MAX];
-		if (strncmp(de->d_name, "g-", 2) || sscanf(de->d_name + 2, "%" SCNu64, &g) != 1 || (has_keep && g == keep))
-			continue;
-		if (snprintf(p, sizeof(p), "%s/%s", ecdir, de->d_name) < (int)sizeof(p))
-			remove_gen_dir(p);
-	}
-	if (d)
-		closedir(d);
-	return freed;
-}
-
-uint64_t mesh_cap_parity_bytes(const char *root, const char *job)
-{
-	char jf[SNAP_FILE_MAX];
-	ec_job(job, jf, sizeof(jf));
-	return mesh_ec_bytes(root, jf);
-}
-
-/* ---- the catalog ---------------------------------------------------------- */
-
-static int list_add(struct cap_list *l, const char *path, const void *man, uint32_t man_len, uint64_t id,
-		    uint64_t size)
-{
-	if (l->n == l->cap) {
-		uint32_t cap = l->cap ? 2 * l->cap : 64;
-		struct cap_ent *e = realloc(l->e, cap * sizeof(*e));
-		if (!e)
-			return SNAP_ENOMEM;
-		l->e = e;
-		l->cap = cap;
-	}
-	struct cap_ent *e = &l->e[l->n];
-	*e = (struct cap_ent){ .path = strdup(path), .man = malloc(man_len ? man_len : 1), .man_len = man_len,
-			       .id = id, .size = size };
-	if (!e->path || !e->man) {
-		free(e->path);
-		free(e->man);
-		return SNAP_ENOMEM;
-	}
-	memcpy(e->man, man, man_len);
-	l->n++;
-	return 0;
-}
-
-static size_t pad8(size_t n)
-{
-	return (n + 7) & ~(size_t)7;
-}
-
-/* header | per file: u32 path length, u32 manifest length, u64 size, path, manifest (8-aligned) */
-static void *catalog_pack(const struct cap_list *l, size_t *len)
-{
-	size_t n = CAP_HDR;
-	for (uint32_t i = 0; i < l->n; i++)
-		n += 16 + pad8(strlen(l->e[i].path) + l->e[i].man_len);
-	uint8_t *p = calloc(1, n), *q = p + CAP_HDR;
-	if (!p)
-		return NULL;
-	for (uint32_t i = 0; i < l->n; i++) {
-		uint32_t pl = (uint32_t)strlen(l->e[i].path);
-		memcpy(q, &pl, 4);
-		memcpy(q + 4, &l->e[i].man_len, 4);
-		memcpy(q + 8, &l->e[i].size, 8);
-		memcpy(q + 16, l->e[i].path, pl);
-		memcpy(q + 16 + pl, l->e[i].man, l->e[i].man_len);
-		q += 16 + pad8(pl + l->e[i].man_len);
-	}
-	uint32_t crc = snap_crc32c(p + CAP_HDR, n - CAP_HDR);
-	uint64_t len64 = n;
-	memcpy(p, CAP_MAGIC, 8);
-	memcpy(p + 8, &l->n, 4);
-	memcpy(p + 12, &crc, 4);
-	memcpy(p + 16, &len64, 8);
-	*len = n;
-	return p;
-}
-
-/* A logical path as files.c keeps them: absolute, no empty, "." or ".." part. */
-static int path_ok(const char *p, size_t len)
-{
-	if (len < 2 || len >= CAP_PATH_MAX || p[0] != '/' || memchr(p, 0, len))
-		return 0;
-	for (size_t i = 0; i < len;) {
-		size_t s = i + 1, e = s;
-		while (e < len && p[e] != '/')
-			e++;
-		if (e == s || (e - s == 1 && p[s] == '.') || (e - s == 2 && p[s] == '.' && p[s + 1] == '.'))
-			return 0;
-		i = e;
-	}
-	return 1;
-}
-
-/* Parse and check a catalog of len bytes (every manifest decodes, its size
- * is the entry's). SNAP_ECORRUPT with why on anything wrong. */
-static int catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *why, size_t wlen)
-{
-	uint32_t count, crc;
-	uint64_t len64;
-	if (len < CAP_HDR || memcmp(p, CAP_MAGIC, 8)) {
-		snap_fmt(why, wlen, "the catalog's header is not a catalog's");
-		return SNAP_ECORRUPT;
-	}
-	memcpy(&count, p + 8, 4);
-	memcpy(&crc, p + 12, 4);
-	memcpy(&len64, p + 16, 8);
-	if (len64 != len || snap_crc32c(p + CAP_HDR, len - CAP_HDR) != crc) {
-		snap_fmt(why, wlen, "the catalog's length or CRC32C does not match its bytes");
-		return SNAP_ECORRUPT;
-	}
-	size_t o = CAP_HDR;
-	for (uint32_t i = 0; i < count; i++) {
-		uint32_t pl, ml;
-		uint64_t size;
-		struct snap_fman m;
-		char path[CAP_PATH_MAX];
-		if (len - o < 16) {
-			snap_fmt(why, wlen, "the catalog ends inside entry %u of %u", i, count);
-			return SNAP_ECORRUPT;
-		}
-		memcpy(&pl, p + o, 4);
-		memcpy(&ml, p + o + 4, 4);
-		memcpy(&size, p + o + 8, 8);
-		if ((uint64_t)pl + ml > len - o - 16 || !path_ok((const char *)p + o + 16, pl)) {
-			snap_fmt(why, wlen, "entry %u of the catalog has a bad path or length", i);
-			return SNAP_ECORRUPT;
-		}
-		memcpy(path, p + o + 16, pl);
-		path[pl] = 0;
-		int rc = snap_fman_decode(p + o + 16 + pl, ml, &m, why, wlen);
-		if (rc)
-			return rc;
-		uint64_t id = m.id, msize = m.size;
-		snap_fman_free(&m);
-		if (msize != size) {
-			snap_fmt(why, wlen, "the manifest of %s says %" PRIu64 " bytes, the catalog %" PRIu64, path, msize,
-				 size);
-			return SNAP_ECORRUPT;
-		}
-		if ((rc = list_add(l, path, p + o + 16 + pl, ml, id, size)))
-			return rc;
-		o += 16 + pad8((size_t)pl + ml);
-		if (o > len) {
-			snap_fmt(why, wlen, "the catalog ends inside entry %u of %u", i, count);
-			return SNAP_ECORRUPT;
-		}
-	}
-	if (o != len) {
-		snap_fmt(why, wlen, "%zu bytes after the last entry of the catalog", len - o);
-		return SNAP_ECORRUPT;
-	}
-	return 0;
-}
 
 /* ---- protect: snapshot, encode, publish, agree ---------------------------- */
 
@@ -323,7 +77,7 @@ static int walk_file(struct walk *w, int dfd, const char *name, const char *path
 		if (fstatat(w->datafd, dname, &ds, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(ds.st_mode) &&
 		    (uint64_t)ds.st_size == m.size &&
 		    (linkat(w->datafd, dname, w->gfd, dname, 0) == 0 || errno == EEXIST)) {
-			rc = list_add(w->l, path, buf, (uint32_t)got, m.id, m.size);
+			rc = cap_list_add(w->l, path, buf, (uint32_t)got, m.id, m.size);
 			w->bytes += m.size;
 		}
 		snap_fman_free(&m);
@@ -395,14 +149,14 @@ static void cap_snapshot(struct snap_mesh *mesh, struct mjob *j, struct cap_run 
 	struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
 	char ns[SNAP_FILE_MAX], data[SNAP_FILE_MAX];
 	p->ver = sj ? sj->files_ver : 0;
-	remove_gen_dir(p->gdir);   /* a leftover of a killed attempt with this number */
-	if (make_dirs(mesh, j->name) || mkdir(p->gdir, 0700) != 0) {
+	cap_remove_gen_dir(p->gdir);   /* a leftover of a killed attempt with this number */
+	if (cap_make_dirs(mesh, j->name) || mkdir(p->gdir, 0700) != 0) {
 		snap_fmt(p->err, sizeof(p->err), "cannot create %s: %s", p->gdir, strerror(errno));
 		p->local = SNAP_EIO;
 		return;
 	}
-	files_path(mesh, j->name, "ns", ns, sizeof(ns));
-	files_path(mesh, j->name, "data", data, sizeof(data));
+	cap_files_path(mesh, j->name, "ns", ns, sizeof(ns));
+	cap_files_path(mesh, j->name, "data", data, sizeof(data));
 	struct walk w = { .l = &p->l, .datafd = open(data, O_PATH | O_DIRECTORY | O_CLOEXEC),
 			  .gfd = open(p->gdir, O_PATH | O_DIRECTORY | O_CLOEXEC) };
 	int nsfd = open(ns, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -425,7 +179,7 @@ static void cap_snapshot(struct snap_mesh *mesh, struct mjob *j, struct cap_run 
 		qsort(p->l.e, p->l.n, sizeof(*p->l.e), cmp_ent);
 	char cpath[SNAP_FILE_MAX + 16];
 	snprintf(cpath, sizeof(cpath), "%s/catalog", p->gdir);
-	if (!(p->cat = catalog_pack(&p->l, &p->cat_len)) || mesh_write_atomic(cpath, p->cat, p->cat_len)) {
+	if (!(p->cat = cap_catalog_pack(&p->l, &p->cat_len)) || mesh_write_atomic(cpath, p->cat, p->cat_len)) {
 		snap_fmt(p->err, sizeof(p->err), "cannot write %s", cpath);
 		p->local = SNAP_EIO;
 		return;
@@ -436,48 +190,6 @@ static void cap_snapshot(struct snap_mesh *mesh, struct mjob *j, struct cap_run 
 
 /* The generation's bytes as iov: the catalog, then each data file mapped
  * (through its link in the generation, which the program cannot remove). */
-static int map_gen(const char *gdir, const struct cap_list *l, void *cat, size_t cat_len, int writable,
-		   struct iovec **iovp, char *err, size_t errlen)
-{
-	struct iovec *iov = calloc((size_t)l->n + 1, sizeof(*iov));
-	if (!iov)
-		return SNAP_ENOMEM;
-	*iovp = iov;
-	iov[0] = (struct iovec){ cat, cat_len };
-	for (uint32_t i = 0; i < l->n; i++) {
-		char dname[17], p[SNAP_FILE_MAX + 32];
-		snap_fman_data_name(l->e[i].id, dname);
-		snprintf(p, sizeof(p), "%s/%s", gdir, dname);
-		if (!l->e[i].size)
-			continue;
-		int fd = open(p, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
-		struct stat st;
-		void *m = MAP_FAILED;
-		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == l->e[i].size)
-			m = mmap(NULL, l->e[i].size, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-				 MAP_SHARED | MAP_POPULATE, fd, 0);
-		if (fd >= 0)
-			close(fd);
-		if (m == MAP_FAILED) {
-			snap_fmt(err, errlen, "cannot map %s (%" PRIu64 " bytes): %s", p, l->e[i].size,
-				 fd < 0 ? strerror(errno) : "wrong size");
-			return SNAP_EIO;
-		}
-		iov[i + 1] = (struct iovec){ m, l->e[i].size };
-	}
-	return 0;
-}
-
-static void unmap_gen(struct iovec *iov, uint32_t n)
-{
-	for (uint32_t i = 1; iov && i <= n; i++)
-		if (iov[i].iov_base)
-			munmap(iov[i].iov_base, iov[i].iov_len);
-	free(iov);
-}
-
-/* Collective over the group, whatever failed here (a member that failed
- * passes nothing, and the library fails the group instead of hanging it). */
 static void cap_encode(struct snap_mesh *mesh, uint64_t g, struct cap_run *p)
 {
 	struct snap_ec_opts opts = { 0 };
@@ -519,11 +231,11 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 	uint64_t t0 = snap_now_ns(), g = ++j->cap_seq;
 	char jf[SNAP_FILE_MAX];
 	struct cap_run run = { 0 }, *p = &run;
-	ec_job(j->name, jf, sizeof(jf));
+	cap_ec_job(j->name, jf, sizeof(jf));
 	mesh_ec_path(mesh->store->root, jf, g, "parity", p->ppath, sizeof(p->ppath));
 	mesh_ec_path(mesh->store->root, jf, g, "rec", p->rpath, sizeof(p->rpath));
 	snap_fmt(p->ptmp, sizeof(p->ptmp), "%s.tmp", p->ppath);
-	if (gen_dir(mesh, j->name, g, p->gdir, sizeof(p->gdir))) {
+	if (cap_gen_dir(mesh, j->name, g, p->gdir, sizeof(p->gdir))) {
 		snap_fmt(p->err, sizeof(p->err), "the store path is too long");
 		p->local = SNAP_EINVAL;
 	}
@@ -533,7 +245,7 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 		pthread_mutex_unlock(&mesh->mu);
 	}
 	if (!p->local)
-		p->local = map_gen(p->gdir, &p->l, p->cat, p->cat_len, 0, &p->iov, p->err, sizeof(p->err));
+		p->local = cap_map_gen(p->gdir, &p->l, p->cat, p->cat_len, 0, &p->iov, p->err, sizeof(p->err));
 	p->niov = p->l.n + 1;
 	cap_encode(mesh, g, p);
 
@@ -541,7 +253,7 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 	MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mesh->world);
 	uint64_t freed = 0;
 	if (all) {
-		freed = prune(mesh, j->name, 1, g);
+		freed = cap_prune(mesh, j->name, 1, g);
 		mesh_say(mesh, "job %s captured files generation %" PRIu64 " protected (%u files, %" PRIu64 " data + %" PRIu64
 			 " parity bytes here, %.1f ms)", j->name, g, p->l.n, p->data_len, p->plen,
 			 (double)(snap_now_ns() - t0) / 1e6);
@@ -549,7 +261,7 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 		unlink(p->rpath);
 		unlink(p->ppath);
 		unlink(p->ptmp);
-		remove_gen_dir(p->gdir);
+		cap_remove_gen_dir(p->gdir);
 		if (p->local)
 			mesh_warn(mesh, "job %s: captured files generation %" PRIu64 " not protected, it failed here: %s; "
 				  "generation %s stays the protected one", j->name, g, p->err[0] ? p->err : snap_strerror(p->local),
@@ -571,8 +283,8 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 		j->cap_failed = p->ver;   /* not again until the files change */
 	}
 	pthread_mutex_unlock(&mesh->mu);
-	unmap_gen(p->iov, p->l.n);
-	list_free(&p->l);
+	cap_unmap_gen(p->iov, p->l.n);
+	cap_list_free(&p->l);
 	free(p->cat);
 	snap_ec_encode_free(p->enc);
 	return all ? 0 : SNAP_EIO;
@@ -581,41 +293,14 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 /* ---- relaunch: rebuild the newest generation ------------------------------ */
 
 /* This node's catalog of generation g, read and checked. */
-static int read_catalog(struct snap_mesh *mesh, const char *job, uint64_t g, struct cap_list *l, void **cat,
-			size_t *len, char *why, size_t wlen)
-{
-	char gdir[SNAP_FILE_MAX], p[SNAP_FILE_MAX + 16];
-	if (gen_dir(mesh, job, g, gdir, sizeof(gdir)))
-		return SNAP_EINVAL;
-	snprintf(p, sizeof(p), "%s/catalog", gdir);
-	int rc = mesh_read_file(p, 1u << 30, cat, len);
-	if (rc) {
-		snap_fmt(why, wlen, "its catalog %s is missing or unreadable", p);
-		return rc;
-	}
-	rc = catalog_parse(*cat, *len, l, why, wlen);
-	for (uint32_t i = 0; !rc && i < l->n; i++) {
-		char dname[17], dp[SNAP_FILE_MAX + 32];
-		struct stat st;
-		snap_fman_data_name(l->e[i].id, dname);
-		snprintf(dp, sizeof(dp), "%s/%s", gdir, dname);
-		if (stat(dp, &st) != 0 || (uint64_t)st.st_size != l->e[i].size) {
-			snap_fmt(why, wlen, "the data of %s (%s) is missing or has the wrong size", l->e[i].path, dp);
-			rc = SNAP_ECORRUPT;
-		}
-	}
-	return rc;
-}
-
-/* mesh_rec_check: a record counts only with its catalog and data links. */
 static int cap_check(struct snap_mesh *mesh, const char *job, uint64_t g, char *why, size_t wlen)
 {
 	struct cap_list l = { 0 };
 	void *cat = NULL;
 	size_t len;
-	int rc = read_catalog(mesh, job, g, &l, &cat, &len, why, wlen);
+	int rc = cap_read_catalog(mesh, job, g, &l, &cat, &len, why, wlen);
 	free(cat);
-	list_free(&l);
+	cap_list_free(&l);
 	return rc;
 }
 
@@ -656,7 +341,7 @@ static int write_file_at(int dirfd, const char *name, const void *buf, size_t le
 static int open_files_dir(struct snap_mesh *mesh, const char *job, const char *sub)
 {
 	char p[SNAP_FILE_MAX];
-	if (files_path(mesh, job, sub, p, sizeof(p)) || (mkdir(p, 0700) != 0 && errno != EEXIST))
+	if (cap_files_path(mesh, job, sub, p, sizeof(p)) || (mkdir(p, 0700) != 0 && errno != EEXIST))
 		return -1;
 	return open(p, O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
@@ -669,7 +354,7 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 {
 	struct cap_list l = { 0 };
 	char why[512] = "";
-	int rc = b->cat_len <= len ? catalog_parse(seg, (size_t)b->cat_len, &l, why, sizeof(why)) : SNAP_ECORRUPT;
+	int rc = b->cat_len <= len ? cap_catalog_parse(seg, (size_t)b->cat_len, &l, why, sizeof(why)) : SNAP_ECORRUPT;
 	uint64_t total = b->cat_len;
 	for (uint32_t i = 0; !rc && i < l.n; i++)
 		total += l.e[i].size;
@@ -680,7 +365,7 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 	}
 	if (rc) {
 		snap_fmt(msg, mlen, "the rebuilt catalog is not sound: %s", why[0] ? why : snap_strerror(rc));
-		list_free(&l);
+		cap_list_free(&l);
 		return rc;
 	}
 	int gfd = open(gdir, O_PATH | O_DIRECTORY | O_CLOEXEC), nsfd = open_files_dir(mesh, job, "ns");
@@ -708,7 +393,7 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
 		if (fds[i] >= 0)
 			close(fds[i]);
-	list_free(&l);
+	cap_list_free(&l);
 	return rc ? SNAP_EIO : 0;
 }
 
@@ -717,10 +402,10 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 {
 	const char *root = mesh->store->root;
 	char jf[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], gdir[SNAP_FILE_MAX];
-	ec_job(job, jf, sizeof(jf));
+	cap_ec_job(job, jf, sizeof(jf));
 	mesh_ec_path(root, jf, g, "rec", rpath, sizeof(rpath));
 	mesh_ec_path(root, jf, g, "parity", ppath, sizeof(ppath));
-	gen_dir(mesh, job, g, gdir, sizeof(gdir));
+	cap_gen_dir(mesh, job, g, gdir, sizeof(gdir));
 	struct snap_ec_rebuild *rb = NULL;
 	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
 	if (rc)
@@ -747,7 +432,7 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	snprintf(segp, sizeof(segp), "%s/segment.tmp", gdir);
 	if (!local && have) {
 		/* the catalog is mapped too, so that a repair of it lands in the file */
-		local = read_catalog(mesh, job, g, &l, &cat, &cat_len, msg, len);
+		local = cap_read_catalog(mesh, job, g, &l, &cat, &cat_len, msg, len);
 		free(cat);
 		cat = NULL;
 		char cp[SNAP_FILE_MAX + 16];
@@ -762,11 +447,11 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 			local = SNAP_EIO;
 		}
 		if (!local)
-			local = map_gen(gdir, &l, cat, cat_len, 1, &iov, msg, len);
+			local = cap_map_gen(gdir, &l, cat, cat_len, 1, &iov, msg, len);
 		niov = (int)l.n + 1;
 	} else if (!local) {
-		remove_gen_dir(gdir);
-		int fd = !make_dirs(mesh, job) && mkdir(gdir, 0700) == 0 ? open(segp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
+		cap_remove_gen_dir(gdir);
+		int fd = !cap_make_dirs(mesh, job) && mkdir(gdir, 0700) == 0 ? open(segp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 		if (fd >= 0 && ftruncate(fd, (off_t)mlen) == 0 && mlen)
 			seg = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
 		if (fd >= 0)
@@ -809,12 +494,12 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 		munmap(seg, mlen);
 	unlink(segp);
 	if (have)
-		unmap_gen(iov, l.n);
+		cap_unmap_gen(iov, l.n);
 	if (cat)
 		munmap(cat, cat_len);
 	if (parity)
 		munmap(parity, in.parity_len);
-	list_free(&l);
+	cap_list_free(&l);
 	snap_ec_rebuild_free(rb);
 	return local;
 }
@@ -843,7 +528,7 @@ int mesh_cap_recover(struct snap_mesh *mesh)
 			}
 		}
 		if (!any) {
-			prune(mesh, j->name, 0, 0);   /* leftovers of a first generation killed halfway */
+			cap_prune(mesh, j->name, 0, 0);   /* leftovers of a first generation killed halfway */
 			continue;
 		}
 		j->cap_seq = newest;
@@ -862,7 +547,7 @@ int mesh_cap_recover(struct snap_mesh *mesh)
 			mesh_warn(mesh, "job %s: rebuild of captured files generation %" PRIu64 " failed: %s", j->name, best, msg);
 			continue;
 		}
-		prune(mesh, j->name, 1, best);
+		cap_prune(mesh, j->name, 1, best);
 		j->has_cap = 1;
 		j->cap_gen = best;
 		if (mesh->rank == 0)
@@ -875,7 +560,7 @@ int mesh_cap_recover(struct snap_mesh *mesh)
 	struct dirent *de;
 	while (d && (de = readdir(d)))
 		if (snap_job_name_ok(de->d_name) && !mesh_job_find(mesh, de->d_name))
-			prune(mesh, de->d_name, 0, 0);
+			cap_prune(mesh, de->d_name, 0, 0);
 	if (d)
 		closedir(d);
 	mesh_recs_free(&rs);

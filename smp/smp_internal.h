@@ -16,7 +16,8 @@
  *                               flush thread, captured files, restore from
  *                               disk, encode a step, relaunch rebuild,
  *                               captured files across the mesh
- *   2  meshrec.c                the relaunch's gathered records
+ *   2  meshrec.c capgen.c       the relaunch's gathered records; a captured-
+ *                               files generation on disk
  *   1  log.c reply.c meshutil.c config.c
  *      store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
  *
