@@ -795,10 +795,11 @@ static void *flusher(void *arg)
 
 		pthread_mutex_lock(&f->mu);
 		char *final = NULL;
-		if (e->dead) {
+		int dead = e->dead;
+		if (dead) {
 			if (rc == 0)
 				unlink(tmp);
-			free_entry(e);
+			free_entry(e);   /* e is gone from here on */
 		} else if (rc < 0) {
 			e->state = F_DIRTY;
 			e->failed = ++e->tries >= 3;
@@ -829,7 +830,7 @@ static void *flusher(void *arg)
 			snap_store_logf(f->store, "flushed captured file %s (%" PRIu64 " bytes, %.3f s)", e->path,
 					e->size, (double)(snap_now_ns() - t0) / 1e9);
 		}
-		if (!e->dead)
+		if (!dead)
 			e->check_real = 0;
 		notify(f);
 		pthread_mutex_unlock(&f->mu);

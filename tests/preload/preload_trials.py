@@ -305,7 +305,8 @@ def test_fallback():
     check("evicting captured file" in err or warnings(r.stderr, "full"),
           f"evict: the store made room by evicting flushed files (or fell back): {err[-2000:]}")
     rc2, res2, _ = writer_check(store, disk, preload=False)
-    check(rc == 0 and rc2 == 0 and res2["newest"] == 5, f"evict: after the flush all on disk: {res2}")
+    check(rc == 0 and rc2 == 0 and res2["newest"] == 5,
+          f"evict: after the flush all on disk: {res2}; snapsmp exit {rc}, check exit {rc2}: {err[-3000:]}")
 
 
 # ---- torch ---------------------------------------------------------------------
