@@ -12,6 +12,7 @@ import ctypes
 import os
 import random
 import select
+import socket
 import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -101,3 +102,12 @@ def strike_within(rng: random.Random, duration):
     """Sleep a random part of `duration`, a time the trial measured for the
     operation it is about to interrupt (a step, a flush, a restore)."""
     time.sleep(rng.uniform(0, duration))
+
+
+def free_port():
+    """A TCP port nobody listens on now (for gloo's MASTER_PORT)."""
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p

@@ -19,10 +19,13 @@ of a group exits 0, else 1. Prints "workers <pid>..." for each group.
 import argparse
 import os
 import signal
-import socket
+import select
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from events import free_port  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--nnodes", default="1")
@@ -38,14 +41,6 @@ if a.nnodes not in ("1", "1:1") or a.node_rank != 0:
     sys.exit("torchrun_standin: one node only")
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
-
-
 def stop(procs):
     for p in procs:
         if p.poll() is None:
@@ -59,8 +54,15 @@ def stop(procs):
             p.wait()
 
 
-stopping = []
-signal.signal(signal.SIGTERM, lambda *_: stopping.append(1))
+class Stopping(Exception):
+    pass
+
+
+def on_term(*_):
+    raise Stopping()
+
+
+signal.signal(signal.SIGTERM, on_term)
 for restart in range(a.max_restarts + 1):
     port = a.master_port or free_port()
     procs = []
@@ -72,14 +74,22 @@ for restart in range(a.max_restarts + 1):
                    TORCHELASTIC_RUN_ID="standin")
         procs.append(subprocess.Popen([sys.executable, "-u", a.script, *a.args], env=env))
     print("workers " + " ".join(str(p.pid) for p in procs), flush=True)
+    # Block until a worker exits (its pidfd becomes readable), then look:
+    # torchelastic's agent reacts to the first failure the same way.
+    fds = {os.pidfd_open(p.pid): p for p in procs}
     failed = False
-    while not failed and not stopping and any(p.poll() is None for p in procs):
-        failed = any(p.poll() not in (None, 0) for p in procs)
-        time.sleep(0.05)   # the agent's monitor interval (torchelastic polls too)
-    failed = failed or any(p.returncode not in (None, 0) for p in procs)
-    if stopping:
+    try:
+        while fds and not failed:
+            ready, _, _ = select.select(list(fds), [], [])
+            for fd in ready:
+                os.close(fd)
+                failed |= fds.pop(fd).wait() != 0
+    except Stopping:
         stop(procs)
         sys.exit(143)
+    finally:
+        for fd in fds:
+            os.close(fd)
     if not failed:
         sys.exit(0)
     codes = [p.returncode for p in procs]

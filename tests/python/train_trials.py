@@ -37,13 +37,12 @@ import os
 import random
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-from events import Waiter, strike_within, wait_socket  # noqa: E402
+from events import Waiter, free_port, strike_within, wait_socket  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
@@ -71,14 +70,6 @@ native_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
 def fail(msg):
     print("FAIL: " + msg)
     failures.append(msg)
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def parse(path):
