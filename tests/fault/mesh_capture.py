@@ -18,7 +18,8 @@ last committed step c, waits until its node has protected two more
 generations (the second began after c's commit), then measures the time
 between generations and SIGKILLs the writers and the whole mesh at a random
 moment within one. Up to M nodes per group lose their stores, and sometimes a byte
-of a survivor's protected data is flipped. After the relaunch, on every node:
+of a survivor's protected data is flipped or its catalog truncated (that
+node must then be rebuilt as lost). After the relaunch, on every node:
 no torn or wrong file (pl_writer check), the newest checkpoint the store
 names is not older than c, the flipped byte is repaired, and the writer resumes from it.
 
@@ -135,7 +136,10 @@ def main():
         return sorted(lost)
 
     def flip(lost):
-        """A byte of a survivor's protected data: the rebuild must repair it."""
+        """Damage a survivor's newest protected generation: flip a byte of its
+        data (the rebuild repairs the chunk in place), or truncate its catalog
+        (the node must count as lost for that generation and be rebuilt).
+        Returns (path, "data" | "catalog") or None."""
         def ec(n):
             return os.path.join(mesh.root(n), JOB, "files", "ec")
 
@@ -149,6 +153,10 @@ def main():
         if not gens:
             return None
         g = max(gens)
+        if rng.random() < 0.4:
+            p = os.path.join(ec(rng.choice(survivors)), f"g-{g}", "catalog")
+            os.truncate(p, os.path.getsize(p) // 2)
+            return p, "catalog"
         cands = [p for n in survivors for p in glob.glob(os.path.join(ec(n), f"g-{g}", "*"))
                  if not p.endswith("catalog") and os.path.getsize(p) > 0]
         if not cands:
@@ -160,7 +168,7 @@ def main():
             b = f.read(1)
             f.seek(off)
             f.write(bytes([b[0] ^ 0x5A]))
-        return p
+        return p, "data"
 
     try:
         for n in range(a.nodes):
@@ -224,9 +232,14 @@ def main():
                 if store_newest(n) < c[n]:
                     fail(f"trial {t}: node {n}{' (lost)' if n in lost else ''}: the store's newest checkpoint "
                          f"{store_newest(n)} is older than {c[n]}, committed before a generation that was protected")
-            if flipped and "1 corrupt" not in mesh.text():
-                fail(f"trial {t}: a byte of {flipped} was flipped but no rebuild repaired it; see {mesh.log}")
-            print(f"trial {t}: lost {lost}{', flipped ' + os.path.basename(flipped) if flipped else ''}, "
+            text = mesh.text()
+            if flipped and flipped[1] == "data" and "1 corrupt" not in text:
+                fail(f"trial {t}: a byte of {flipped[0]} was flipped but no rebuild repaired it; see {mesh.log}")
+            if flipped and flipped[1] == "catalog" and (
+                    not re.search(r"unusable \(the catalog's length or CRC32C", text) or
+                    len(re.findall(r"captured files generation \d+: rebuilt this lost node", text)) != len(lost) + 1):
+                fail(f"trial {t}: {flipped[0]} was truncated but that node was not rebuilt as lost; see {mesh.log}")
+            print(f"trial {t}: lost {lost}{', damaged ' + flipped[1] if flipped else ''}, "
                   f"after {gen_time:.3f} s; every node reads whole files, none older than c={c}", flush=True)
         # the writers resume from the store (and the files are whole)
         ws = start_writers("resume", 2)
