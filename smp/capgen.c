@@ -84,7 +84,7 @@ uint64_t cap_prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64
 	char jf[SNAP_FILE_MAX], ecdir[SNAP_FILE_MAX];
 	uint64_t freed = 0;
 	cap_ec_job(job, jf, sizeof(jf));
-	mesh_ec_prune(mesh->store->root, jf, has_keep, keep, &freed);
+	mesh_ec_prune(mesh->store->root, jf, has_keep, keep, 0, &freed);
 	if (cap_files_path(mesh, job, "ec", ecdir, sizeof(ecdir)))
 		return freed;
 	DIR *d = opendir(ecdir);

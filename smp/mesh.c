@@ -24,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <time.h>
@@ -456,6 +457,7 @@ static int round_(struct snap_mesh *mesh, int protect)
 	free(mine);
 	if (!protect)
 		return stop;
+	mesh_maps_sweep(&mesh->maps);
 	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next) {
 		if (j->lost || !j->ncomplete)
 			continue;
@@ -560,9 +562,14 @@ void snap_mesh_finalize(struct snap_mesh *mesh)
 	snap_mesh_stop(mesh, 1);
 	if (mesh->efd >= 0)
 		close(mesh->efd);
+	mesh_maps_free(&mesh->maps);
 	while (mesh->jobs) {
 		struct mjob *j = mesh->jobs;
 		mesh->jobs = j->next;
+		if (j->par_map)
+			munmap(j->par_map, j->par_len);
+		if (j->spare_map)
+			munmap(j->spare_map, j->spare_len);
 		free(j->pins);
 		free(j);
 	}

@@ -11,6 +11,7 @@
 #include <mpi.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <sys/types.h>
 
 #include "snap/base.h"
 #include "log.h"
@@ -23,6 +24,19 @@
 
 struct mesh_pin {
 	uint32_t rank, slot;
+};
+
+/* meshmap.c: one kept read-only mapping of a slot file. */
+struct mesh_map {
+	char *path;
+	dev_t dev;
+	ino_t ino;
+	uint64_t len;
+	void *addr;
+};
+struct mesh_maps {
+	struct mesh_map *v;
+	unsigned n, cap;
 };
 
 /* One job as the mesh sees it. The list is identical on every node: entries
@@ -68,6 +82,12 @@ struct mjob {
 	uint64_t cap_seq;             /* newest generation number used or seen */
 	/* here: store_job.files_ver when the last (failed) generation was taken */
 	uint64_t cap_done, cap_failed;
+	/* protect.c, here: the protected step's parity stays mapped; when a
+	 * newer step is protected its file becomes the spare
+	 * (MESH_SPARE_PARITY) that the next protect writes into, so no
+	 * protect creates, clears and maps parity pages anew. */
+	void *par_map, *spare_map;
+	uint64_t par_len, spare_len;
 	int lost;                     /* relaunch could not rebuild it */
 	char lost_msg[MESH_ERRLEN];
 	struct mjob *next;
@@ -92,6 +112,7 @@ struct snap_mesh {
 	char flush_dir[SNAP_PATH_MAX];
 	unsigned flush_every, flush_keep;
 	int efd;                      /* eventfd: flush state changed (snap_mesh_fd) */
+	struct mesh_maps maps;        /* mesh thread: slot files kept mapped (meshmap.c) */
 };
 
 /* ---- meshutil.c (and log.c) ---- */
@@ -105,6 +126,18 @@ struct mjob *mesh_job(struct snap_mesh *mesh, const char *name);
 
 /* The job's entry if the mesh has one (never creates: only agreed data do). */
 struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
+
+/* ---- meshmap.c (mesh thread only) ---- */
+
+/* The first len bytes of slot file path, mapped read-only (MAP_POPULATE)
+ * the first time and kept while path names the same file; NULL with err
+ * set when it cannot be opened, is shorter than len or cannot be mapped.
+ * The caller has the slot pinned, so the store does not change it while
+ * the mapping is read. */
+const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, char *err, size_t errlen);
+/* Drop every mapping whose path no longer names the file it maps. */
+void mesh_maps_sweep(struct mesh_maps *mm);
+void mesh_maps_free(struct mesh_maps *mm);
 
 /* ---- meshrec.c: the relaunch's records (recover.c, meshcap.c) ---- */
 

@@ -136,7 +136,7 @@ static int is_record(const char *name)
 	return len > 4 && strcmp(name + len - 4, ".rec") == 0;
 }
 
-int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, uint64_t *freed)
+int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, int keep_spare, uint64_t *freed)
 {
 	char dir[SNAP_FILE_MAX];
 	*freed = 0;
@@ -153,7 +153,8 @@ int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep
 			const char *s = e->d_name;
 			char p[SNAP_FILE_MAX];
 			struct stat st;
-			if (!strcmp(s, ".") || !strcmp(s, "..") || is_kept(s, has_keep, keep) || is_record(s) != (pass == 0))
+			if (!strcmp(s, ".") || !strcmp(s, "..") || is_kept(s, has_keep, keep) ||
+			    (keep_spare && !strcmp(s, MESH_SPARE_PARITY)) || is_record(s) != (pass == 0))
 				continue;
 			int n = snprintf(p, sizeof(p), "%s/%s", dir, s);
 			if (n < 0 || (size_t)n >= sizeof(p) || lstat(p, &st) != 0 || S_ISDIR(st.st_mode))

@@ -31,7 +31,6 @@ struct enc_src {
 	struct mesh_slot_ent *ent;
 	uint32_t n;
 	void **man;       /* manifest copies */
-	void **map;       /* slot mappings */
 	struct mesh_pin *pins;
 };
 
@@ -96,17 +95,13 @@ void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	j->npins = src.n;
 }
 
-/* Map this node's slot files read-only; fill iov (manifest, slot) pairs.
- * Every mapping of a slot or parity file that is then read or written
- * whole is MAP_POPULATE: one call maps all pages, where faulting them one
- * by one took 23% of the daemons' time during protect on the VM (perf) and
- * a 3+1 protect of 128 MiB per node went from ~820 to ~580 ms. */
+/* Fill iov with (manifest, slot) pairs, the slots read through the mesh's
+ * kept mappings (meshmap.c). A slot or parity file read or written whole is
+ * mapped MAP_POPULATE: faulting pages one by one took 23% of the daemons'
+ * time during protect on the VM (perf). */
 static int map_sources(struct snap_mesh *mesh, const char *job, struct enc_src *src, struct iovec *iov, char *err,
 		       size_t errlen)
 {
-	src->map = calloc(src->n ? src->n : 1, sizeof(void *));
-	if (!src->map)
-		return SNAP_ENOMEM;
 	for (uint32_t i = 0; i < src->n; i++) {
 		const struct mesh_slot_ent *e = &src->ent[i];
 		char path[SNAP_FILE_MAX];
@@ -115,16 +110,10 @@ static int map_sources(struct snap_mesh *mesh, const char *job, struct enc_src *
 		iov[2 * i + 1] = (struct iovec){ NULL, 0 };
 		if (!e->slot_bytes)
 			continue;
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		void *p = fd >= 0 ? mmap(NULL, e->slot_bytes, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0) : MAP_FAILED;
-		if (fd >= 0)
-			close(fd);
-		if (p == MAP_FAILED) {
-			snap_fmt(err, errlen, "cannot map slot file %s: %s", path, strerror(errno));
+		const void *p = mesh_map_slot(&mesh->maps, path, e->slot_bytes, err, errlen);
+		if (!p)
 			return SNAP_EIO;
-		}
-		src->map[i] = p;
-		iov[2 * i + 1] = (struct iovec){ p, e->slot_bytes };
+		iov[2 * i + 1] = (struct iovec){ (void *)p, e->slot_bytes };
 	}
 	return 0;
 }
@@ -148,12 +137,13 @@ static void *create_parity(const char *tmp, uint64_t plen, char *err, size_t err
 	return p;
 }
 
-/* Remove every ec file of job but step keep's parity + record (older
- * steps and leftovers of killed encodes) and give their bytes back. */
+/* Remove every ec file of job but step keep's parity + record and the
+ * spare (older steps and leftovers of killed encodes) and give their bytes
+ * back. */
 static void drop_other_steps(struct snap_mesh *mesh, const char *job, uint64_t keep)
 {
 	uint64_t freed = 0;
-	mesh_ec_prune(mesh->store->root, job, 1, keep, &freed);
+	mesh_ec_prune(mesh->store->root, job, 1, keep, 1, &freed);
 	pthread_mutex_lock(&mesh->mu);
 	mesh->store->mem_used -= freed < mesh->store->mem_used ? freed : mesh->store->mem_used;
 	pthread_mutex_unlock(&mesh->mu);
@@ -172,6 +162,50 @@ struct protect_run {
 	char err[MESH_ERRLEN];
 	const char *ppath, *rpath, *ptmp;  /* parity, record, parity being written */
 };
+
+static void spare_path(struct snap_mesh *mesh, const char *job, char *out, size_t cap)
+{
+	char dir[SNAP_FILE_MAX];
+	mesh_ec_path(mesh->store->root, job, 0, NULL, dir, sizeof(dir));
+	int n = snprintf(out, cap, "%s/%s", dir, MESH_SPARE_PARITY);
+	if (n < 0 || (size_t)n >= cap)
+		out[0] = '\0';   /* cannot happen: the ec directory's name fits */
+}
+
+/* This protect's parity file at p->ptmp, mapped read-write, its plen bytes
+ * charged to the budget: the spare when it has the right length (its pages
+ * and mapping are reused: nothing to clear or fault), else a new file. */
+static int take_parity(struct snap_mesh *mesh, struct mjob *j, struct protect_run *p)
+{
+	void *m = j->spare_map;
+	uint64_t have = j->spare_len;
+	j->spare_map = NULL;
+	j->spare_len = 0;
+	if (m) {
+		char spare[SNAP_FILE_MAX];
+		spare_path(mesh, j->name, spare, sizeof(spare));
+		/* Its bytes were counted as the spare's; the charge below
+		 * counts them (or a new file) as this parity's. */
+		pthread_mutex_lock(&mesh->mu);
+		mesh->store->mem_used -= have < mesh->store->mem_used ? have : mesh->store->mem_used;
+		pthread_mutex_unlock(&mesh->mu);
+		if (have != p->plen || rename(spare, p->ptmp) != 0) {
+			munmap(m, have);
+			unlink(spare);
+			m = NULL;
+		}
+	}
+	p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
+	if (!p->local && m)
+		p->parity = m;
+	else if (!p->local && !(p->parity = create_parity(p->ptmp, p->plen, p->err, sizeof(p->err))))
+		p->local = SNAP_EIO;
+	if (m && !p->parity) {
+		munmap(m, have);
+		unlink(p->ptmp);
+	}
+	return p->local;
+}
 
 /* Local: pin and map this node's slots of step g, build the slot list. */
 static void protect_prepare(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p)
@@ -207,7 +241,7 @@ static void protect_prepare(struct snap_mesh *mesh, struct mjob *j, uint64_t g, 
  * after a local failure passes a zero length / no parity and the library
  * fails the whole group instead of hanging it. Between the phases, the
  * parity is charged to the budget and its file created. */
-static void protect_encode(struct snap_mesh *mesh, uint64_t g, struct protect_run *p)
+static void protect_encode(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p)
 {
 	struct snap_ec_opts opts = { 0 }; /* default chunk and window */
 	char why[512] = "";
@@ -221,10 +255,10 @@ static void protect_encode(struct snap_mesh *mesh, uint64_t g, struct protect_ru
 	if (rc)
 		return;
 	p->plen = snap_ec_encode_parity_len(p->enc);
-	if (!p->local)
-		p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
-	if (!p->local && p->plen && !(p->parity = create_parity(p->ptmp, p->plen, p->err, sizeof(p->err))))
-		p->local = SNAP_EIO;
+	if (!p->local && p->plen)
+		take_parity(mesh, j, p);
+	else if (!p->local)
+		p->accounted = !(p->local = mesh_charge_parity(mesh, 0, p->err, sizeof(p->err)));
 	local = p->local;
 	rc = snap_ec_encode_run(p->enc, local ? NULL : p->iov, local ? 0 : 2 * (int)p->src.n, local ? NULL : p->parity,
 				local ? 0 : p->plen);
@@ -234,12 +268,10 @@ static void protect_encode(struct snap_mesh *mesh, uint64_t g, struct protect_ru
 	}
 }
 
-/* Local: parity first, then the record that vouches for it. */
+/* Local: parity first, then the record that vouches for it. The parity
+ * stays mapped (protect_agree keeps or drops it). */
 static void protect_publish(struct protect_run *p)
 {
-	if (p->parity)
-		munmap(p->parity, p->plen);
-	p->parity = NULL;
 	if (!p->local && ((p->plen ? rename(p->ptmp, p->ppath) : mesh_write_atomic(p->ppath, "", 0)) != 0 ||
 			  mesh_write_record(p->rpath, snap_ec_encode_meta(p->enc)) != 0)) {
 		snap_fmt(p->err, sizeof(p->err), "cannot publish %s: %s", p->rpath, strerror(errno));
@@ -253,6 +285,7 @@ static void protect_publish(struct protect_run *p)
 static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p, uint64_t t0)
 {
 	int ok = p->local == 0, all = 0;
+	uint64_t before = j->prot;   /* par_map is this step's parity, when set */
 	MPI_Allreduce(&ok, &all, 1, MPI_INT, MPI_MIN, mesh->world);
 
 	pthread_mutex_lock(&mesh->mu);
@@ -273,11 +306,28 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 	}
 	pthread_mutex_unlock(&mesh->mu);
 	if (all) {
+		/* The step protected until now: its parity file becomes the
+		 * spare the next protect writes into. */
+		char spare[SNAP_FILE_MAX], old[SNAP_FILE_MAX];
+		spare_path(mesh, j->name, spare, sizeof(spare));
+		mesh_ec_path(mesh->store->root, j->name, before, "parity", old, sizeof(old));
+		if (j->par_map && rename(old, spare) == 0) {
+			j->spare_map = j->par_map;
+			j->spare_len = j->par_len;
+		} else if (j->par_map) {
+			munmap(j->par_map, j->par_len);
+		}
+		j->par_map = p->parity;
+		j->par_len = p->plen;
+		p->parity = NULL;
 		drop_other_steps(mesh, j->name, g);
 		mesh_say(mesh, "job %s step %" PRIu64 " protected (group %d, %d+%d, %" PRIu64 " data + %" PRIu64
 			 " parity bytes here, %.1f ms)", j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len,
 			 p->plen, (double)(snap_now_ns() - t0) / 1e6);
 	} else {
+		if (p->parity)
+			munmap(p->parity, p->plen);
+		p->parity = NULL;
 		unlink(p->rpath);
 		unlink(p->ppath);
 		unlink(p->ptmp);
@@ -294,13 +344,9 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 
 static void protect_free(struct protect_run *p)
 {
-	for (uint32_t i = 0; i < p->src.n; i++) {
+	for (uint32_t i = 0; i < p->src.n; i++)
 		free(p->src.man[i]);
-		if (p->src.map && p->src.map[i])
-			munmap(p->src.map[i], p->src.ent[i].slot_bytes);
-	}
 	free(p->src.man);
-	free(p->src.map);
 	free(p->src.ent);
 	free(p->src.pins);
 	free(p->iov);
@@ -317,7 +363,7 @@ int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	snprintf(ptmp, sizeof(ptmp), "%s.tmp", ppath);
 	struct protect_run run = { .ppath = ppath, .rpath = rpath, .ptmp = ptmp }, *p = &run;
 	protect_prepare(mesh, j, g, p);
-	protect_encode(mesh, g, p);
+	protect_encode(mesh, j, g, p);
 	protect_publish(p);
 	int all = protect_agree(mesh, j, g, p, t0);
 	protect_free(p);

@@ -191,7 +191,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
 {
 	uint64_t freed;
-	mesh_ec_prune(mesh->store->root, job, has_keep, keep, &freed);
+	mesh_ec_prune(mesh->store->root, job, has_keep, keep, 0, &freed);
 }
 
 int mesh_recover(struct snap_mesh *mesh)

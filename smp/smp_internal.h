@@ -18,7 +18,7 @@
  *                               captured files across the mesh
  *   2  meshrec.c capgen.c       the relaunch's gathered records; a captured-
  *                               files generation on disk
- *   1  log.c reply.c meshutil.c config.c
+ *   1  log.c reply.c meshutil.c meshmap.c config.c   (meshmap: slot files kept mapped)
  *      store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
  *
  * So daemon.c answers requests and logs through log.c/reply.c, which

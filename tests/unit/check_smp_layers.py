@@ -21,7 +21,7 @@ LAYERS = {
     "persist": 4, "meshflush": 4,
     "flush": 3, "files": 3, "rehydrate": 3, "protect": 3, "recover": 3, "meshcap": 3,
     "meshrec": 2, "capgen": 2,
-    "log": 1, "reply": 1, "meshutil": 1, "config": 1, "store": 1, "slots": 1, "meshfiles": 1,
+    "log": 1, "reply": 1, "meshutil": 1, "meshmap": 1, "config": 1, "store": 1, "slots": 1, "meshfiles": 1,
 }
 # calls allowed inside one layer (the library snapstore: slots uses store)
 SAME_LAYER_OK = {("slots", "store")}

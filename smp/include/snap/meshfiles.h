@@ -49,11 +49,16 @@ int mesh_ec_path(const char *root, const char *job, uint64_t step, const char *e
 /* Steps of every "step-<g>.rec" under <root>/<job>/ec, ascending; *n count. */
 int mesh_list_records(const char *root, const char *job, uint64_t **steps, size_t *n);
 
+/* The parity file a protect writes into next: the previous protected
+ * step's, kept with its pages (smp/protect.c). Counted in the budget. */
+#define MESH_SPARE_PARITY "spare.parity"
+
 /* Remove every file of <root>/<job>/ec except step-<keep>.rec and
- * step-<keep>.parity (all of them when !has_keep): older steps, orphan
- * parity (killed between the parity rename and the record), *.tmp. Records
- * go first. *freed: bytes of the removed non-record files. */
-int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, uint64_t *freed);
+ * step-<keep>.parity (all of them when !has_keep), and MESH_SPARE_PARITY
+ * when keep_spare: older steps, orphan parity (killed between the parity
+ * rename and the record), *.tmp. Records go first. *freed: bytes of the
+ * removed non-record files. */
+int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, int keep_spare, uint64_t *freed);
 /* Bytes of the non-record files of <root>/<job>/ec (parity and leftovers):
  * what the memory budget counts. */
 uint64_t mesh_ec_bytes(const char *root, const char *job);
