@@ -159,6 +159,7 @@ struct protect_run {
 	size_t blen;
 	uint64_t plen, data_len;
 	int local, accounted;
+	uint64_t t0, t_map, t_enc;    /* start, slots mapped, exchange done */
 	char err[MESH_ERRLEN];
 	const char *ppath, *rpath, *ptmp;  /* parity, record, parity being written */
 };
@@ -282,7 +283,7 @@ static void protect_publish(struct protect_run *p)
 /* Collective over the mesh: did every node publish? Then g becomes the
  * protected step (its pins replace the old ones); else this attempt's
  * pins, budget and files go, and g is not tried again. */
-static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p, uint64_t t0)
+static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, struct protect_run *p)
 {
 	int ok = p->local == 0, all = 0;
 	uint64_t before = j->prot;   /* par_map is this step's parity, when set */
@@ -321,9 +322,12 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 		j->par_len = p->plen;
 		p->parity = NULL;
 		drop_other_steps(mesh, j->name, g);
+		uint64_t t = snap_now_ns();
 		mesh_say(mesh, "job %s step %" PRIu64 " protected (group %d, %d+%d, %" PRIu64 " data + %" PRIu64
-			 " parity bytes here, %.1f ms)", j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len,
-			 p->plen, (double)(snap_now_ns() - t0) / 1e6);
+			 " parity bytes here, %.1f ms: map %.1f, encode %.1f, publish and agree %.1f)", j->name, g,
+			 mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len, p->plen, (double)(t - p->t0) / 1e6,
+			 (double)(p->t_map - p->t0) / 1e6, (double)(p->t_enc - p->t_map) / 1e6,
+			 (double)(t - p->t_enc) / 1e6);
 	} else {
 		if (p->parity)
 			munmap(p->parity, p->plen);
@@ -356,16 +360,17 @@ static void protect_free(struct protect_run *p)
 
 int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 {
-	uint64_t t0 = snap_now_ns();
 	char ppath[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ptmp[SNAP_FILE_MAX + 8];
 	mesh_ec_path(mesh->store->root, j->name, g, "parity", ppath, sizeof(ppath));
 	mesh_ec_path(mesh->store->root, j->name, g, "rec", rpath, sizeof(rpath));
 	snprintf(ptmp, sizeof(ptmp), "%s.tmp", ppath);
-	struct protect_run run = { .ppath = ppath, .rpath = rpath, .ptmp = ptmp }, *p = &run;
+	struct protect_run run = { .ppath = ppath, .rpath = rpath, .ptmp = ptmp, .t0 = snap_now_ns() }, *p = &run;
 	protect_prepare(mesh, j, g, p);
+	p->t_map = snap_now_ns();
 	protect_encode(mesh, j, g, p);
+	p->t_enc = snap_now_ns();
 	protect_publish(p);
-	int all = protect_agree(mesh, j, g, p, t0);
+	int all = protect_agree(mesh, j, g, p);
 	protect_free(p);
 	return all ? 0 : SNAP_EIO;
 }

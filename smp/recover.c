@@ -158,6 +158,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	mesh_ec_path(root, job, g, "parity", ppath, sizeof(ppath));
 	/* Collective: who is lost, and the meta every member rebuilds from. */
 	struct snap_ec_rebuild *rb = NULL;
+	uint64_t t0 = snap_now_ns(), t1, t2;
 	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
 	if (rc)
 		return rc;
@@ -170,18 +171,22 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 		local = SNAP_EIO;
 	/* Collective: a local failure passes nothing and fails the group. */
 	struct snap_ec_rebuild_stats st = { 0 };
+	t1 = snap_now_ns();
 	rc = snap_ec_rebuild_run(rb, local ? NULL : f.iov, local ? 0 : 2 * (int)f.n, local ? NULL : f.parity,
 				 local ? 0 : in.parity_len, &st);
 	if (rc && !local) {
 		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
 		local = rc;
 	}
+	t2 = snap_now_ns();
 	if (!local)
 		local = publish_rebuilt(mesh, job, &f, meta, rpath, ppath, msg, len);
 	if (!local && (st.chunks_rebuilt || !have))
 		mesh_warn(mesh, "job %s step %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64 " corrupt), %" PRIu64
-			  " bytes written, CRCs verified", job, g, have ? "repaired this node" : "rebuilt this lost node",
-			  st.chunks_rebuilt, st.chunks_corrupt, st.bytes_written);
+			  " bytes written, CRCs verified, %.1f ms (files %.1f, exchange %.1f, publish %.1f)", job, g,
+			  have ? "repaired this node" : "rebuilt this lost node", st.chunks_rebuilt, st.chunks_corrupt,
+			  st.bytes_written, (double)(snap_now_ns() - t0) / 1e6, (double)(t1 - t0) / 1e6,
+			  (double)(t2 - t1) / 1e6, (double)(snap_now_ns() - t2) / 1e6);
 	rebuild_files_free(&f);
 	snap_ec_rebuild_free(rb);
 	return local;

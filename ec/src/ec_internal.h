@@ -110,7 +110,8 @@ struct ec_xchg {
 	const struct ec_iov *data;     /* my data */
 	uint8_t *parity;               /* my parity, m * seg_len */
 	const uint8_t *erased;         /* rebuild: [n][k+m][nchunks] flags */
-	uint32_t *my_crc;              /* encode: out [k+m][nchunks] */
+	uint32_t *crc_tab;             /* encode: out [n][k+m][nchunks], zero but
+					* the CRCs this member computed */
 	uint32_t window;
 	/* results */
 	uint64_t chunks_written, bytes_written;

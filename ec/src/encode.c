@@ -188,8 +188,8 @@ int snap_ec_encode_run(struct snap_ec_encode *e, const struct iovec *iov, int io
 		return SNAP_EINVAL;
 	struct snap_ec_meta *mt = e->mt;
 	struct ec_iov v = { 0 };
-	uint32_t *mycrc = NULL;
-	size_t ncrc = (size_t)(mt->k + mt->m) * mt->nchunks;
+	uint32_t *tab = NULL;
+	size_t ncrc = (size_t)mt->n * (size_t)(mt->k + mt->m) * mt->nchunks;
 	uint64_t plen = (uint64_t)mt->m * mt->seg_len;
 	int rc = 0;
 	e->err[0] = 0;
@@ -205,28 +205,29 @@ int snap_ec_encode_run(struct snap_ec_encode *e, const struct iovec *iov, int io
 		rc = ec_errf(e->err, sizeof(e->err), SNAP_EINVAL,
 			     "ec: parity buffer of %llu bytes, need %llu",
 			     (unsigned long long)parity_len, (unsigned long long)plen);
-	else if (!(mycrc = calloc(ncrc ? ncrc : 1, sizeof(uint32_t))))
+	else if (!(tab = calloc(ncrc ? ncrc : 1, sizeof(uint32_t))))
 		rc = ec_errf(e->err, sizeof(e->err), SNAP_ENOMEM, "ec: out of memory");
 	rc = ec_group_status(e->comm, rc, e->err, sizeof(e->err), "encode arguments");
 	if (rc)
 		goto out;
 	struct ec_xchg x = {
 		.mode = EC_MODE_ENCODE, .comm = e->comm, .me = mt->index, .mt = mt,
-		.code = &e->code, .data = &v, .parity = parity, .my_crc = mycrc,
+		.code = &e->code, .data = &v, .parity = parity, .crc_tab = tab,
 		.window = e->window, .err = e->err, .errlen = sizeof(e->err),
 	};
 	rc = ec_xchg_run(&x);
 	rc = ec_group_status(e->comm, rc, e->err, sizeof(e->err), "encode exchange");
 	if (rc)
 		goto out;
-	if (MPI_Allgather(mycrc, (int)ncrc, MPI_UINT32_T, mt->crc, (int)ncrc, MPI_UINT32_T, e->comm) !=
-	    MPI_SUCCESS) {
-		rc = ec_errf(e->err, sizeof(e->err), SNAP_EIO, "ec: MPI_Allgather of CRCs failed");
+	/* Each CRC was computed by exactly one member (a data piece's by the
+	 * unit's decoder, a parity row's by its owner): XOR assembles them. */
+	if (MPI_Allreduce(tab, mt->crc, (int)ncrc, MPI_UINT32_T, MPI_BXOR, e->comm) != MPI_SUCCESS) {
+		rc = ec_errf(e->err, sizeof(e->err), SNAP_EIO, "ec: MPI_Allreduce of CRCs failed");
 		goto out;
 	}
 	e->done = 1;
 out:
-	free(mycrc);
+	free(tab);
 	ec_iov_fini(&v);
 	return rc;
 }

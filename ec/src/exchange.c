@@ -121,7 +121,6 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 	const struct snap_ec_meta *mt = e->mt;
 	struct ec_xchg *x = e->x;
 	int k = e->k, mine = my_slot(e, s), ns = 0;
-	uint64_t clen = ec_chunk_len(mt, q);
 	u->active = 1;
 	u->q = q;
 	u->s = s;
@@ -143,13 +142,6 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 		} else if (ns < k) {
 			u->surv[ns++] = slot;
 		}
-	}
-	if (mine < k && x->mode == EC_MODE_ENCODE && x->my_crc) {
-		/* CRC of my data piece while it is being touched anyway */
-		uint64_t v = piece_len(e, s, q, mine);
-		uint32_t c = (v == 0 && clen == mt->chunk_size) ? e->zero_crc
-			     : ec_crc_padded(ec_iov_crc(x->data, piece_off(mt, mine, q), v, 0), NULL, 0, clen - v);
-		x->my_crc[(size_t)mine * mt->nchunks + q] = c;
 	}
 	if (u->ne == 0)
 		return;
@@ -228,6 +220,13 @@ static const uint8_t *row_tables(struct engine *e, const struct unit_slot *u, in
 	return c->tbls;
 }
 
+/* Encode: where the CRC of (node, slot, chunk q) goes in the table the
+ * group reduces into the record. */
+static uint32_t *ec_tab_crc(const struct engine *e, int node, int slot, uint32_t q)
+{
+	return &e->x->crc_tab[((size_t)node * (size_t)(e->k + e->m) + (size_t)slot) * e->mt->nchunks + q];
+}
+
 /* A finished row of mine: land it, then record or check its CRC. */
 static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8_t *buf)
 {
@@ -245,7 +244,7 @@ static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8
 	}
 	uint32_t c = ec_crc_padded(0, buf, len, clen - len);
 	if (x->mode == EC_MODE_ENCODE) {
-		x->my_crc[(size_t)slot * mt->nchunks + u->q] = c;
+		*ec_tab_crc(e, x->me, slot, u->q) = c;
 	} else if (c != *ec_meta_crc(mt, x->me, slot, u->q)) {
 		char what[160];
 		snprintf(what, sizeof(what), "rebuilt %s %d chunk %u of group index %d fails its CRC32C",
@@ -302,6 +301,12 @@ static void complete(struct engine *e, struct unit_slot *u, int tag)
 					src[i] = b;
 				}
 			}
+			if (x->mode == EC_MODE_ENCODE)
+				for (int i = 0; i < k; i++) /* while the sources are in cache */
+					*ec_tab_crc(e, slot_node(e, u->s, u->surv[i]), u->surv[i], u->q) =
+						src[i] == e->zero && clen == mt->chunk_size
+							? e->zero_crc
+							: snap_crc32c_update(0, src[i], clen);
 			ec_encode_data((int)clen, k, u->ne, (unsigned char *)tb, (unsigned char **)src, dst);
 		}
 		for (int j = 0; j < u->ne; j++) {
