@@ -113,6 +113,12 @@ struct ec_xchg {
 	uint32_t *crc_tab;             /* encode: out [n][k+m][nchunks], zero but
 					* the CRCs this member computed */
 	uint32_t window;
+	/* rebuild: called before the first unit of chunk row q is posted, at
+	 * the same unit on every member; it fills row q of erased (and may
+	 * collect rows ahead). Nonzero: every member returns that error
+	 * (its message in err) once the units in flight are done. */
+	int (*row_ready)(void *arg, uint32_t q);
+	void *row_arg;
 	/* results */
 	uint64_t chunks_written, bytes_written;
 	char *err;

@@ -403,13 +403,21 @@ int ec_xchg_run(struct ec_xchg *x)
 	}
 	/* A local failure does not stop the loop: peers still expect our
 	 * sends and receives for every unit, or they would hang. */
+	uint64_t end = units;
 	for (uint64_t un = 0; un < units; un++) {
 		struct unit_slot *u = &e.slots[un % w];
+		int rrc = x->row_ready && un % (uint64_t)e.n == 0 ? x->row_ready(x->row_arg, (uint32_t)(un / (uint64_t)e.n))
+								: 0;
+		if (rrc) { /* the same verdict on every member: stop together */
+			e.rc = rrc;
+			end = un;
+			break;
+		}
 		if (un >= w)
 			complete(&e, u, (int)((un - w) % EC_TAGS));
 		post(&e, u, (int)(un % (uint64_t)e.n), (uint32_t)(un / (uint64_t)e.n), (int)(un % EC_TAGS));
 	}
-	for (uint64_t un = units > w ? units - w : 0; un < units; un++)
+	for (uint64_t un = end > w ? end - w : 0; un < end; un++)
 		complete(&e, &e.slots[un % w], (int)(un % EC_TAGS));
 out:
 	if (e.slots)

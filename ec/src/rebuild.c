@@ -223,37 +223,53 @@ int snap_ec_rebuild_lost(const struct snap_ec_rebuild *r, int *ids, int cap)
 	return c;
 }
 
-/* Mark this member's own erased pieces: all of them when lost, else the
- * chunks whose CRC fails. Pure zero padding is never an erasure. */
-static uint64_t local_erasures(const struct snap_ec_rebuild *r, const struct ec_iov *v,
-			       const uint8_t *parity, uint8_t *flags)
+/* The rebuild verifies survivors' chunks as it goes, one batch of chunk
+ * rows ahead of the exchange: each member CRCs its pieces of the next
+ * batch (just before they are sent, so the sends find them in cache), the
+ * group gathers the flags with a nonblocking Iallgather, and the exchange
+ * waits for a row's flags only when it reaches that row. A batch is the
+ * rows of one exchange window (at least one row), so the verify's buffers
+ * are as bounded as the exchange's. Before, every chunk was verified and
+ * gathered before the first byte moved: a whole pass, then a barrier. */
+struct verify {
+	struct snap_ec_rebuild *r;
+	const struct ec_iov *v;
+	const uint8_t *parity;
+	uint8_t *erased;        /* [n][k+m][nchunks]: rows < ready are filled */
+	uint32_t rows;          /* rows per batch */
+	uint8_t *mine[2], *all[2];  /* [k+m][rows], [n][k+m][rows] */
+	MPI_Request req[2];
+	uint32_t q0[2];         /* first row of the batch in flight in each buffer */
+	int busy[2];
+	uint32_t ready, next;   /* rows < ready checked; rows < next requested */
+	uint64_t bad;           /* corrupt chunks of mine */
+};
+
+/* Mark this member's pieces of rows [q0, q1) erased: all of them when it is
+ * lost, else the chunks whose CRC fails. Pure zero padding never is. */
+static void local_erasures(struct verify *vf, uint32_t q0, uint32_t q1, uint8_t *flags)
 {
-	const struct snap_ec_meta *mt = r->mt;
+	const struct snap_ec_meta *mt = vf->r->mt;
 	int me = mt->index, km = mt->k + mt->m;
-	uint64_t bad = 0;
-	for (int slot = 0; slot < km; slot++)
-		for (uint32_t q = 0; q < mt->nchunks; q++) {
-			uint8_t *f = &flags[(size_t)slot * mt->nchunks + q];
-			if (slot < mt->k && ec_valid(mt, me, slot, q) == 0) {
+	for (uint32_t q = q0; q < q1; q++)
+		for (int slot = 0; slot < km; slot++) {
+			uint8_t *f = &flags[(size_t)slot * vf->rows + (q - q0)];
+			if (slot < mt->k && ec_valid(mt, me, slot, q) == 0)
 				*f = 0;
-				continue;
-			}
-			if (r->lost[me]) {
+			else if (vf->r->lost[me])
 				*f = 1;
-				continue;
-			}
-			*f = ec_piece_crc(mt, me, v, parity, slot, q) != *ec_meta_crc(mt, me, slot, q);
-			bad += *f;
+			else
+				vf->bad += (*f = ec_piece_crc(mt, me, vf->v, vf->parity, slot, q) !=
+						 *ec_meta_crc(mt, me, slot, q));
 		}
-	return bad;
 }
 
 /* Every member runs this on the same table, so all agree on the verdict. */
-static int plan_check(struct snap_ec_rebuild *r, const uint8_t *erased)
+static int plan_check(struct snap_ec_rebuild *r, const uint8_t *erased, uint32_t q0, uint32_t q1)
 {
 	const struct snap_ec_meta *mt = r->mt;
 	int n = mt->n, k = mt->k, m = mt->m;
-	for (uint32_t q = 0; q < mt->nchunks; q++)
+	for (uint32_t q = q0; q < q1; q++)
 		for (int s = 0; s < n; s++) {
 			int cnt = 0;
 			for (int slot = 0; slot < n; slot++) {
@@ -283,6 +299,60 @@ static int plan_check(struct snap_ec_rebuild *r, const uint8_t *erased)
 	return 0;
 }
 
+/* Verify the next batch of rows and start gathering its flags. */
+static int verify_start(struct verify *vf)
+{
+	const struct snap_ec_meta *mt = vf->r->mt;
+	int b = (int)((vf->next / vf->rows) % 2), km = mt->k + mt->m;
+	uint32_t q1 = vf->next + vf->rows < mt->nchunks ? vf->next + vf->rows : mt->nchunks;
+	local_erasures(vf, vf->next, q1, vf->mine[b]);
+	vf->q0[b] = vf->next;
+	vf->next = q1;
+	vf->busy[b] = 1;
+	if (MPI_Iallgather(vf->mine[b], km * (int)vf->rows, MPI_BYTE, vf->all[b], km * (int)vf->rows, MPI_BYTE,
+			   vf->r->comm, &vf->req[b]) != MPI_SUCCESS)
+		return ec_errf(vf->r->err, sizeof(vf->r->err), SNAP_EIO, "ec: MPI_Iallgather of erasures failed");
+	return 0;
+}
+
+/* Wait for the batch in buffer b, copy its flags into the table, check it. */
+static int verify_finish(struct verify *vf, int b)
+{
+	const struct snap_ec_meta *mt = vf->r->mt;
+	int km = mt->k + mt->m;
+	vf->busy[b] = 0;
+	if (MPI_Wait(&vf->req[b], MPI_STATUS_IGNORE) != MPI_SUCCESS)
+		return ec_errf(vf->r->err, sizeof(vf->r->err), SNAP_EIO, "ec: MPI_Iallgather of erasures failed");
+	uint32_t q0 = vf->q0[b], q1 = q0 + vf->rows < mt->nchunks ? q0 + vf->rows : mt->nchunks;
+	for (int node = 0; node < mt->n; node++)
+		for (int slot = 0; slot < km; slot++)
+			memcpy(vf->erased + ((size_t)node * (size_t)km + (size_t)slot) * mt->nchunks + q0,
+			       vf->all[b] + ((size_t)node * (size_t)km + (size_t)slot) * vf->rows, q1 - q0);
+	vf->ready = q1;
+	return plan_check(vf->r, vf->erased, q0, q1);
+}
+
+/* ec_xchg's row_ready: rows up to q checked, the batch after it requested. */
+static int row_ready(void *arg, uint32_t q)
+{
+	struct verify *vf = arg;
+	int rc = 0;
+	while (!rc && vf->ready <= q) {
+		if (vf->next == vf->ready)
+			rc = verify_start(vf);
+		if (!rc)
+			rc = verify_finish(vf, (int)((vf->ready / vf->rows) % 2));
+	}
+	if (!rc && vf->next == vf->ready && vf->next < vf->r->mt->nchunks)
+		rc = verify_start(vf);
+	return rc;
+}
+
+static size_t per_batch(const struct snap_ec_meta *mt, uint32_t rows, size_t members)
+{
+	return members * (size_t)(mt->k + mt->m) * rows;
+}
+
 int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int iovcnt,
 			void *parity, uint64_t parity_len, struct snap_ec_rebuild_stats *st)
 {
@@ -292,7 +362,7 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 	struct ec_iov v = { 0 };
 	size_t per = (size_t)(mt->k + mt->m) * mt->nchunks;
 	uint8_t *erased = NULL;
-	uint64_t plen = (uint64_t)mt->m * mt->seg_len, bad = 0;
+	uint64_t plen = (uint64_t)mt->m * mt->seg_len;
 	int rc = 0;
 	r->err[0] = 0;
 	if (st)
@@ -314,30 +384,42 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 	rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild arguments");
 	if (rc)
 		goto out;
-	uint8_t *mine = erased + (size_t)mt->index * per;
-	bad = local_erasures(r, &v, parity, mine);
-	if (MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, erased, (int)per, MPI_BYTE, r->comm) !=
-	    MPI_SUCCESS) {
-		rc = ec_errf(r->err, sizeof(r->err), SNAP_EIO, "ec: MPI_Allgather of erasures failed");
-		goto out;
+	struct verify vf = { .r = r, .v = &v, .parity = parity, .erased = erased };
+	uint32_t w = r->window ? r->window : (uint32_t)mt->n;
+	vf.rows = (w + (uint32_t)mt->n - 1) / (uint32_t)mt->n;
+	for (int b = 0; b < 2; b++) {
+		vf.mine[b] = calloc(1, per_batch(mt, vf.rows, 1));
+		vf.all[b] = malloc(per_batch(mt, vf.rows, (size_t)mt->n));
 	}
-	if ((rc = plan_check(r, erased)))
-		goto out;
+	rc = vf.mine[0] && vf.mine[1] && vf.all[0] && vf.all[1] ? 0 : SNAP_ENOMEM;
+	if (rc)
+		ec_errf(r->err, sizeof(r->err), rc, "ec: out of memory");
+	if ((rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild verify buffers")))
+		goto out_vf;
 	struct ec_xchg x = {
 		.mode = EC_MODE_REBUILD, .comm = r->comm, .me = mt->index, .mt = mt,
 		.code = &r->code, .data = &v, .parity = parity, .erased = erased,
 		.window = r->window, .err = r->err, .errlen = sizeof(r->err),
+		.row_ready = row_ready, .row_arg = &vf,
 	};
 	rc = ec_xchg_run(&x);
+	for (int b = 0; b < 2; b++) /* a batch requested ahead of a failure */
+		if (vf.busy[b])
+			MPI_Wait(&vf.req[b], MPI_STATUS_IGNORE);
 	rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild exchange");
 	if (st) {
 		st->lost = r->nlost;
 		st->chunks_rebuilt = x.chunks_written;
-		st->chunks_corrupt = r->lost[mt->index] ? 0 : bad;
+		st->chunks_corrupt = r->lost[mt->index] ? 0 : vf.bad;
 		st->bytes_written = x.bytes_written;
 	}
 	if (!rc)
 		r->done = 1;
+out_vf:
+	for (int b = 0; b < 2; b++) {
+		free(vf.mine[b]);
+		free(vf.all[b]);
+	}
 out:
 	free(erased);
 	ec_iov_fini(&v);
