@@ -32,6 +32,7 @@ surviving stores byte-identical.
 """
 import argparse
 import hashlib
+import json
 import os
 import random
 import re
@@ -233,6 +234,31 @@ def have_record(mesh, a, step):
     return all(os.path.exists(os.path.join(mesh.root(n), JOB, "ec", f"step-{step}.rec")) for n in range(a.nodes))
 
 
+def budget_mismatch(mesh, a):
+    """Each live node's count against its budget (snaptool status --json,
+    daemon_mem_used) must equal the bytes its files hold: slot files plus
+    every non-record file in <job>/ec (the protected step's parity and the
+    spare). Returns the first node that differs, as a message, or None."""
+    for n in range(a.nodes):
+        p = subprocess.run([a.snaptool, "status", "--json", "--store", mesh.root(n)], capture_output=True, text=True)
+        try:
+            counted = json.loads(p.stdout)["daemon_mem_used"]
+        except (ValueError, KeyError):
+            return f"node {n}: snaptool status failed: {p.stdout!r} {p.stderr!r}"
+        held, ec = 0, []
+        for d, _, files in os.walk(mesh.root(n)):
+            for f in files:
+                path = os.path.join(d, f)
+                if os.path.basename(d) == "ec" and not f.endswith(".rec"):
+                    held += os.path.getsize(path)
+                    ec.append(f)
+                elif f.startswith("slot-") and not f.endswith(".man"):
+                    held += os.path.getsize(path)
+        if counted != held:
+            return f"node {n}: the daemon counts {counted} bytes, its files hold {held} (ec files: {sorted(ec)})"
+    return None
+
+
 def man_step(path):
     """The step a manifest describes (proto/src/manifest.c: header 24 bytes, job, rank, world, step)."""
     with open(path, "rb") as f:
@@ -364,6 +390,14 @@ def main():
                         fail(f"trial {t}: step {target} was not protected within 30 s")
                         break
                     time.sleep(0.02)
+                # Quiescent (trainers gone, target protected everywhere):
+                # the budget must count exactly what the files hold.
+                done = re.compile(rf"job {JOB} step {target} protected")
+                if not waiter.until(lambda: len(done.findall(mesh.text())) >= a.nodes):
+                    fail(f"trial {t}: not every node logged step {target} protected; see {mesh.log}")
+                why = budget_mismatch(mesh, a)
+                if why:
+                    fail(f"trial {t}: memory budget: {why}")
                 mesh.kill()
                 expect_exact, step = target, target
             # Lose up to M nodes per group, maybe flip a byte in a survivor.

@@ -305,7 +305,7 @@ def test_status_budget():
     store = os.path.join(BASE, "budget")
     smp = Smp(store, "--mem-limit", "7M")
     p = snaptool(store, "status", "--store", store)
-    check(p.returncode == 0 and "budget 7.0 MiB (snapsmp pid" in p.stdout, f"budget: the daemon's: {p.stdout!r}")
+    check(p.returncode == 0 and "against its budget of 7.0 MiB (--mem-limit)" in p.stdout, f"budget: the daemon's: {p.stdout!r}")
     p = snaptool(store, "status", "--store", store, "--json")
     check(p.returncode == 0 and json.loads(p.stdout)["mem_limit"] == 7 << 20, f"budget: json: {p.stdout!r}")
     smp.stop()

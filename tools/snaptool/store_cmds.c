@@ -132,12 +132,15 @@ int cmd_status(int argc, char **argv)
 		st_json_str(s->root);
 		printf(",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->mem_used);
 		live ? printf("%" PRIu64, dlimit) : printf("null");
+		printf(",\"daemon_mem_used\":");
+		live ? printf("%" PRIu64, dused) : printf("null");
 		printf(",\"daemon_pid\":");
 		live ? printf("%u", dpid) : printf("null");
 		printf(",\"jobs\":[");
 	} else if (live) {
-		printf("store %s: %.1f MiB in slot files, budget %.1f MiB (snapsmp pid %u, --mem-limit)\n", s->root,
-		       s->mem_used / 1048576.0, dlimit / 1048576.0, dpid);
+		printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "
+		       "%.1f MiB (--mem-limit)\n", s->root, s->mem_used / 1048576.0, dused / 1048576.0, dpid,
+		       dlimit / 1048576.0);
 	} else {
 		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
 		       s->mem_used / 1048576.0, o.cfg.client.socket);
