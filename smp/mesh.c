@@ -458,6 +458,7 @@ static int round_(struct snap_mesh *mesh, int protect)
 	if (!protect)
 		return stop;
 	mesh_maps_sweep(&mesh->maps);
+	mesh_parity_sweep(mesh);
 	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next) {
 		if (j->lost || !j->ncomplete)
 			continue;

@@ -192,6 +192,10 @@ int mesh_flush_round(struct snap_mesh *mesh, int wanted);
 /* [no lock held; collective over the mesh] Encode step g of job j across
  * every group, agree, and on success make g the job's protected step. */
 int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
+/* [mesh thread] Unmap the kept parity files (the protected step's, the
+ * spare) that are gone from the store, e.g. a job directory removed by
+ * hand: their pages would otherwise outlive the budget's count of them. */
+void mesh_parity_sweep(struct snap_mesh *mesh);
 /* [lock held] Pin this node's slots of step g of job j as its protected step. */
 void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
 

@@ -358,6 +358,25 @@ static void protect_free(struct protect_run *p)
 	snap_ec_encode_free(p->enc);
 }
 
+void mesh_parity_sweep(struct snap_mesh *mesh)
+{
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		char path[SNAP_FILE_MAX];
+		struct stat st;
+		mesh_ec_path(mesh->store->root, j->name, j->prot, "parity", path, sizeof(path));
+		if (j->par_map && (stat(path, &st) != 0 || (uint64_t)st.st_size != j->par_len)) {
+			munmap(j->par_map, j->par_len);
+			j->par_map = NULL;
+		}
+		spare_path(mesh, j->name, path, sizeof(path));
+		if (j->spare_map && (stat(path, &st) != 0 || (uint64_t)st.st_size != j->spare_len)) {
+			munmap(j->spare_map, j->spare_len);
+			j->spare_map = NULL;
+			j->spare_len = 0;
+		}
+	}
+}
+
 int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 {
 	char ppath[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ptmp[SNAP_FILE_MAX + 8];

@@ -256,6 +256,19 @@ def budget_mismatch(mesh, a):
                     held += os.path.getsize(path)
         if counted != held:
             return f"node {n}: the daemon counts {counted} bytes, its files hold {held} (ec files: {sorted(ec)})"
+    # Nor may a daemon keep a deleted store file mapped (its pages would be
+    # memory no budget counts): meshmap.c drops such mappings every round.
+    for pid in os.listdir("/proc"):
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                if b"snapsmp" not in f.read():
+                    continue
+            with open(f"/proc/{pid}/maps") as f:
+                stale = [ln.split(None, 5)[-1] for ln in f if mesh.base in ln and "(deleted)" in ln]
+        except OSError:
+            continue
+        if stale:
+            return f"snapsmp pid {pid} keeps deleted store files mapped: {stale[:3]}"
     return None
 
 
@@ -538,6 +551,42 @@ def main():
                 fail(f"late rank: ranks restored {sorted(restored, key=str)}, expected step {S} (rank {late} "
                      f"alone on node {node} reconnected last holding the dead incarnation's step {S + 1})")
             print(f"late rank: rank {late} reconnected last; every rank restored {S}, not the mixed {S + 1}")
+        # A job's directories removed under the running mesh (an operator's
+        # rm -rf): no daemon may keep its slot or parity files mapped, or
+        # their pages would be memory no budget counts (meshmap.c, protect.c
+        # drop such mappings every round).
+        def mapped(job):
+            """Files under job's directories that some snapsmp maps, with
+            whether they are deleted."""
+            out = []
+            for pid in os.listdir("/proc"):
+                try:
+                    with open(f"/proc/{pid}/cmdline", "rb") as f:
+                        if b"snapsmp" not in f.read():
+                            continue
+                    with open(f"/proc/{pid}/maps") as f:
+                        out += [ln.split(None, 5)[-1].strip() for ln in f if f"/{job}/" in ln and mesh.base in ln]
+                except OSError:
+                    continue
+            return out
+        procs = start_trainers(a, mesh, logdir, "sweep", 4, env_over={"SNAP_JOB": "sweep"})
+        for p, _, err in procs:
+            if p.wait() != 0:
+                fail(f"sweep: trainer exited {p.returncode}; see {err}")
+        done = re.compile(r"job sweep step 4 protected")
+        if not waiter.until(lambda: len(done.findall(mesh.text())) >= a.nodes):
+            fail(f"sweep: step 4 of job sweep was not protected on every node; see {mesh.log}")
+        before = mapped("sweep")
+        if not any("/ec/" in f for f in before) or not any("/slot-" in f for f in before):
+            fail(f"sweep: the daemons map none of job sweep's slot or parity files: {before}")
+        for n in range(a.nodes):
+            shutil.rmtree(os.path.join(mesh.root(n), "sweep"))
+        deadline = time.monotonic() + 60   # a round is --period ms; 60 s is the failure verdict only
+        while mapped("sweep") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if mapped("sweep"):
+            fail(f"sweep: 60 s after job sweep's directories were removed, still mapped: {mapped('sweep')[:3]}")
+        print(f"sweep: {len(before)} mappings of job sweep's files dropped after its directories were removed")
         if a.final_loss:
             mesh.kill()
             g = groups[0]
