@@ -258,18 +258,23 @@ def budget_mismatch(mesh, a):
             return f"node {n}: the daemon counts {counted} bytes, its files hold {held} (ec files: {sorted(ec)})"
     # Nor may a daemon keep a deleted store file mapped (its pages would be
     # memory no budget counts): meshmap.c drops such mappings every round.
+    stale = [f for f in mapped_store_files(mesh) if f.endswith("(deleted)")]
+    return f"snapsmp keeps deleted store files mapped: {stale[:3]}" if stale else None
+
+
+def mapped_store_files(mesh):
+    """The files under the mesh's stores that some snapsmp process maps."""
+    out = []
     for pid in os.listdir("/proc"):
         try:
             with open(f"/proc/{pid}/cmdline", "rb") as f:
                 if b"snapsmp" not in f.read():
                     continue
             with open(f"/proc/{pid}/maps") as f:
-                stale = [ln.split(None, 5)[-1] for ln in f if mesh.base in ln and "(deleted)" in ln]
+                out += [ln.split(None, 5)[-1].strip() for ln in f if mesh.base in ln]
         except OSError:
             continue
-        if stale:
-            return f"snapsmp pid {pid} keeps deleted store files mapped: {stale[:3]}"
-    return None
+    return out
 
 
 def man_step(path):
@@ -556,19 +561,7 @@ def main():
         # their pages would be memory no budget counts (meshmap.c, protect.c
         # drop such mappings every round).
         def mapped(job):
-            """Files under job's directories that some snapsmp maps, with
-            whether they are deleted."""
-            out = []
-            for pid in os.listdir("/proc"):
-                try:
-                    with open(f"/proc/{pid}/cmdline", "rb") as f:
-                        if b"snapsmp" not in f.read():
-                            continue
-                    with open(f"/proc/{pid}/maps") as f:
-                        out += [ln.split(None, 5)[-1].strip() for ln in f if f"/{job}/" in ln and mesh.base in ln]
-                except OSError:
-                    continue
-            return out
+            return [f for f in mapped_store_files(mesh) if f"/{job}/" in f]
         procs = start_trainers(a, mesh, logdir, "sweep", 4, env_over={"SNAP_JOB": "sweep"})
         for p, _, err in procs:
             if p.wait() != 0:
