@@ -43,16 +43,33 @@ from mesh_trials import Mesh, groups_of, setup
 JOB = "pc"
 
 
-def protected_counts(text, nodes):
-    """Per node: how many captured-file generations it logged as protected,
-    and how many files the newest held."""
-    count, files = [0] * nodes, [0] * nodes
-    for m in re.finditer(r"node (\d+): job " + JOB + r" captured files generation \d+ protected \((\d+) files", text):
-        n = int(m.group(1))
-        if n < nodes:
-            count[n] += 1
-            files[n] = int(m.group(2))
-    return count, files
+def protected_gens(text, nodes):
+    """Per node: the captured-file generations it logged as protected."""
+    gens = [[] for _ in range(nodes)]
+    for m in re.finditer(r"node (\d+): job " + JOB + r" captured files generation (\d+) protected \(", text):
+        if int(m.group(1)) < nodes:
+            gens[int(m.group(1))].append(int(m.group(2)))
+    return gens
+
+
+def catalog_names(path):
+    """The base names of the files a generation's catalog lists (the layout of
+    smp/capgen.c: a 24-byte header, then per file u32 path length, u32
+    manifest length, u64 size, the path and manifest padded to 8), or None
+    while it cannot be read (pruned by a newer generation)."""
+    try:
+        with open(path, "rb") as f:
+            b = f.read()
+    except OSError:
+        return None
+    if len(b) < 24 or b[:8] != b"SNAPCAT1":
+        return None
+    names, q = [], 24
+    for _ in range(int.from_bytes(b[8:12], "little")):
+        pl, ml = int.from_bytes(b[q:q + 4], "little"), int.from_bytes(b[q + 4:q + 8], "little")
+        names.append(os.path.basename(b[q + 16:q + 16 + pl].decode(errors="replace")))
+        q += 16 + (pl + ml + 7) // 8 * 8
+    return sorted(names)
 
 
 def main():
@@ -180,10 +197,16 @@ def main():
             if p.wait(timeout=300) != 0:
                 fail(f"quiet writer exited {p.returncode}; see {log}")
         before = [check(n) for n in range(a.nodes)]
-        # every node's newest generation holds its two checkpoints (the writer keeps two)
-        if not waiter.until(lambda: all(c >= 1 for c in protected_counts(mesh.text(), a.nodes)[0]) and
-                            all(x == len(before[n]["names"]) for n, x in
-                                enumerate(protected_counts(mesh.text(), a.nodes)[1])), limit=120):
+        # every node's newest protected generation lists its final checkpoints
+        # (a count of files is not enough: the writer keeps two, so an older
+        # generation holding ckpt-1 and ckpt-2 has as many)
+        def final_protected():
+            newest = [max(x, default=-1) for x in protected_gens(mesh.text(), a.nodes)]
+            return all(g >= 0 and sorted(before[n]["names"]) ==
+                       catalog_names(os.path.join(mesh.root(n), JOB, "files", "ec", f"g-{g}", "catalog"))
+                       for n, g in enumerate(newest))
+
+        if not waiter.until(final_protected, limit=120):
             fail(f"quiet: not every node protected its final files; see {mesh.log}")
         mesh.kill()
         lost = lose(0)
@@ -206,9 +229,9 @@ def main():
             if not waiter.until(lambda: all(last_committed(log) >= 0 for _, log in ws), procs=pp):
                 fail(f"trial {t}: a writer committed nothing; see {logdir}")
             c = [last_committed(log) for _, log in ws]
-            c0 = protected_counts(mesh.text(), a.nodes)[0]
+            c0 = [len(x) for x in protected_gens(mesh.text(), a.nodes)]
             began = time.monotonic()
-            if not waiter.until(lambda: all(x >= y + 2 for x, y in zip(protected_counts(mesh.text(), a.nodes)[0], c0)),
+            if not waiter.until(lambda: all(len(x) >= y + 2 for x, y in zip(protected_gens(mesh.text(), a.nodes), c0)),
                                 procs=pp):
                 fail(f"trial {t}: no two generations were protected while the writers ran; see {mesh.log}")
             gen_time = (time.monotonic() - began) / 2
