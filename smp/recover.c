@@ -9,9 +9,11 @@
  *   2. the lists are gathered; per job, the chosen step is the newest one
  *      that every group can rebuild (at most m members without a record);
  *   3. every node runs snap_ec_rebuild for it: survivors pass their files
- *      mapped read-write (chunks whose CRC fails are rewritten in place, a
- *      missing manifest reads as zeros and comes back), lost nodes get their
- *      slot files, manifests, parity and record recreated bit-exact;
+ *      mapped (chunks whose CRC fails are rewritten, a missing manifest
+ *      reads as zeros and comes back), lost nodes get their slot files,
+ *      manifests, parity and record recreated bit-exact. Rebuilt bytes are
+ *      written with pwrite() (the rebuild's sink), not through the fresh
+ *      mappings: see struct snap_ec_sink;
  *   4. the outcome is agreed over the mesh. Any failure (more than m
  *      erasures somewhere) marks the job lost: the message names the group,
  *      its lost nodes and the newest step still recoverable, and snapsmp
@@ -32,11 +34,12 @@
 #include "mesh_int.h"
 
 /* This node's files of one step, opened for the rebuild: per slot-list
- * entry its manifest (read into memory) and its slot file (mapped
- * read-write), and the parity file. */
+ * entry its manifest (read into memory) and its slot file (mapped, and
+ * open for the sink's writes), and the parity file. */
 struct rebuild_files {
 	struct mesh_slot_ent *ent;   /* the slot list of this node, from the record */
 	uint32_t n;
+	int *fd;                     /* [n + 1]: slot files (-1: none), parity last */
 	struct iovec *iov;           /* [2n + 1]: (manifest, slot) pairs */
 	void **man;                  /* [n + 1] */
 	void *parity;
@@ -46,7 +49,7 @@ struct rebuild_files {
 /* The slot list and its buffers; the manifests as they are (missing: zeros,
  * a wrong size fails its CRC) and the slot files, created when missing. */
 static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, const struct snap_ec_meta *meta,
-			   struct rebuild_files *f, char *msg, size_t len)
+			   int have, struct rebuild_files *f, char *msg, size_t len)
 {
 	const char *root = mesh->store->root;
 	const void *app = NULL;
@@ -57,7 +60,10 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		snap_fmt(msg, len, "the slot list of step %" PRIu64 " in the record is malformed", g);
 	f->iov = calloc(2 * (size_t)f->n + 1, sizeof(*f->iov));
 	f->man = calloc((size_t)f->n + 1, sizeof(void *));
-	if (!local && (!f->iov || !f->man)) {
+	f->fd = malloc(((size_t)f->n + 1) * sizeof(int));
+	for (uint32_t i = 0; f->fd && i <= f->n; i++)
+		f->fd[i] = -1;
+	if (!local && (!f->iov || !f->man || !f->fd)) {
 		snap_fmt(msg, len, "out of memory for the slot list of step %" PRIu64, g);
 		local = SNAP_ENOMEM;
 	}
@@ -89,14 +95,14 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		f->iov[2 * i] = (struct iovec){ f->man[i], e->man_len };
 		if (!e->slot_bytes)
 			continue;
-		int fd = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		/* Read-only: rebuilt bytes go through the sink. A lost node never
+		 * reads its mapping, so it is not populated either. */
+		int fd = f->fd[i] = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		struct stat st;
 		void *p = MAP_FAILED;
 		if (fd >= 0 && fstat(fd, &st) == 0 &&
 		    ((uint64_t)st.st_size >= e->slot_bytes || ftruncate(fd, (off_t)e->slot_bytes) == 0))
-			p = mmap(NULL, e->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-		if (fd >= 0)
-			close(fd);
+			p = mmap(NULL, e->slot_bytes, PROT_READ, MAP_SHARED | (have ? MAP_POPULATE : 0), fd, 0);
 		if (p == MAP_FAILED) {
 			snap_fmt(msg, len, "cannot open slot file %s for the rebuild: %s", sp, strerror(errno));
 			local = SNAP_EIO;
@@ -135,6 +141,29 @@ static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct
 	return 0;
 }
 
+/* The rebuild's sink: manifests into their buffers, slot files and parity
+ * with pwrite(). */
+static int sink_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+{
+	struct rebuild_files *f = arg;
+	if (iov >= 0 && iov % 2 == 0) {
+		memcpy((uint8_t *)f->man[iov / 2] + off, buf, len);
+		return 0;
+	}
+	int fd = f->fd[iov < 0 ? f->n : (uint32_t)iov / 2];
+	for (const uint8_t *p = buf; len;) {
+		ssize_t k = pwrite(fd, p, len, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		p += k;
+		len -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
 static void rebuild_files_free(struct rebuild_files *f)
 {
 	for (uint32_t i = 0; f->man && i < f->n; i++) {
@@ -142,6 +171,10 @@ static void rebuild_files_free(struct rebuild_files *f)
 		if (f->iov && f->iov[2 * i + 1].iov_base)
 			munmap(f->iov[2 * i + 1].iov_base, f->ent[i].slot_bytes);
 	}
+	for (uint32_t i = 0; f->fd && i <= f->n; i++)
+		if (f->fd[i] >= 0)
+			close(f->fd[i]);
+	free(f->fd);
 	if (f->parity)
 		munmap(f->parity, f->parity_len);
 	free(f->man);
@@ -166,9 +199,16 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	struct snap_ec_meta_info in;
 	snap_ec_meta_info(meta, &in);
 	struct rebuild_files f = { .parity_len = in.parity_len };
-	int local = open_slot_files(mesh, job, g, meta, &f, msg, len);
+	int local = open_slot_files(mesh, job, g, meta, have, &f, msg, len);
 	if (!local && in.parity_len && !(f.parity = mesh_map_parity(ppath, in.parity_len, msg, len)))
 		local = SNAP_EIO;
+	if (!local && in.parity_len && (f.fd[f.n] = open(ppath, O_WRONLY | O_CLOEXEC)) < 0) {
+		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
+		local = SNAP_EIO;
+	}
+	struct snap_ec_sink sink = { sink_write, &f };
+	if (!local)
+		snap_ec_rebuild_set_sink(rb, &sink);
 	/* Collective: a local failure passes nothing and fails the group. */
 	struct snap_ec_rebuild_stats st = { 0 };
 	t1 = snap_now_ns();

@@ -171,6 +171,19 @@ void ec_iov_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_
 	IOV_WALK(v, off, len, p, n, { memcpy(p, s, n); s += n; });
 }
 
+int ec_iov_sink(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len, const struct snap_ec_sink *sk)
+{
+	const uint8_t *s = src;
+	int rc = 0;
+	IOV_WALK(v, off, len, p, n, {
+		(void)p;
+		if (!rc)
+			rc = sk->write(sk->arg, i_, in_, s, n);
+		s += n;
+	});
+	return rc;
+}
+
 uint32_t ec_iov_crc(const struct ec_iov *v, uint64_t off, uint64_t len, uint32_t crc)
 {
 	IOV_WALK(v, off, len, p, n, { crc = snap_crc32c_update(crc, p, n); });

@@ -91,6 +91,8 @@ void ec_iov_fini(struct ec_iov *v);
 uint8_t *ec_iov_contig(const struct ec_iov *v, uint64_t off, uint64_t len);
 void ec_iov_read(const struct ec_iov *v, uint64_t off, void *dst, uint64_t len);
 void ec_iov_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len);
+/* The same bytes handed to a sink, one call per iovec they touch. */
+int ec_iov_sink(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len, const struct snap_ec_sink *sk);
 /* CRC32C (chained) over [off, off+len). */
 uint32_t ec_iov_crc(const struct ec_iov *v, uint64_t off, uint64_t len, uint32_t crc);
 
@@ -119,6 +121,8 @@ struct ec_xchg {
 	 * (its message in err) once the units in flight are done. */
 	int (*row_ready)(void *arg, uint32_t q);
 	void *row_arg;
+	/* rebuild: where my rebuilt pieces go; NULL: into data and parity */
+	const struct snap_ec_sink *sink;
 	/* results */
 	uint64_t chunks_written, bytes_written;
 	char *err;

@@ -185,8 +185,9 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 		fail(e, SNAP_EIO, "MPI_Isend failed");
 	if (u->my_er >= 0) {
 		uint64_t len = piece_len(e, s, q, mine);
-		uint8_t *dst = mine >= k ? x->parity + piece_off(mt, mine, q)
-					 : ec_iov_contig(x->data, piece_off(mt, mine, q), len);
+		uint8_t *dst = x->sink ? NULL /* staged, then handed to the sink */
+			       : mine >= k ? x->parity + piece_off(mt, mine, q)
+					   : ec_iov_contig(x->data, piece_off(mt, mine, q), len);
 		if (!dst)
 			dst = u->tmp;
 		u->row_dst = dst;
@@ -227,30 +228,40 @@ static uint32_t *ec_tab_crc(const struct engine *e, int node, int slot, uint32_t
 	return &e->x->crc_tab[((size_t)node * (size_t)(e->k + e->m) + (size_t)slot) * e->mt->nchunks + q];
 }
 
-/* A finished row of mine: land it, then record or check its CRC. */
+/* A finished row of mine: land it (or hand it to the sink once its CRC
+ * is right), then record or check its CRC. */
 static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8_t *buf)
 {
 	const struct snap_ec_meta *mt = e->mt;
 	struct ec_xchg *x = e->x;
-	uint64_t clen = ec_chunk_len(mt, u->q);
+	uint64_t clen = ec_chunk_len(mt, u->q), off = piece_off(mt, slot, u->q);
 	uint64_t len = slot < e->k ? ec_valid(mt, x->me, slot, u->q) : clen;
-	uint8_t *direct = slot >= e->k ? x->parity + piece_off(mt, slot, u->q)
-				       : ec_iov_contig(x->data, piece_off(mt, slot, u->q), len);
-	if (buf != direct) {
-		if (slot >= e->k)
-			memcpy(direct, buf, len);
-		else
-			ec_iov_write(x->data, piece_off(mt, slot, u->q), buf, len);
-	}
 	uint32_t c = ec_crc_padded(0, buf, len, clen - len);
+	char what[160];
+	snprintf(what, sizeof(what), "%s %d chunk %u of group index %d", slot < e->k ? "data segment" : "parity row",
+		 slot < e->k ? slot : slot - e->k, u->q, x->me);
 	if (x->mode == EC_MODE_ENCODE) {
 		*ec_tab_crc(e, x->me, slot, u->q) = c;
 	} else if (c != *ec_meta_crc(mt, x->me, slot, u->q)) {
-		char what[160];
-		snprintf(what, sizeof(what), "rebuilt %s %d chunk %u of group index %d fails its CRC32C",
-			 slot < e->k ? "data segment" : "parity row", slot < e->k ? slot : slot - e->k,
-			 u->q, x->me);
-		fail(e, SNAP_ECORRUPT, what);
+		char msg[200];
+		snprintf(msg, sizeof(msg), "rebuilt %s fails its CRC32C", what);
+		fail(e, SNAP_ECORRUPT, msg);
+		return;
+	}
+	if (x->sink) {
+		int rc = slot >= e->k ? x->sink->write(x->sink->arg, -1, off, buf, len)
+				      : ec_iov_sink(x->data, off, buf, len, x->sink);
+		if (rc) {
+			char msg[240];
+			snprintf(msg, sizeof(msg), "writing rebuilt %s failed (error %d)", what, rc);
+			fail(e, rc < 0 ? rc : SNAP_EIO, msg);
+			return;
+		}
+	} else if (slot >= e->k) {
+		if (buf != x->parity + off)
+			memcpy(x->parity + off, buf, len);
+	} else if (buf != ec_iov_contig(x->data, off, len)) {
+		ec_iov_write(x->data, off, buf, len);
 	}
 	x->chunks_written++;
 	x->bytes_written += len;
@@ -278,8 +289,8 @@ static void complete(struct engine *e, struct unit_slot *u, int tag)
 						       : "survivor matrix does not invert");
 		const uint8_t *src[SNAP_EC_MAX_GROUP];
 		uint8_t *dst[SNAP_EC_MAX_GROUP];
-		for (int j = 0; j < u->ne; j++) /* my own parity row: in place */
-			dst[j] = (u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
+		for (int j = 0; j < u->ne; j++) /* my own parity row: in place (no sink) */
+			dst[j] = (!x->sink && u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
 					 ? x->parity + piece_off(mt, u->er[j], u->q)
 					 : u->obuf + (size_t)j * mt->chunk_size;
 		if (!e->rc) {

@@ -19,6 +19,8 @@ struct snap_ec_rebuild {
 	int nlost;
 	uint32_t window;
 	int done;
+	int has_sink;
+	struct snap_ec_sink sink;
 	char err[512];
 };
 
@@ -400,7 +402,7 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 		.mode = EC_MODE_REBUILD, .comm = r->comm, .me = mt->index, .mt = mt,
 		.code = &r->code, .data = &v, .parity = parity, .erased = erased,
 		.window = r->window, .err = r->err, .errlen = sizeof(r->err),
-		.row_ready = row_ready, .row_arg = &vf,
+		.row_ready = row_ready, .row_arg = &vf, .sink = r->has_sink ? &r->sink : NULL,
 	};
 	rc = ec_xchg_run(&x);
 	for (int b = 0; b < 2; b++) /* a batch requested ahead of a failure */
@@ -424,6 +426,16 @@ out:
 	free(erased);
 	ec_iov_fini(&v);
 	return rc;
+}
+
+int snap_ec_rebuild_set_sink(struct snap_ec_rebuild *r, const struct snap_ec_sink *sink)
+{
+	if (!r || (sink && !sink->write))
+		return SNAP_EINVAL;
+	r->has_sink = sink != NULL;
+	if (sink)
+		r->sink = *sink;
+	return 0;
 }
 
 const char *snap_ec_rebuild_error(const struct snap_ec_rebuild *r)

@@ -140,7 +140,27 @@ static int predict_lost(const struct group_data *gd, const uint8_t *er, uint32_t
 	return 0;
 }
 
-struct stats { int trials, lost_nodes, flips, meta_bad, expect_lost; };
+struct stats { int trials, lost_nodes, flips, meta_bad, expect_lost, sinks, sink_fails; };
+
+/* A rebuild sink over shadow buffers: what the engine hands it lands
+ * there, so the test sees both that the sink got every rebuilt byte and
+ * that run()'s own buffers were left alone. fail_at > 0 fails that call. */
+struct test_sink {
+	struct iovec iov[4];
+	uint8_t *par;
+	int calls, fail_at;
+};
+
+static int sink_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+{
+	struct test_sink *t = arg;
+	if (++t->calls == t->fail_at)
+		return SNAP_EIO;
+	if (iov >= 4 || (iov >= 0 && off + len > t->iov[iov].iov_len))
+		return SNAP_EINVAL;
+	memcpy((iov < 0 ? t->par : (uint8_t *)t->iov[iov].iov_base) + off, buf, len);
+	return 0;
+}
 
 static void trial(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, int tr, uint32_t chunk,
 		  uint64_t maxlen, struct stats *st)
@@ -303,9 +323,48 @@ static void trial(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, int
 			memset(par, 0x5A, plen + 1);
 		}
 		iovcnt = split(data, mylen, iov);
+		/* Half the trials rebuild through a sink into shadow copies; in
+		 * some of those the first lost member's sink fails its first write. */
+		int use_sink = (int)(rnd() % 2), sink_fails = use_sink && !expect_lost && rnd() % 3 == 0;
+		int first_lost = -1;
+		for (int j = n - 1; j >= 0; j--)
+			if (lost[j] || j == meta_bad)
+				first_lost = j;
+		sink_fails = sink_fails && first_lost >= 0;
+		uint8_t *sdata = NULL, *spar = NULL, *before = NULL, *pbefore = NULL;
+		struct test_sink ts = { .fail_at = sink_fails && me == first_lost ? 1 : 0 };
+		if (use_sink) {
+			sdata = malloc(mylen + 1);
+			spar = malloc(plen + 1);
+			before = malloc(mylen + 1);
+			pbefore = malloc(plen + 1);
+			memcpy(sdata, data, mylen + 1);
+			memcpy(spar, par, plen + 1);
+			memcpy(before, data, mylen + 1);
+			memcpy(pbefore, par, plen + 1);
+			for (int i = 0; i < iovcnt; i++) /* the same cuts as run()'s iovecs */
+				ts.iov[i] = (struct iovec){ sdata + ((uint8_t *)iov[i].iov_base - data), iov[i].iov_len };
+			ts.par = spar;
+			struct snap_ec_sink sk = { sink_write, &ts };
+			CHECK(snap_ec_rebuild_set_sink(r, &sk) == 0, "set_sink");
+		}
 		struct snap_ec_rebuild_stats rst;
 		rc = snap_ec_rebuild_run(r, iov, iovcnt, par, plen, &rst);
-		if (expect_lost) {
+		if (use_sink) {
+			CHECK(memcmp(data, before, mylen) == 0 && memcmp(par, pbefore, plen) == 0,
+			      "trial %d: rebuild with a sink wrote into run()'s buffers", tr);
+			if (!rc) { /* the sink's copies are what the checks below see */
+				memcpy(data, sdata, mylen);
+				memcpy(par, spar, plen);
+			}
+		}
+		if (sink_fails) {
+			CHECK(rc != 0, "trial %d: a sink failed on member %d but rebuild_run returned 0", tr, first_lost);
+			if (me == first_lost)
+				CHECK(strstr(snap_ec_rebuild_error(r), "writing rebuilt"), "trial %d: sink failure: %s", tr,
+				      snap_ec_rebuild_error(r));
+			st->sink_fails++;
+		} else if (expect_lost) {
 			CHECK(rc == SNAP_ELOST && strstr(snap_ec_rebuild_error(r), "erasures"),
 			      "trial %d: expected ELOST, got %d: %s", tr, rc, snap_ec_rebuild_error(r));
 		} else {
@@ -318,6 +377,11 @@ static void trial(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, int
 			CHECK(snap_ec_verify(snap_ec_rebuild_meta(r), iov, iovcnt, par, plen, &nbad, err,
 					     sizeof(err)) == 0, "verify after rebuild: %s", err);
 		}
+		st->sinks += use_sink;
+		free(sdata);
+		free(spar);
+		free(before);
+		free(pbefore);
 		snap_ec_rebuild_free(r);
 	}
 	snap_ec_meta_free(mt);
@@ -503,16 +567,17 @@ int main(int argc, char **argv)
 	too_many(gc, &g, seed, chunk);
 	bad_args(gc, &g);
 	MPI_Comm_free(&gc);
-	int tot[6] = { failures, st.trials, st.lost_nodes, st.flips, st.meta_bad, st.expect_lost }, sum[6];
+	int tot[8] = { failures, st.trials, st.lost_nodes, st.flips, st.meta_bad, st.expect_lost, st.sinks,
+		       st.sink_fails }, sum[8];
 	/* per-group stats are counted once, by each group's index 0 */
 	if (g.index != 0)
-		for (int i = 1; i < 6; i++)
+		for (int i = 1; i < 8; i++)
 			tot[i] = 0;
-	MPI_Reduce(tot, sum, 6, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
+	MPI_Reduce(tot, sum, 8, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
 	if (rank_world == 0)
 		printf("test_ec_mpi %d+%d (%d groups): %d trials, %d nodes lost, %d byte flips, %d corrupt metas, "
-		       "%d predicted ELOST: %s\n", k, m, g.ngroups, sum[1], sum[2], sum[3], sum[4], sum[5],
-		       sum[0] ? "FAILED" : "ok");
+		       "%d predicted ELOST, %d through a sink (%d failing): %s\n", k, m, g.ngroups, sum[1], sum[2],
+		       sum[3], sum[4], sum[5], sum[6], sum[7], sum[0] ? "FAILED" : "ok");
 	MPI_Finalize();
 	return failures ? 1 : 0;
 }
