@@ -60,6 +60,9 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	snap_get_str(r, job, sizeof(job));
 	uint32_t rank = snap_get_u32(r), world = snap_get_u32(r), pid = snap_get_u32(r);
 	uint64_t gen = snap_get_u64(r);   /* the generation this process already belongs to; 0: none yet */
+	char launch[sizeof(((struct store_job *)0)->launch)] = "";
+	if (snap_rbuf_left(r))           /* optional: the client's SNAP_LAUNCH */
+		snap_get_str(r, launch, sizeof(launch));
 	/* A generation near 2^64 could only come from a broken or hostile
 	 * client, and the counter must never wrap. */
 	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world ||
@@ -90,7 +93,10 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	 * the first reconnecting rank as a new incarnation made its next save
 	 * withdraw the live ranks' committed steps (issue 10). A process new to
 	 * the daemon (gen 0) starts a new incarnation when no rank of the job is
-	 * connected, and otherwise joins the running one.
+	 * connected, and otherwise joins the running one -- unless it names the
+	 * launch that started the running one (SNAP_LAUNCH): a rank of the same
+	 * launch that starts after its peers exited is no relaunch, and a new
+	 * incarnation would withdraw their committed steps.
 	 */
 	if (gen != 0 && gen >= j->gen) {
 		if (gen > j->gen)   /* a generation a dead daemon started, of which nothing was committed */
@@ -101,8 +107,12 @@ static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct s
 	} else if (gen != 0) {
 		smp_say(m, "job %s rank %u (pid %u) of generation %" PRIu64 " reconnected after generation %" PRIu64
 		    " started; it joins the new one", job, rank, pid, gen, j->gen);
+	} else if (j->connected == 0 && launch[0] && j->gen && !strcmp(launch, j->launch)) {
+		smp_say(m, "job %s rank %u (pid %u) joins generation %" PRIu64 " of its launch %s", job, rank, pid, j->gen,
+			launch);
 	} else if (j->connected == 0) {
 		snap_store_new_generation(m->store, j);
+		snprintf(j->launch, sizeof(j->launch), "%s", launch);
 	}
 	j->connected++;
 	rk->conn = c;

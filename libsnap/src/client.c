@@ -163,6 +163,8 @@ static int connect_smp(snap_ctx *ctx)
 			snap_put_u32(&w, (uint32_t)getpid());
 			/* A live process keeps its generation across daemon restarts. */
 			snap_put_u64(&w, ctx->gen);
+			if (ctx->cfg.launch[0])
+				snap_put_str(&w, ctx->cfg.launch);
 			void *rep;
 			uint32_t rlen;
 			rc = snap_roundtrip(ctx, ctx->err, SNAP_MSG_HELLO, &w, &rep, &rlen, NULL, "hello");

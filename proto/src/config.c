@@ -64,6 +64,26 @@ static int env_codec(const char *var, int *codec, double *bound, char *err, size
 	return 0;
 }
 
+/*
+ * The launch, when SNAP_LAUNCH does not name it: what the launchers set that
+ * is the same for every rank of one launch and differs at a relaunch.
+ * torchrun (elastic) keeps the run id and counts restarts; SLURM has the
+ * job, the step and the requeue count; Open MPI gives each mpirun its own
+ * PMIx namespace. Longer values are cut (the daemon compares them only).
+ */
+static void launch_from_launcher(char *dst, size_t cap)
+{
+	const char *run = getenv("TORCHELASTIC_RUN_ID"), *restart = getenv("TORCHELASTIC_RESTART_COUNT");
+	const char *sjob = getenv("SLURM_JOB_ID"), *sstep = getenv("SLURM_STEP_ID");
+	const char *srest = getenv("SLURM_RESTART_COUNT"), *pmix = getenv("PMIX_NAMESPACE");
+	if (run && *run && restart && *restart)
+		snprintf(dst, cap, "torchelastic:%s:%s", run, restart);
+	else if (sjob && *sjob && sstep && *sstep)   /* an srun step; not a shell in an allocation */
+		snprintf(dst, cap, "slurm:%s.%s:%s", sjob, sstep, srest ? srest : "0");
+	else if (pmix && *pmix)
+		snprintf(dst, cap, "pmix:%s", pmix);
+}
+
 static int from_env(struct snap_config *cfg, char *err, size_t errlen)
 {
 	static const char *const rank_vars[] = { "SNAP_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID", NULL };
@@ -85,11 +105,14 @@ static int from_env(struct snap_config *cfg, char *err, size_t errlen)
 	    (rc = snap_env_int(timeout_var, &timeout, 0, 1 << 30, err, errlen)) ||
 	    (rc = snap_env_int(populate_var, &cfg->populate, 0, 1, err, errlen)) ||
 	    (rc = snap_env_str("SNAP_CAPTURE", cfg->capture, sizeof(cfg->capture), err, errlen)) ||
+	    (rc = snap_env_str("SNAP_LAUNCH", cfg->launch, sizeof(cfg->launch), err, errlen)) ||
 	    (rc = env_codec("SNAP_CODEC_PARAM", &cfg->codec_param, &cfg->codec_param_bound, err, errlen)) ||
 	    (rc = env_codec("SNAP_CODEC_OPTIM", &cfg->codec_optim, &cfg->codec_optim_bound, err, errlen)))
 		return rc;
 	cfg->copy_threads = (unsigned)threads;
 	cfg->timeout_ms = (unsigned)timeout;
+	if (!cfg->launch[0])
+		launch_from_launcher(cfg->launch, sizeof(cfg->launch));
 	return snap_config_check(cfg, err, errlen);
 }
 
@@ -139,6 +162,15 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
 		snap_fmt(err, errlen, "rank %d is outside world size %d", cfg->rank, cfg->world_size);
+		return SNAP_EINVAL;
+	}
+	const char *end = memchr(cfg->launch, 0, sizeof(cfg->launch));
+	for (const char *p = cfg->launch; end && p < end; p++)
+		if ((unsigned char)*p < 0x20 || *p == 0x7f)
+			end = NULL;
+	if (!end) {
+		snap_fmt(err, errlen, "launch (SNAP_LAUNCH) must be a string of at most %zu printable bytes",
+			 sizeof(cfg->launch) - 1);
 		return SNAP_EINVAL;
 	}
 	if (cfg->copy_threads < 1 || cfg->chunk_size < 4096 || cfg->chunk_size > (1ull << 31)) {

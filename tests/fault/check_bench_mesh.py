@@ -17,8 +17,8 @@ p = subprocess.run([sys.executable, script, build, "--shape", "2+1", "--size", "
 if p.returncode != 0:
     sys.exit(f"FAIL: bench_mesh exited {p.returncode}: {p.stdout[-2000:]} {p.stderr[-2000:]}")
 out = json.loads(p.stdout.strip().splitlines()[-1])
-want = ("protect_gbps", "protect_cold_gbps", "rebuild_gbps", "relaunch_to_serving_s", "protect_vs_mpi_move",
-        "rebuild_vs_raw_decode")
+want = ("protect_gbps", "protect_cold_gbps", "rebuild_gbps", "relaunch_to_serving_s", "relaunch_to_restored_s",
+        "protect_vs_mpi_move", "rebuild_vs_raw_decode")
 bad = [k for k in want if not (isinstance(out.get(k), (int, float)) and out[k] > 0)]
 bad += [f"library.{k}" for k, v in out.get("library", {}).items() if not v > 0] if out.get("library") else ["library"]
 if bad or out.get("steps") != 5 or out.get("lost_nodes") != [0] or out.get("protected_bytes", 0) < 3 * (4 << 20) \

@@ -64,7 +64,10 @@ def start_smp(store, flush, *extra, **kw):
 
 
 def run_job(store, flush, *args, **kw):
+    """Both ranks of one launch (SNAP_LAUNCH), started at once; see
+    store_faults.run_job."""
     size = kw.pop("size", "2M")
+    kw.setdefault("SNAP_LAUNCH", f"flush_faults-{os.getpid()}-{time.monotonic_ns()}")
     ps = [subprocess.Popen([TRAINER, "--bytes", size, *args],
                            env=env(store, flush, SNAP_RANK=str(r), **kw), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True) for r in range(2)]

@@ -10,6 +10,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 from events import wait_socket
 
@@ -44,16 +45,19 @@ class Smp:
         return self.p.returncode, err
 
 
-def trainer(store, rank, *args, world=2, job="j", size="1M"):
+def trainer(store, rank, *args, world=2, job="j", size="1M", **extra):
     env = dict(os.environ, SNAP_STORE=store, SNAP_JOB=job, SNAP_RANK=str(rank), SNAP_WORLD_SIZE=str(world),
-               SNAP_TIMEOUT_MS="2000")
+               SNAP_TIMEOUT_MS="2000", **extra)
     return subprocess.run([TRAINER, "--bytes", size, *args], env=env, capture_output=True, text=True, timeout=60)
 
 
 def run_job(store, *args, world=2, **kw):
-    """All ranks at once (they wait for each other's commits)."""
+    """All ranks of one launch (SNAP_LAUNCH), started at once. They do not
+    wait for each other, so on a loaded machine one may finish before the
+    next connects: the launch keeps them one incarnation."""
+    launch = f"store_faults-{os.getpid()}-{time.monotonic_ns()}"
     env = lambda r: dict(os.environ, SNAP_STORE=store, SNAP_JOB=kw.get("job", "j"), SNAP_RANK=str(r),
-                         SNAP_WORLD_SIZE=str(world), SNAP_TIMEOUT_MS="3000")
+                         SNAP_WORLD_SIZE=str(world), SNAP_TIMEOUT_MS="3000", SNAP_LAUNCH=launch)
     ps = [subprocess.Popen([TRAINER, "--bytes", kw.get("size", "1M"), *args], env=env(r), stdout=subprocess.PIPE,
                            stderr=subprocess.PIPE, text=True) for r in range(world)]
     return [(p.wait(timeout=60), *p.communicate()) for p in ps]
@@ -313,13 +317,36 @@ def test_status_budget():
     check(p.returncode == 0 and "budget is unknown" in p.stdout, f"budget: no daemon: {p.stdout!r}")
 
 
+def test_launch():
+    """A rank that starts after its peers ran and exited (CI: a loaded
+    machine ran rank 0's whole job before rank 1 connected). Without a
+    launch snapsmp takes it for a relaunch and its restore withdraws rank
+    0's steps; with the same SNAP_LAUNCH it joins rank 0's incarnation."""
+    for name, launch in (("guess", None), ("launch", "run-1")):
+        store = os.path.join(BASE, name)
+        smp = Smp(store)
+        extra = {"SNAP_LAUNCH": launch} if launch else {}
+        r0 = trainer(store, 0, "--steps", "2", **extra)
+        r1 = trainer(store, 1, "--steps", "2", **extra)
+        check(r0.returncode == 0 and r1.returncode == 0, f"launch {name}: ranks 0 then 1 run: {r0.stderr}{r1.stderr}")
+        ok = "restored step 2" in trainer(store, 0, "--resume", "--steps", "2", SNAP_LAUNCH="run-2").stdout
+        _, log = smp.stop()
+        if launch:
+            check(ok and "joins generation 1 of its launch run-1" in log,
+                  f"launch: rank 1 of the same launch joined rank 0's incarnation: {log[-1500:]}")
+        else:
+            check(not ok and "withdrew step 2" in log, f"launch: without one rank 1 starts anew: {log[-1500:]}")
+    bad = trainer(os.path.join(BASE, "launch"), 0, "--steps", "1", SNAP_LAUNCH="a\tb")
+    check(bad.returncode != 0 and "SNAP_LAUNCH" in bad.stderr, f"launch: a control character is refused: {bad.stderr}")
+
+
 def main():
     shutil.rmtree(BASE, ignore_errors=True)
     os.makedirs(BASE)
     try:
         for t in (test_corrupt_chunk, test_truncated_slot, test_manifest_damage, test_size_mismatch,
                   test_read_only_and_full_roots, test_snaptool_usage, test_fifo_in_store_and_flush_dir,
-                  test_foreign_uid, test_status_budget):
+                  test_foreign_uid, test_status_budget, test_launch):
             t()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)

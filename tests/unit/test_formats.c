@@ -322,6 +322,40 @@ static void test_config(void)
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
 	setenv("SNAP_RANK", "1", 1);
 
+	/* The launch: SNAP_LAUNCH, else the launcher's (torchrun, srun, mpirun). */
+	const char *launch_vars[] = { "SNAP_LAUNCH", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
+				      "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "PMIX_NAMESPACE" };
+	for (size_t i = 0; i < sizeof(launch_vars) / sizeof(*launch_vars); i++)
+		unsetenv(launch_vars[i]);
+	snap_config_init(&c);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(c.launch[0] == '\0');
+	setenv("PMIX_NAMESPACE", "prterun-vm-1234@1", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(!strcmp(c.launch, "pmix:prterun-vm-1234@1"));
+	setenv("SLURM_JOB_ID", "77", 1); /* a shell in an allocation: no step, no launch of its own */
+	snap_config_init(&c);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(!strcmp(c.launch, "pmix:prterun-vm-1234@1"));
+	setenv("SLURM_STEP_ID", "3", 1);
+	snap_config_init(&c);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(!strcmp(c.launch, "slurm:77.3:0"));
+	setenv("TORCHELASTIC_RUN_ID", "r9", 1);
+	setenv("TORCHELASTIC_RESTART_COUNT", "2", 1);
+	snap_config_init(&c);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(!strcmp(c.launch, "torchelastic:r9:2"));
+	setenv("SNAP_LAUNCH", "mine", 1);
+	snap_config_init(&c);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(!strcmp(c.launch, "mine"));
+	setenv("SNAP_LAUNCH", "a\nb", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "SNAP_LAUNCH") != NULL);
+	for (size_t i = 0; i < sizeof(launch_vars) / sizeof(*launch_vars); i++)
+		unsetenv(launch_vars[i]);
+
 	/* Codec defaults: the four spellings, and each malformed one named. */
 	setenv("SNAP_CODEC_PARAM", "lossless", 1);
 	setenv("SNAP_CODEC_OPTIM", "rel:1e-4", 1);

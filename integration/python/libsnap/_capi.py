@@ -68,6 +68,7 @@ class SnapConfig(ctypes.Structure):
         ("codec_optim", ctypes.c_int),
         ("codec_optim_bound", ctypes.c_double),
         ("capture", ctypes.c_char * 1024),
+        ("launch", ctypes.c_char * 128),
     ]
 
 
@@ -254,7 +255,7 @@ def parse_codec(spec):
     return CODEC[kind], bound
 
 
-_STR_FIELDS = ("job", "store", "socket", "capture")
+_STR_FIELDS = ("job", "store", "socket", "capture", "launch")
 
 
 def config(overrides=None):

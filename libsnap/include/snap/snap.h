@@ -106,6 +106,16 @@ struct snap_config {
 	 * docs/design.md "Captured files"): ':'-separated absolute directories
 	 * whose files a preloaded process keeps in the node store (empty: none). */
 	char capture[1024];
+	/* SNAP_LAUNCH: names one launch of the job; every rank of it starts
+	 * with the same value and a relaunch gets another. Default: from the
+	 * launcher (TORCHELASTIC_RUN_ID + TORCHELASTIC_RESTART_COUNT, SLURM's
+	 * job, step and restart count, Open MPI's PMIX_NAMESPACE), else empty.
+	 * snapsmp uses it to tell a late rank of the running launch from a
+	 * relaunch: without it, a process new to snapsmp that finds no rank of
+	 * its job connected starts a new incarnation, which withdraws the steps
+	 * past the one it restores, even when they were its own launch's (a
+	 * rank that ran and exited before its peers started). */
+	char launch[128];
 };
 
 /*

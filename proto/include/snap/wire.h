@@ -20,7 +20,7 @@
 #define SNAP_WIRE_MAX (64u << 20)
 
 enum snap_msg_type {
-	SNAP_MSG_HELLO = 1,     /* str job, u32 rank, u32 world, u32 pid, u64 gen -> u32 slots, u64 mem_limit, u64 mem_used, u64 gen */
+	SNAP_MSG_HELLO = 1,     /* str job, u32 rank, u32 world, u32 pid, u64 gen[, str launch] -> u32 slots, u64 mem_limit, u64 mem_used, u64 gen */
 	SNAP_MSG_REGISTER = 2,  /* layout -> (empty) */
 	SNAP_MSG_ACQUIRE = 3,   /* u64 step -> u32 slot, u64 bytes + fd (read-write) */
 	SNAP_MSG_COMMIT = 4,    /* u32 slot, u64 step, u32 ncrc, u32 crc[ncrc], u32 len[ncrc] -> (empty) */

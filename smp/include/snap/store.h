@@ -54,6 +54,7 @@ struct store_job {
 	uint32_t nranks;               /* array length */
 	uint32_t world;                /* from the newest HELLO */
 	uint64_t gen;                  /* current generation, see snap_store_new_generation */
+	char launch[128];              /* the launch (SNAP_LAUNCH) that started it here; "" unknown */
 	uint32_t connected;            /* ranks with a live connection */
 	/* persistence, kept by the daemon */
 	int flushing;                  /* a flush of flush_step is under way */
