@@ -12,8 +12,8 @@
  *      mapped (chunks whose CRC fails are rewritten, a missing manifest
  *      reads as zeros and comes back), lost nodes get their slot files,
  *      manifests, parity and record recreated bit-exact. Rebuilt bytes are
- *      written with pwrite() (the rebuild's sink), not through the fresh
- *      mappings: see struct snap_ec_sink;
+ *      written with pwrite() (the rebuild's io), not through the fresh
+ *      mappings: see struct snap_ec_io;
  *   4. the outcome is agreed over the mesh. Any failure (more than m
  *      erasures somewhere) marks the job lost: the message names the group,
  *      its lost nodes and the newest step still recoverable, and snapsmp
@@ -35,7 +35,7 @@
 
 /* This node's files of one step, opened for the rebuild: per slot-list
  * entry its manifest (read into memory) and its slot file (mapped, and
- * open for the sink's writes), and the parity file. */
+ * open for the rebuild's reads and writes), and the parity file. */
 struct rebuild_files {
 	struct mesh_slot_ent *ent;   /* the slot list of this node, from the record */
 	uint32_t n;
@@ -95,7 +95,7 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		f->iov[2 * i] = (struct iovec){ f->man[i], e->man_len };
 		if (!e->slot_bytes)
 			continue;
-		/* Read-only: rebuilt bytes go through the sink. A lost node never
+		/* Read-only: the rebuild reads and writes through its io. A lost node never
 		 * reads its mapping, so it is not populated either. */
 		int fd = f->fd[i] = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		struct stat st;
@@ -141,27 +141,37 @@ static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct
 	return 0;
 }
 
-/* The rebuild's sink: manifests into their buffers, slot files and parity
- * with pwrite(). */
-static int sink_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+/* The rebuild's io: manifests in their buffers, slot files and parity
+ * with pread()/pwrite(). */
+static int files_io(struct rebuild_files *f, int iov, uint64_t off, uint8_t *p, size_t len, int wr)
 {
-	struct rebuild_files *f = arg;
 	if (iov >= 0 && iov % 2 == 0) {
-		memcpy((uint8_t *)f->man[iov / 2] + off, buf, len);
+		uint8_t *man = (uint8_t *)f->man[iov / 2] + off;
+		memcpy(wr ? man : p, wr ? p : man, len);
 		return 0;
 	}
 	int fd = f->fd[iov < 0 ? f->n : (uint32_t)iov / 2];
-	for (const uint8_t *p = buf; len;) {
-		ssize_t k = pwrite(fd, p, len, (off_t)off);
+	while (len) {
+		ssize_t k = wr ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
 		if (k < 0 && errno == EINTR)
 			continue;
-		if (k <= 0)
-			return errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		if (k <= 0)   /* 0: a read past the end, the file was cut short */
+			return k < 0 && errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
 		p += k;
 		len -= (size_t)k;
 		off += (uint64_t)k;
 	}
 	return 0;
+}
+
+static int io_read(void *arg, int iov, uint64_t off, void *buf, size_t len)
+{
+	return files_io(arg, iov, off, buf, len, 0);
+}
+
+static int io_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+{
+	return files_io(arg, iov, off, (uint8_t *)buf, len, 1);
 }
 
 static void rebuild_files_free(struct rebuild_files *f)
@@ -202,13 +212,13 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	int local = open_slot_files(mesh, job, g, meta, have, &f, msg, len);
 	if (!local && in.parity_len && !(f.parity = mesh_map_parity(ppath, in.parity_len, msg, len)))
 		local = SNAP_EIO;
-	if (!local && in.parity_len && (f.fd[f.n] = open(ppath, O_WRONLY | O_CLOEXEC)) < 0) {
+	if (!local && in.parity_len && (f.fd[f.n] = open(ppath, O_RDWR | O_CLOEXEC)) < 0) {
 		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
 		local = SNAP_EIO;
 	}
-	struct snap_ec_sink sink = { sink_write, &f };
+	struct snap_ec_io io = { io_read, io_write, &f };
 	if (!local)
-		snap_ec_rebuild_set_sink(rb, &sink);
+		snap_ec_rebuild_set_io(rb, &io);
 	/* Collective: a local failure passes nothing and fails the group. */
 	struct snap_ec_rebuild_stats st = { 0 };
 	t1 = snap_now_ns();

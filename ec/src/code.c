@@ -171,15 +171,28 @@ void ec_iov_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_
 	IOV_WALK(v, off, len, p, n, { memcpy(p, s, n); s += n; });
 }
 
-int ec_iov_sink(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len, const struct snap_ec_sink *sk)
+int ec_io_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len, const struct snap_ec_io *io)
 {
 	const uint8_t *s = src;
 	int rc = 0;
 	IOV_WALK(v, off, len, p, n, {
 		(void)p;
 		if (!rc)
-			rc = sk->write(sk->arg, i_, in_, s, n);
+			rc = io->write(io->arg, i_, in_, s, n);
 		s += n;
+	});
+	return rc;
+}
+
+int ec_io_read(const struct ec_iov *v, uint64_t off, void *dst, uint64_t len, const struct snap_ec_io *io)
+{
+	uint8_t *d = dst;
+	int rc = 0;
+	IOV_WALK(v, off, len, p, n, {
+		(void)p;
+		if (!rc)
+			rc = io->read(io->arg, i_, in_, d, n);
+		d += n;
 	});
 	return rc;
 }

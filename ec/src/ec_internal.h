@@ -91,8 +91,10 @@ void ec_iov_fini(struct ec_iov *v);
 uint8_t *ec_iov_contig(const struct ec_iov *v, uint64_t off, uint64_t len);
 void ec_iov_read(const struct ec_iov *v, uint64_t off, void *dst, uint64_t len);
 void ec_iov_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len);
-/* The same bytes handed to a sink, one call per iovec they touch. */
-int ec_iov_sink(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len, const struct snap_ec_sink *sk);
+/* [off, off+len) of v written or read through io, one call per iovec it
+ * touches (io->write / io->read must be set). */
+int ec_io_write(const struct ec_iov *v, uint64_t off, const void *src, uint64_t len, const struct snap_ec_io *io);
+int ec_io_read(const struct ec_iov *v, uint64_t off, void *dst, uint64_t len, const struct snap_ec_io *io);
 /* CRC32C (chained) over [off, off+len). */
 uint32_t ec_iov_crc(const struct ec_iov *v, uint64_t off, uint64_t len, uint32_t crc);
 
@@ -121,8 +123,9 @@ struct ec_xchg {
 	 * (its message in err) once the units in flight are done. */
 	int (*row_ready)(void *arg, uint32_t q);
 	void *row_arg;
-	/* rebuild: where my rebuilt pieces go; NULL: into data and parity */
-	const struct snap_ec_sink *sink;
+	/* rebuild: how my pieces are read and my rebuilt ones written; NULL
+	 * (or a NULL callback): through data and parity */
+	const struct snap_ec_io *io;
 	/* results */
 	uint64_t chunks_written, bytes_written;
 	char *err;
@@ -149,6 +152,10 @@ int ec_check_comm(MPI_Comm comm, const struct snap_ec_group *g, char *err, size_
  * data chunk zero-padded to the chunk length, or a parity chunk. */
 uint32_t ec_piece_crc(const struct snap_ec_meta *mt, int me, const struct ec_iov *v, const uint8_t *parity,
 		      int slot, uint32_t q);
+/* The same through io->read into buf (chunk_size bytes); SNAP_EIO etc. when
+ * the read fails. */
+int ec_piece_crc_io(const struct snap_ec_meta *mt, int me, const struct ec_iov *v, const struct snap_ec_io *io,
+		    int slot, uint32_t q, uint8_t *buf, uint32_t *crc);
 
 /* Group member (0..n-1) holding slot `slot` of stripe s (rotated placement:
  * data slot t on (s + m + t) mod n, parity row p on (s + p) mod n). */

@@ -158,7 +158,15 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 			surv_me = i;
 	uint64_t mylen = piece_len(e, s, q, mine);
 	const uint8_t *src = NULL;
-	if (surv_me >= 0 && mylen) {
+	if (surv_me >= 0 && mylen && x->me == dec && x->io && x->io->read) {
+		/* my own source, decoded here: read into the staging buffer */
+		uint64_t off = piece_off(mt, mine, q);
+		int rc = mine >= k ? x->io->read(x->io->arg, -1, off, u->tmp, mylen)
+				   : ec_io_read(x->data, off, u->tmp, mylen, x->io);
+		if (rc)
+			fail(e, rc < 0 ? rc : SNAP_EIO, "reading a source piece through the rebuild's io failed");
+		src = u->tmp;
+	} else if (surv_me >= 0 && mylen) {
 		if (mine >= k) {
 			src = x->parity + piece_off(mt, mine, q);
 		} else if (!(src = ec_iov_contig(x->data, piece_off(mt, mine, q), mylen))) {
@@ -185,7 +193,7 @@ static void post(struct engine *e, struct unit_slot *u, int s, uint32_t q, int t
 		fail(e, SNAP_EIO, "MPI_Isend failed");
 	if (u->my_er >= 0) {
 		uint64_t len = piece_len(e, s, q, mine);
-		uint8_t *dst = x->sink ? NULL /* staged, then handed to the sink */
+		uint8_t *dst = x->io && x->io->write ? NULL /* staged, then written through io */
 			       : mine >= k ? x->parity + piece_off(mt, mine, q)
 					   : ec_iov_contig(x->data, piece_off(mt, mine, q), len);
 		if (!dst)
@@ -228,8 +236,8 @@ static uint32_t *ec_tab_crc(const struct engine *e, int node, int slot, uint32_t
 	return &e->x->crc_tab[((size_t)node * (size_t)(e->k + e->m) + (size_t)slot) * e->mt->nchunks + q];
 }
 
-/* A finished row of mine: land it (or hand it to the sink once its CRC
- * is right), then record or check its CRC. */
+/* A finished row of mine: check or record its CRC, and land it (through
+ * io->write when set, once its CRC is right). */
 static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8_t *buf)
 {
 	const struct snap_ec_meta *mt = e->mt;
@@ -248,9 +256,9 @@ static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8
 		fail(e, SNAP_ECORRUPT, msg);
 		return;
 	}
-	if (x->sink) {
-		int rc = slot >= e->k ? x->sink->write(x->sink->arg, -1, off, buf, len)
-				      : ec_iov_sink(x->data, off, buf, len, x->sink);
+	if (x->io && x->io->write) {
+		int rc = slot >= e->k ? x->io->write(x->io->arg, -1, off, buf, len)
+				      : ec_io_write(x->data, off, buf, len, x->io);
 		if (rc) {
 			char msg[240];
 			snprintf(msg, sizeof(msg), "writing rebuilt %s failed (error %d)", what, rc);
@@ -289,8 +297,8 @@ static void complete(struct engine *e, struct unit_slot *u, int tag)
 						       : "survivor matrix does not invert");
 		const uint8_t *src[SNAP_EC_MAX_GROUP];
 		uint8_t *dst[SNAP_EC_MAX_GROUP];
-		for (int j = 0; j < u->ne; j++) /* my own parity row: in place (no sink) */
-			dst[j] = (!x->sink && u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
+		for (int j = 0; j < u->ne; j++) /* my own parity row: in place (no io->write) */
+			dst[j] = (!(x->io && x->io->write) && u->er[j] >= k && slot_node(e, u->s, u->er[j]) == x->me)
 					 ? x->parity + piece_off(mt, u->er[j], u->q)
 					 : u->obuf + (size_t)j * mt->chunk_size;
 		if (!e->rc) {

@@ -253,6 +253,18 @@ uint32_t ec_piece_crc(const struct snap_ec_meta *mt, int me, const struct ec_iov
 	return snap_crc32c_update(0, parity + (uint64_t)(slot - mt->k) * mt->seg_len + (uint64_t)q * mt->chunk_size, clen);
 }
 
+int ec_piece_crc_io(const struct snap_ec_meta *mt, int me, const struct ec_iov *v, const struct snap_ec_io *io,
+		    int slot, uint32_t q, uint8_t *buf, uint32_t *crc)
+{
+	uint64_t clen = ec_chunk_len(mt, q);
+	uint64_t len = slot < mt->k ? ec_valid(mt, me, slot, q) : clen;
+	uint64_t off = (uint64_t)(slot < mt->k ? slot : slot - mt->k) * mt->seg_len + (uint64_t)q * mt->chunk_size;
+	int rc = slot < mt->k ? ec_io_read(v, off, buf, len, io) : io->read(io->arg, -1, off, buf, len);
+	if (!rc)
+		*crc = ec_crc_padded(0, buf, len, clen - len);
+	return rc;
+}
+
 int snap_ec_verify(const struct snap_ec_meta *mt, const struct iovec *iov, int iovcnt,
 		   const void *parity, uint64_t parity_len, uint32_t *nbad, char *err, size_t errlen)
 {

@@ -19,8 +19,8 @@ struct snap_ec_rebuild {
 	int nlost;
 	uint32_t window;
 	int done;
-	int has_sink;
-	struct snap_ec_sink sink;
+	int has_io;
+	struct snap_ec_io io;
 	char err[512];
 };
 
@@ -245,10 +245,13 @@ struct verify {
 	int busy[2];
 	uint32_t ready, next;   /* rows < ready checked; rows < next requested */
 	uint64_t bad;           /* corrupt chunks of mine */
+	const struct snap_ec_io *io; /* pieces read through io->read into buf */
+	uint8_t *buf;
 };
 
 /* Mark this member's pieces of rows [q0, q1) erased: all of them when it is
- * lost, else the chunks whose CRC fails. Pure zero padding never is. */
+ * lost, else the chunks whose CRC fails (or, through io->read, that cannot
+ * be read). Pure zero padding never is. */
 static void local_erasures(struct verify *vf, uint32_t q0, uint32_t q1, uint8_t *flags)
 {
 	const struct snap_ec_meta *mt = vf->r->mt;
@@ -260,9 +263,14 @@ static void local_erasures(struct verify *vf, uint32_t q0, uint32_t q1, uint8_t 
 				*f = 0;
 			else if (vf->r->lost[me])
 				*f = 1;
-			else
+			else if (vf->io) {
+				uint32_t c = 0;
+				int rc = ec_piece_crc_io(mt, me, vf->v, vf->io, slot, q, vf->buf, &c);
+				vf->bad += (*f = rc || c != *ec_meta_crc(mt, me, slot, q));
+			} else {
 				vf->bad += (*f = ec_piece_crc(mt, me, vf->v, vf->parity, slot, q) !=
 						 *ec_meta_crc(mt, me, slot, q));
+			}
 		}
 }
 
@@ -386,14 +394,17 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 	rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild arguments");
 	if (rc)
 		goto out;
-	struct verify vf = { .r = r, .v = &v, .parity = parity, .erased = erased };
+	struct verify vf = { .r = r, .v = &v, .parity = parity, .erased = erased,
+			     .io = r->has_io && r->io.read ? &r->io : NULL };
 	uint32_t w = r->window ? r->window : (uint32_t)mt->n;
 	vf.rows = (w + (uint32_t)mt->n - 1) / (uint32_t)mt->n;
 	for (int b = 0; b < 2; b++) {
 		vf.mine[b] = calloc(1, per_batch(mt, vf.rows, 1));
 		vf.all[b] = malloc(per_batch(mt, vf.rows, (size_t)mt->n));
 	}
-	rc = vf.mine[0] && vf.mine[1] && vf.all[0] && vf.all[1] ? 0 : SNAP_ENOMEM;
+	if (vf.io)
+		vf.buf = malloc(mt->chunk_size);
+	rc = vf.mine[0] && vf.mine[1] && vf.all[0] && vf.all[1] && (!vf.io || vf.buf) ? 0 : SNAP_ENOMEM;
 	if (rc)
 		ec_errf(r->err, sizeof(r->err), rc, "ec: out of memory");
 	if ((rc = ec_group_status(r->comm, rc, r->err, sizeof(r->err), "rebuild verify buffers")))
@@ -402,7 +413,7 @@ int snap_ec_rebuild_run(struct snap_ec_rebuild *r, const struct iovec *iov, int 
 		.mode = EC_MODE_REBUILD, .comm = r->comm, .me = mt->index, .mt = mt,
 		.code = &r->code, .data = &v, .parity = parity, .erased = erased,
 		.window = r->window, .err = r->err, .errlen = sizeof(r->err),
-		.row_ready = row_ready, .row_arg = &vf, .sink = r->has_sink ? &r->sink : NULL,
+		.row_ready = row_ready, .row_arg = &vf, .io = r->has_io ? &r->io : NULL,
 	};
 	rc = ec_xchg_run(&x);
 	for (int b = 0; b < 2; b++) /* a batch requested ahead of a failure */
@@ -422,19 +433,20 @@ out_vf:
 		free(vf.mine[b]);
 		free(vf.all[b]);
 	}
+	free(vf.buf);
 out:
 	free(erased);
 	ec_iov_fini(&v);
 	return rc;
 }
 
-int snap_ec_rebuild_set_sink(struct snap_ec_rebuild *r, const struct snap_ec_sink *sink)
+int snap_ec_rebuild_set_io(struct snap_ec_rebuild *r, const struct snap_ec_io *io)
 {
-	if (!r || (sink && !sink->write))
+	if (!r || (io && !io->read && !io->write))
 		return SNAP_EINVAL;
-	r->has_sink = sink != NULL;
-	if (sink)
-		r->sink = *sink;
+	r->has_io = io != NULL;
+	if (io)
+		r->io = *io;
 	return 0;
 }
 

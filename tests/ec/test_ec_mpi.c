@@ -140,25 +140,46 @@ static int predict_lost(const struct group_data *gd, const uint8_t *er, uint32_t
 	return 0;
 }
 
-struct stats { int trials, lost_nodes, flips, meta_bad, expect_lost, sinks, sink_fails; };
+struct stats { int trials, lost_nodes, flips, meta_bad, expect_lost, ios, io_fails; };
 
-/* A rebuild sink over shadow buffers: what the engine hands it lands
- * there, so the test sees both that the sink got every rebuilt byte and
- * that run()'s own buffers were left alone. fail_at > 0 fails that call. */
-struct test_sink {
+/* Rebuild io over shadow copies of the buffers: reads come from them and
+ * rebuilt bytes land there, so the test sees that io got every rebuilt
+ * byte and that run()'s own buffers were never written. fail_at > 0 fails
+ * that write. */
+struct test_io {
 	struct iovec iov[4];
 	uint8_t *par;
-	int calls, fail_at;
+	uint64_t plen;
+	int writes, reads, fail_at;
 };
 
-static int sink_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+static uint8_t *io_at(struct test_io *t, int iov, uint64_t off, size_t len)
 {
-	struct test_sink *t = arg;
-	if (++t->calls == t->fail_at)
+	if (iov >= 4 || (iov >= 0 && off + len > t->iov[iov].iov_len) || (iov < 0 && off + len > t->plen))
+		return NULL;
+	return (iov < 0 ? t->par : (uint8_t *)t->iov[iov].iov_base) + off;
+}
+
+static int io_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+{
+	struct test_io *t = arg;
+	uint8_t *p = io_at(t, iov, off, len);
+	if (++t->writes == t->fail_at)
 		return SNAP_EIO;
-	if (iov >= 4 || (iov >= 0 && off + len > t->iov[iov].iov_len))
+	if (!p)
 		return SNAP_EINVAL;
-	memcpy((iov < 0 ? t->par : (uint8_t *)t->iov[iov].iov_base) + off, buf, len);
+	memcpy(p, buf, len);
+	return 0;
+}
+
+static int io_read(void *arg, int iov, uint64_t off, void *buf, size_t len)
+{
+	struct test_io *t = arg;
+	uint8_t *p = io_at(t, iov, off, len);
+	t->reads++;
+	if (!p)
+		return SNAP_EINVAL;
+	memcpy(buf, p, len);
 	return 0;
 }
 
@@ -323,17 +344,17 @@ static void trial(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, int
 			memset(par, 0x5A, plen + 1);
 		}
 		iovcnt = split(data, mylen, iov);
-		/* Half the trials rebuild through a sink into shadow copies; in
-		 * some of those the first lost member's sink fails its first write. */
-		int use_sink = (int)(rnd() % 2), sink_fails = use_sink && !expect_lost && rnd() % 3 == 0;
+		/* Half the trials rebuild through io over shadow copies; in some of
+		 * those the first lost member's first write fails. */
+		int use_io = (int)(rnd() % 2), io_fails = use_io && !expect_lost && rnd() % 3 == 0;
 		int first_lost = -1;
 		for (int j = n - 1; j >= 0; j--)
 			if (lost[j] || j == meta_bad)
 				first_lost = j;
-		sink_fails = sink_fails && first_lost >= 0;
+		io_fails = io_fails && first_lost >= 0;
 		uint8_t *sdata = NULL, *spar = NULL, *before = NULL, *pbefore = NULL;
-		struct test_sink ts = { .fail_at = sink_fails && me == first_lost ? 1 : 0 };
-		if (use_sink) {
+		struct test_io ts = { .plen = plen, .fail_at = io_fails && me == first_lost ? 1 : 0 };
+		if (use_io) {
 			sdata = malloc(mylen + 1);
 			spar = malloc(plen + 1);
 			before = malloc(mylen + 1);
@@ -345,25 +366,28 @@ static void trial(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, int
 			for (int i = 0; i < iovcnt; i++) /* the same cuts as run()'s iovecs */
 				ts.iov[i] = (struct iovec){ sdata + ((uint8_t *)iov[i].iov_base - data), iov[i].iov_len };
 			ts.par = spar;
-			struct snap_ec_sink sk = { sink_write, &ts };
-			CHECK(snap_ec_rebuild_set_sink(r, &sk) == 0, "set_sink");
+			struct snap_ec_io io = { io_read, io_write, &ts };
+			CHECK(snap_ec_rebuild_set_io(r, &io) == 0, "set_io");
 		}
 		struct snap_ec_rebuild_stats rst;
 		rc = snap_ec_rebuild_run(r, iov, iovcnt, par, plen, &rst);
-		if (use_sink) {
+		if (use_io) {
 			CHECK(memcmp(data, before, mylen) == 0 && memcmp(par, pbefore, plen) == 0,
-			      "trial %d: rebuild with a sink wrote into run()'s buffers", tr);
-			if (!rc) { /* the sink's copies are what the checks below see */
+			      "trial %d: rebuild through io wrote into run()'s buffers", tr);
+			/* a survivor verifies its pieces through io->read */
+			CHECK(lost[me] || me == meta_bad || (mylen == 0 && plen == 0) || ts.reads > 0,
+			      "trial %d: a survivor read nothing through io", tr);
+			if (!rc) { /* the io's copies are what the checks below see */
 				memcpy(data, sdata, mylen);
 				memcpy(par, spar, plen);
 			}
 		}
-		if (sink_fails) {
-			CHECK(rc != 0, "trial %d: a sink failed on member %d but rebuild_run returned 0", tr, first_lost);
+		if (io_fails) {
+			CHECK(rc != 0, "trial %d: a write failed on member %d but rebuild_run returned 0", tr, first_lost);
 			if (me == first_lost)
-				CHECK(strstr(snap_ec_rebuild_error(r), "writing rebuilt"), "trial %d: sink failure: %s", tr,
+				CHECK(strstr(snap_ec_rebuild_error(r), "writing rebuilt"), "trial %d: write failure: %s", tr,
 				      snap_ec_rebuild_error(r));
-			st->sink_fails++;
+			st->io_fails++;
 		} else if (expect_lost) {
 			CHECK(rc == SNAP_ELOST && strstr(snap_ec_rebuild_error(r), "erasures"),
 			      "trial %d: expected ELOST, got %d: %s", tr, rc, snap_ec_rebuild_error(r));
@@ -377,7 +401,7 @@ static void trial(MPI_Comm gc, const struct snap_ec_group *g, uint64_t seed, int
 			CHECK(snap_ec_verify(snap_ec_rebuild_meta(r), iov, iovcnt, par, plen, &nbad, err,
 					     sizeof(err)) == 0, "verify after rebuild: %s", err);
 		}
-		st->sinks += use_sink;
+		st->ios += use_io;
 		free(sdata);
 		free(spar);
 		free(before);
@@ -567,8 +591,8 @@ int main(int argc, char **argv)
 	too_many(gc, &g, seed, chunk);
 	bad_args(gc, &g);
 	MPI_Comm_free(&gc);
-	int tot[8] = { failures, st.trials, st.lost_nodes, st.flips, st.meta_bad, st.expect_lost, st.sinks,
-		       st.sink_fails }, sum[8];
+	int tot[8] = { failures, st.trials, st.lost_nodes, st.flips, st.meta_bad, st.expect_lost, st.ios,
+		       st.io_fails }, sum[8];
 	/* per-group stats are counted once, by each group's index 0 */
 	if (g.index != 0)
 		for (int i = 1; i < 8; i++)
@@ -576,7 +600,7 @@ int main(int argc, char **argv)
 	MPI_Reduce(tot, sum, 8, MPI_INT, MPI_SUM, 0, MPI_COMM_WORLD);
 	if (rank_world == 0)
 		printf("test_ec_mpi %d+%d (%d groups): %d trials, %d nodes lost, %d byte flips, %d corrupt metas, "
-		       "%d predicted ELOST, %d through a sink (%d failing): %s\n", k, m, g.ngroups, sum[1], sum[2],
+		       "%d predicted ELOST, %d through io (%d failing): %s\n", k, m, g.ngroups, sum[1], sum[2],
 		       sum[3], sum[4], sum[5], sum[6], sum[7], sum[0] ? "FAILED" : "ok");
 	MPI_Finalize();
 	return failures ? 1 : 0;
