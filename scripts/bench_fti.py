@@ -41,6 +41,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from bench_mesh import size_of  # noqa: E402
 NODES, LOST = 4, [0, 1]
 
 CONFIG = """[Basic]
@@ -82,11 +84,6 @@ stage_tag = 406
 final_tag = 3107
 Local_test = 1
 """
-
-
-def size_of(s):
-    mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
-    return int(s[:-1]) * mult[s[-1].upper()] if s[-1].upper() in mult else int(s)
 
 
 def json_lines(text):
