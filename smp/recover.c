@@ -11,9 +11,9 @@
  *   3. every node runs snap_ec_rebuild for it: survivors pass their files
  *      mapped (chunks whose CRC fails are rewritten, a missing manifest
  *      reads as zeros and comes back), lost nodes get their slot files,
- *      manifests, parity and record recreated bit-exact. Rebuilt bytes are
- *      written with pwrite() (the rebuild's io), not through the fresh
- *      mappings: see struct snap_ec_io;
+ *      manifests, parity and record recreated bit-exact. A node reads its
+ *      own pieces with pread() and writes rebuilt ones with pwrite() (the
+ *      rebuild's io), not through the fresh mappings: see struct snap_ec_io;
  *   4. the outcome is agreed over the mesh. Any failure (more than m
  *      erasures somewhere) marks the job lost: the message names the group,
  *      its lost nodes and the newest step still recoverable, and snapsmp
@@ -95,8 +95,9 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		f->iov[2 * i] = (struct iovec){ f->man[i], e->man_len };
 		if (!e->slot_bytes)
 			continue;
-		/* Read-only: the rebuild reads and writes through its io. A lost node never
-		 * reads its mapping, so it is not populated either. */
+		/* Read-only, for MPI to send sources from: this node's own reads
+		 * and writes go through the rebuild's io. A lost node sends
+		 * nothing, so its mapping is not populated either. */
 		int fd = f->fd[i] = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		struct stat st;
 		void *p = MAP_FAILED;
