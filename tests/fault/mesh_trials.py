@@ -179,11 +179,15 @@ def setup(a, tag):
 
 def start_trainers(a, mesh, logdir, tag, steps, ranks=None, extra=(), env_over=None):
     """steps: the last step for every rank, or a dict rank -> last step.
-    extra: more trainer flags; env_over: variables to set (None: unset)."""
+    extra: more trainer flags; env_over: variables to set (None: unset).
+    The ranks started by one call are one launch (SNAP_LAUNCH): a rank that
+    connects after its node's other ranks of the call exited joins their
+    incarnation instead of starting a new one."""
     procs = []
+    launch = f"{tag}-{os.getpid()}-{time.monotonic_ns()}"
     for r in (range(a.world) if ranks is None else ranks):
         node = r % a.nodes
-        env = dict(os.environ, SNAP_STORE=mesh.root(node), SNAP_JOB=JOB, SNAP_RANK=str(r),
+        env = dict(os.environ, SNAP_STORE=mesh.root(node), SNAP_JOB=JOB, SNAP_RANK=str(r), SNAP_LAUNCH=launch,
                    SNAP_WORLD_SIZE=str(a.world), SNAP_TIMEOUT_MS="20000", SNAP_COPY_THREADS="1", SNAP_SLOTS="3")
         if a.codec:   # frames in the slots: parity and rebuild treat them as bytes
             env["SNAP_CODEC_PARAM"], env["SNAP_CODEC_OPTIM"] = a.codec.split(",")
