@@ -173,7 +173,7 @@ struct sent {
 	uint64_t step;
 	uint32_t world, count;
 	uint32_t old;      /* of count: slots no connected process of the current generation wrote */
-	uint32_t pad;
+	uint32_t old_gen;  /* of old: slots an older generation than the current one wrote */
 };
 
 struct jsum {
@@ -181,6 +181,7 @@ struct jsum {
 	uint32_t n;
 	uint32_t news;     /* store_job.news: this node's new incarnation rewound the job ... */
 	uint64_t news_base;/* ... to this step (news 1) or to nothing (news 2) */
+	uint64_t launch;   /* launch_id of this node's current generation of the job */
 	/* the mesh flush (meshflush.c): this node's part of fl_step ... */
 	uint64_t fl_step;
 	uint32_t fl_state; /* ... 0 none or writing, 1 written (fl_ranks files), 2 failed */
@@ -216,6 +217,19 @@ static void put(struct snap_mesh *mesh, uint8_t **p, size_t *len, size_t *cap, c
 	*len += n;
 }
 
+/* A launch (store_job.launch) as 64 bits for the summaries (FNV-1a); 0 for
+ * none. Two launches that collide would only keep a dead one's steps
+ * counted as they were before any launch was known. */
+static uint64_t launch_id(const char *s)
+{
+	uint64_t h = 0xcbf29ce484222325ull;
+	if (!s[0])
+		return 0;
+	for (; *s; s++)
+		h = (h ^ (uint8_t)*s) * 0x100000001b3ull;
+	return h ? h : 1;
+}
+
 /* [lock held] This node's committed steps: per job a jsum then n sents. */
 static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 {
@@ -242,9 +256,11 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 				}
 				e[x].count++;
 				e[x].old += !snap_store_slot_current(j, rk, sl);
+				e[x].old_gen += sl->man.gen != j->gen;
 			}
 		}
-		struct jsum h = { .n = n, .news = (uint32_t)j->news, .news_base = j->news_base };
+		struct jsum h = { .n = n, .news = (uint32_t)j->news, .news_base = j->news_base,
+				  .launch = launch_id(j->launch) };
 		struct mjob *mj = mesh_job_find(mesh, j->name);
 		if (j->mfl_busy || j->mfl_state) {
 			h.fl_step = j->mfl_step;
@@ -320,51 +336,71 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 	size_t na = 0, cap = 0;
 	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		j->news = 0;
+		j->news_launch = UINT64_MAX;   /* no node reported news yet */
 		j->f_nodes = j->f_done = j->f_ok = j->f_world = 0;
 		j->f_fail_node = -1;
 		j->f_seal = j->f_has_persisted = 0;
 		j->cap_want = 0;
 	}
-	for (int node = 0; node < mesh->size; node++) {
-		const uint8_t *p = all + displs[node], *end = p + counts[node];
-		while (p + sizeof(struct jsum) <= end) {
-			struct jsum h;
-			memcpy(&h, p, sizeof(h));
-			p += sizeof(h);
-			h.name[SNAP_JOB_MAX] = 0;
-			struct mjob *j = mesh_job(mesh, h.name);
-			if (!j)
-				round_fatal(mesh, "out of memory for a job entry");
-			fold_flush(j, node, &h);
-			j->cap_want |= h.cap_dirty != 0;
-			if (h.news == 2 || (h.news == 1 && j->news != 2 && (j->news == 0 || h.news_base < j->news_base))) {
-				j->news = (int)h.news;
-				j->news_base = h.news_base;
-			}
-			for (uint32_t i = 0; i < h.n && p + sizeof(struct sent) <= end; i++, p += sizeof(struct sent)) {
-				struct sent e;
-				memcpy(&e, p, sizeof(e));
-				size_t x = 0;
-				while (x < na && (a[x].job != j || a[x].e.step != e.step || a[x].e.world != e.world))
-					x++;
-				if (x == na) {
-					if (na == cap) {
-						cap = cap ? cap * 2 : 64;
-						void *q = realloc(a, cap * sizeof(*a));
-						if (!q)
-							round_fatal(mesh, "out of memory folding the summaries");
-						a = q;
+	/* Two passes: which launch rewound (news) decides what the second
+	 * pass counts as a dead incarnation's slots on each node. */
+	for (int pass = 0; pass < 2; pass++)
+		for (int node = 0; node < mesh->size; node++) {
+			const uint8_t *p = all + displs[node], *end = p + counts[node];
+			while (p + sizeof(struct jsum) <= end) {
+				struct jsum h;
+				memcpy(&h, p, sizeof(h));
+				p += sizeof(h);
+				h.name[SNAP_JOB_MAX] = 0;
+				struct mjob *j = mesh_job(mesh, h.name);
+				if (!j)
+					round_fatal(mesh, "out of memory for a job entry");
+				if (pass == 0) {
+					fold_flush(j, node, &h);
+					j->cap_want |= h.cap_dirty != 0;
+					if (h.news == 2 ||
+					    (h.news == 1 && j->news != 2 && (j->news == 0 || h.news_base < j->news_base))) {
+						j->news = (int)h.news;
+						j->news_base = h.news_base;
 					}
-					a[na++] = (struct agg){ j, { e.step, e.world, 0, 0, 0 } };
+					if (h.news)   /* two launches rewinding at once: neither is trusted */
+						j->news_launch = j->news_launch == UINT64_MAX || j->news_launch == h.launch
+									 ? h.launch : 0;
+					size_t skip = (size_t)h.n * sizeof(struct sent);
+					p = skip < (size_t)(end - p) ? p + skip : end;
+					continue;
 				}
-				a[x].e.count += e.count;
-				a[x].e.old += e.old;
+				if (j->news_launch == UINT64_MAX)
+					j->news_launch = 0;
+				/* A node whose current generation is the launch that rewound:
+				 * its exited ranks' steps are that launch's, not a dead one's. */
+				int same = j->news_launch && h.launch == j->news_launch;
+				for (uint32_t i = 0; i < h.n && p + sizeof(struct sent) <= end; i++, p += sizeof(struct sent)) {
+					struct sent e;
+					memcpy(&e, p, sizeof(e));
+					size_t x = 0;
+					while (x < na && (a[x].job != j || a[x].e.step != e.step || a[x].e.world != e.world))
+						x++;
+					if (x == na) {
+						if (na == cap) {
+							cap = cap ? cap * 2 : 64;
+							void *q = realloc(a, cap * sizeof(*a));
+							if (!q)
+								round_fatal(mesh, "out of memory folding the summaries");
+							a = q;
+						}
+						a[na++] = (struct agg){ j, { e.step, e.world, 0, 0, 0 } };
+					}
+					a[x].e.count += e.count;
+					a[x].e.old += same ? e.old_gen : e.old;
+				}
 			}
 		}
-	}
 	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		uint64_t steps[256];
 		unsigned n = 0;
+		if (j->news_launch == UINT64_MAX)
+			j->news_launch = 0;
 		/*
 		 * A new incarnation of the job rewound to news_base on some node:
 		 * slots past it that no live process of the current generation
@@ -393,7 +429,8 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 				 j->news == 1 ? "a persisted step" : "nothing");
 		}
 		if (sj && j->news) {
-			unsigned dropped = snap_store_supersede(mesh->store, sj, j->news == 1, j->news_base);
+			int same = j->news_launch && j->news_launch == launch_id(sj->launch);
+			unsigned dropped = snap_store_supersede(mesh->store, sj, j->news == 1, j->news_base, same);
 			if (dropped)
 				mesh_say(mesh, "job %s: a new incarnation rewound it to %s%" PRIu64 "; %u slot(s) here of "
 					 "a dead one's later steps dropped", j->name, j->news == 1 ? "step " : "nothing, ",

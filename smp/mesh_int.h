@@ -53,6 +53,7 @@ struct mjob {
 	unsigned ncomplete;
 	int news;                     /* this round: a new incarnation rewound (1: to news_base, 2: to nothing) */
 	uint64_t news_base;
+	uint64_t news_launch;         /* ... the launch it is (launch_id in mesh.c), 0: unknown */
 	/* The mesh's flush of a protected step (meshflush.c). Agreed: */
 	int fl_busy;                  /* 1: nodes writing their ranks' files, 2: node 0 sealing */
 	uint64_t fl_step;

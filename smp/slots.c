@@ -137,7 +137,8 @@ int snap_store_slot_current(const struct store_job *j, const struct store_rank *
 	return r->conn && sl->man.gen == j->gen;
 }
 
-unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base)
+unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base,
+			      int same_launch)
 {
 	unsigned n = 0;
 	char err[256];
@@ -146,7 +147,7 @@ unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has
 		for (uint32_t i = 0; r && i < s->nslots; i++) {
 			struct store_slot *sl = &r->slots[i];
 			if (sl->state != SLOT_COMMITTED || sl->superseded || (has_base && sl->step <= base) ||
-			    snap_store_slot_current(j, r, sl))
+			    snap_store_slot_current(j, r, sl) || (same_launch && sl->man.gen == j->gen))
 				continue;
 			if (withdraw(s, j, r, i, "a dead incarnation's step past the step its successor restored", err,
 				     sizeof(err)) != 0)

@@ -190,9 +190,14 @@ int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, u
  * `base` (or to nothing: has_base == 0). Withdraw this node's committed steps
  * of the job past it that were not written by the connected process of the
  * current generation: they belong to a dead incarnation's timeline.
- * Returns the number of slots withdrawn.
+ * same_launch: the incarnation that rewound is the launch (SNAP_LAUNCH) that
+ * started this node's current generation, so the current generation's steps
+ * stay even where their writers have exited: a rank of one launch that
+ * starts late (its peers on other nodes already saved and exited) is no
+ * relaunch. Returns the number of slots withdrawn.
  */
-unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base);
+unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base,
+			      int same_launch);
 /* A reader (protect, flush) is done with slot i: a slot withdrawn while it
  * read is freed now. */
 void snap_store_unref(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i);
