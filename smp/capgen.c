@@ -244,27 +244,30 @@ int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *wh
 	return 0;
 }
 
-int cap_map_gen(const char *gdir, const struct cap_list *l, void *cat, size_t cat_len, int writable,
-		   struct iovec **iovp, char *err, size_t errlen)
+int cap_map_gen(const char *gdir, const struct cap_list *l, void *cat, size_t cat_len, int *fds,
+		struct iovec **iovp, char *err, size_t errlen)
 {
 	struct iovec *iov = calloc((size_t)l->n + 1, sizeof(*iov));
 	if (!iov)
 		return SNAP_ENOMEM;
 	*iovp = iov;
 	iov[0] = (struct iovec){ cat, cat_len };
+	for (uint32_t i = 0; fds && i < l->n; i++)
+		fds[i + 1] = -1;
 	for (uint32_t i = 0; i < l->n; i++) {
 		char dname[17], p[SNAP_FILE_MAX + 32];
 		snap_fman_data_name(l->e[i].id, dname);
 		snprintf(p, sizeof(p), "%s/%s", gdir, dname);
 		if (!l->e[i].size)
 			continue;
-		int fd = open(p, (writable ? O_RDWR : O_RDONLY) | O_CLOEXEC);
+		int fd = open(p, (fds ? O_RDWR : O_RDONLY) | O_CLOEXEC);
 		struct stat st;
 		void *m = MAP_FAILED;
 		if (fd >= 0 && fstat(fd, &st) == 0 && (uint64_t)st.st_size == l->e[i].size)
-			m = mmap(NULL, l->e[i].size, writable ? PROT_READ | PROT_WRITE : PROT_READ,
-				 MAP_SHARED | MAP_POPULATE, fd, 0);
-		if (fd >= 0)
+			m = mmap(NULL, l->e[i].size, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (fds)
+			fds[i + 1] = fd;
+		else if (fd >= 0)
 			close(fd);
 		if (m == MAP_FAILED) {
 			snap_fmt(err, errlen, "cannot map %s (%" PRIu64 " bytes): %s", p, l->e[i].size,

@@ -72,8 +72,11 @@ int cap_read_catalog(struct snap_mesh *mesh, const char *job, uint64_t g, struct
 		     size_t *len, char *why, size_t wlen);
 
 /* The generation's bytes as iov[l->n + 1]: the catalog, then each data file
- * mapped through its link (read-write for a rebuild's repairs). */
-int cap_map_gen(const char *gdir, const struct cap_list *l, void *cat, size_t cat_len, int writable,
+ * mapped read-only through its link. With fds (a rebuild: l->n + 1 ints,
+ * fds[0] the caller's), each data file also stays open read-write in
+ * fds[i + 1] for the rebuild's io (-1 for an empty one); the caller closes
+ * them, on failure too. */
+int cap_map_gen(const char *gdir, const struct cap_list *l, void *cat, size_t cat_len, int *fds,
 		struct iovec **iovp, char *err, size_t errlen);
 void cap_unmap_gen(struct iovec *iov, uint32_t n);
 

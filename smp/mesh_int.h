@@ -167,8 +167,31 @@ int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const ch
 /* [collective] Agree on an outcome: 0, or SNAP_ELOST with the first failing
  * node's message in msg. */
 int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len);
-/* A parity file mapped read-write at plen bytes (created or resized). */
+/* A parity file mapped read-write at plen bytes (created or resized), for
+ * an encode to write into. */
 void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len);
+/* The parity file of a rebuild, created or resized to plen bytes: open
+ * read-write in *fd for the rebuild's io, and returned mapped read-only for
+ * MPI to send parity rows from (populated only when this node has its
+ * pieces: a lost node sends none). NULL and msg on failure. */
+void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fd, char *msg, size_t len);
+/* The rebuild's io over a node's files (struct snap_ec_io): rebuilt pieces
+ * are written with pwrite(), not through a fresh mapping, whose every page
+ * the kernel would zero-fill and fault in first (on the test VM, 256 MiB
+ * written through one took 1.1 s, with pwrite() 0.14 s). iov i of the
+ * rebuild is file fd[i], or memory (iov[i]) where fd[i] < 0; the parity is
+ * fd[n]. Reads (the verification, the rows this node decodes) stay on the
+ * read-only mappings, populated up front: reading them through pread() too
+ * was 3x faster on one VM (shadow page tables: a trap per page even after
+ * MAP_POPULATE) but 1.2-1.6x slower on another and adds a copy everywhere
+ * (README, "Erasure coding"). */
+struct mesh_fio {
+	const struct iovec *iov;
+	const int *fd;   /* [n + 1] */
+	int n;
+};
+/* snap_ec_rebuild_set_io with f (which must outlive the run). */
+int mesh_fio_attach(struct snap_ec_rebuild *rb, struct mesh_fio *f);
 /* [collective over the group] Begin the rebuild of the unit whose record
  * is rpath: this node passes its record when it has a usable one (have),
  * else it counts as lost. msg on failure. */

@@ -245,7 +245,7 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 		pthread_mutex_unlock(&mesh->mu);
 	}
 	if (!p->local)
-		p->local = cap_map_gen(p->gdir, &p->l, p->cat, p->cat_len, 0, &p->iov, p->err, sizeof(p->err));
+		p->local = cap_map_gen(p->gdir, &p->l, p->cat, p->cat_len, NULL, &p->iov, p->err, sizeof(p->err));
 	p->niov = p->l.n + 1;
 	cap_encode(mesh, g, p);
 
@@ -397,7 +397,20 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 	return rc ? SNAP_EIO : 0;
 }
 
-/* The rebuild of generation g on this node (collective over the group). */
+/* n file descriptors, all -1. */
+static int *fds_new(int n)
+{
+	int *fds = malloc((size_t)n * sizeof(int));
+	for (int i = 0; fds && i < n; i++)
+		fds[i] = -1;
+	return fds;
+}
+
+/* The rebuild of generation g on this node (collective over the group).
+ * Its pieces are read and written through the rebuild's io (mesh_fio): a
+ * survivor's catalog and data files, open read-write, repaired in place; a
+ * lost node's generation as one segment file (the catalog, then the files),
+ * which install_lost splits once it is whole. */
 static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
 {
 	const char *root = mesh->store->root;
@@ -407,6 +420,7 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	mesh_ec_path(root, jf, g, "parity", ppath, sizeof(ppath));
 	cap_gen_dir(mesh, job, g, gdir, sizeof(gdir));
 	struct snap_ec_rebuild *rb = NULL;
+	uint64_t t0 = snap_now_ns();
 	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
 	if (rc)
 		return rc;
@@ -427,46 +441,54 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	void *cat = NULL, *seg = NULL, *parity = NULL;
 	size_t cat_len = 0;
 	struct iovec *iov = NULL, one;
-	int niov = 0;
+	int niov = 0, *fds = NULL;
 	char segp[SNAP_FILE_MAX + 16];
 	snprintf(segp, sizeof(segp), "%s/segment.tmp", gdir);
 	if (!local && have) {
-		/* the catalog is mapped too, so that a repair of it lands in the file */
 		local = cap_read_catalog(mesh, job, g, &l, &cat, &cat_len, msg, len);
 		free(cat);
 		cat = NULL;
+		niov = (int)l.n + 1;
+		if (!local && !(fds = fds_new(niov + 1))) {
+			snap_fmt(msg, len, "out of memory for the files of generation %" PRIu64, g);
+			local = SNAP_ENOMEM;
+		}
 		char cp[SNAP_FILE_MAX + 16];
 		snprintf(cp, sizeof(cp), "%s/catalog", gdir);
 		int fd = local ? -1 : open(cp, O_RDWR | O_CLOEXEC);
-		if (fd >= 0 && (cat = mmap(NULL, cat_len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)) == MAP_FAILED)
+		if (fds)
+			fds[0] = fd;
+		if (fd >= 0 && (cat = mmap(NULL, cat_len, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
 			cat = NULL;
-		if (fd >= 0)
-			close(fd);
 		if (!local && !cat) {
 			snap_fmt(msg, len, "cannot map %s", cp);
 			local = SNAP_EIO;
 		}
 		if (!local)
-			local = cap_map_gen(gdir, &l, cat, cat_len, 1, &iov, msg, len);
-		niov = (int)l.n + 1;
+			local = cap_map_gen(gdir, &l, cat, cat_len, fds, &iov, msg, len);
 	} else if (!local) {
 		cap_remove_gen_dir(gdir);
+		niov = 1;
 		int fd = !cap_make_dirs(mesh, job) && mkdir(gdir, 0700) == 0 ? open(segp, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600) : -1;
 		if (fd >= 0 && ftruncate(fd, (off_t)mlen) == 0 && mlen)
-			seg = mmap(NULL, mlen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
-		if (fd >= 0)
+			seg = mmap(NULL, mlen, PROT_READ, MAP_SHARED, fd, 0);   /* sends nothing: not populated */
+		if (fd >= 0 && (fds = fds_new(2)))
+			fds[0] = fd;
+		else if (fd >= 0)
 			close(fd);
-		if (fd < 0 || seg == MAP_FAILED) {
+		if (!fds || seg == MAP_FAILED) {
 			seg = NULL;
-			snap_fmt(msg, len, "cannot create %s for the rebuild: %s", segp, strerror(errno));
+			snap_fmt(msg, len, "cannot create %s for the rebuild: %s", segp, fds ? strerror(errno) : "out of memory");
 			local = SNAP_EIO;
 		}
 		one = (struct iovec){ seg, mlen };
 		iov = &one;
-		niov = 1;
 	}
-	if (!local && in.parity_len && !(parity = mesh_map_parity(ppath, in.parity_len, msg, len)))
+	if (!local && in.parity_len && !(parity = mesh_open_parity(ppath, in.parity_len, have, &fds[niov], msg, len)))
 		local = SNAP_EIO;
+	struct mesh_fio fio = { iov, fds, niov };
+	if (!local)
+		mesh_fio_attach(rb, &fio);
 	struct snap_ec_rebuild_stats st = { 0 };
 	rc = snap_ec_rebuild_run(rb, local ? NULL : iov, local ? 0 : niov, local ? NULL : parity,
 				 local ? 0 : in.parity_len, &st);
@@ -475,6 +497,15 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 		local = rc;
 	}
 	int restored = 0;
+	if (!local && !have && seg) {
+		/* whole now, and in the page cache: populated in one go, not a fault per page */
+		munmap(seg, mlen);
+		if ((seg = mmap(NULL, mlen, PROT_READ, MAP_SHARED | MAP_POPULATE, fds[0], 0)) == MAP_FAILED) {
+			seg = NULL;
+			snap_fmt(msg, len, "cannot map the rebuilt %s: %s", segp, strerror(errno));
+			local = SNAP_EIO;
+		}
+	}
 	if (!local && !have)
 		local = install_lost(mesh, job, gdir, seg ? seg : "", mlen, &b, &restored, msg, len);
 	if (!local) {
@@ -487,9 +518,9 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	}
 	if (!local && (st.chunks_rebuilt || !have))
 		mesh_warn(mesh, "job %s captured files generation %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64
-			  " corrupt), %d files given back to the store, CRCs verified", job, g,
-			  have ? "repaired this node" : "rebuilt this lost node", st.chunks_rebuilt, st.chunks_corrupt,
-			  restored);
+			  " corrupt), %" PRIu64 " bytes written, %d files given back to the store, CRCs verified, %.1f ms",
+			  job, g, have ? "repaired this node" : "rebuilt this lost node", st.chunks_rebuilt,
+			  st.chunks_corrupt, st.bytes_written, restored, (double)(snap_now_ns() - t0) / 1e6);
 	if (seg)
 		munmap(seg, mlen);
 	unlink(segp);
@@ -499,6 +530,10 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 		munmap(cat, cat_len);
 	if (parity)
 		munmap(parity, in.parity_len);
+	for (int i = 0; fds && i <= niov; i++)
+		if (fds[i] >= 0)
+			close(fds[i]);
+	free(fds);
 	cap_list_free(&l);
 	snap_ec_rebuild_free(rb);
 	return local;

@@ -4,8 +4,9 @@
  * of steps (recover.c) and of captured files (meshcap.c): every node lists
  * its valid records, the lists are gathered, and each unit (a step, or a
  * generation of captured files) is rebuildable when no group misses more
- * than m records of it. Also the agreement on an outcome, and the mapping
- * of a parity file for a rebuild. Calls nothing above it (mesh_int.h).
+ * than m records of it. Also the agreement on an outcome, and the files of
+ * a rebuild: the parity file, and the io (pwrite) both rebuilds write their
+ * rebuilt pieces through. Calls nothing above it (mesh_int.h).
  */
 #include <dirent.h>
 #include <errno.h>
@@ -196,10 +197,56 @@ void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
 	if (fd >= 0)
 		close(fd);
 	if (p == MAP_FAILED) {
-		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
+		snap_fmt(msg, len, "cannot map parity file %s: %s", ppath, strerror(errno));
 		return NULL;
 	}
 	return p;
+}
+
+void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fdp, char *msg, size_t len)
+{
+	void *p = MAP_FAILED;
+	int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	struct stat st;
+	if (fd >= 0 && fstat(fd, &st) == 0 && ((uint64_t)st.st_size == plen || ftruncate(fd, (off_t)plen) == 0))
+		p = mmap(NULL, plen, PROT_READ, MAP_SHARED | (have ? MAP_POPULATE : 0), fd, 0);
+	if (p == MAP_FAILED) {
+		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
+		if (fd >= 0)
+			close(fd);
+		return NULL;
+	}
+	*fdp = fd;
+	return p;
+}
+
+/* pwrite() of the whole range, or a copy when the piece is memory. */
+static int fio_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
+{
+	struct mesh_fio *f = arg;
+	const uint8_t *p = buf;
+	int fd = f->fd[iov < 0 ? f->n : iov];
+	if (fd < 0) {
+		memcpy((uint8_t *)f->iov[iov].iov_base + off, p, len);
+		return 0;
+	}
+	while (len) {
+		ssize_t k = pwrite(fd, p, len, (off_t)off);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return k < 0 && errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		p += k;
+		len -= (size_t)k;
+		off += (uint64_t)k;
+	}
+	return 0;
+}
+
+int mesh_fio_attach(struct snap_ec_rebuild *rb, struct mesh_fio *f)
+{
+	struct snap_ec_io io = { NULL, fio_write, f };
+	return snap_ec_rebuild_set_io(rb, &io);
 }
 
 int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *msg,

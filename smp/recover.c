@@ -11,9 +11,9 @@
  *   3. every node runs snap_ec_rebuild for it: survivors pass their files
  *      mapped (chunks whose CRC fails are rewritten, a missing manifest
  *      reads as zeros and comes back), lost nodes get their slot files,
- *      manifests, parity and record recreated bit-exact. A node reads its
- *      own pieces with pread() and writes rebuilt ones with pwrite() (the
- *      rebuild's io), not through the fresh mappings: see struct snap_ec_io;
+ *      manifests, parity and record recreated bit-exact. A node writes
+ *      rebuilt pieces with pwrite() (the rebuild's io, mesh_fio), not
+ *      through the fresh mappings, and reads from read-only ones;
  *   4. the outcome is agreed over the mesh. Any failure (more than m
  *      erasures somewhere) marks the job lost: the message names the group,
  *      its lost nodes and the newest step still recoverable, and snapsmp
@@ -39,7 +39,8 @@
 struct rebuild_files {
 	struct mesh_slot_ent *ent;   /* the slot list of this node, from the record */
 	uint32_t n;
-	int *fd;                     /* [n + 1]: slot files (-1: none), parity last */
+	int *fd;                     /* [2n + 1], per iov: slot files, -1 for the
+	                                manifests (memory); the parity file last */
 	struct iovec *iov;           /* [2n + 1]: (manifest, slot) pairs */
 	void **man;                  /* [n + 1] */
 	void *parity;
@@ -60,8 +61,8 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		snap_fmt(msg, len, "the slot list of step %" PRIu64 " in the record is malformed", g);
 	f->iov = calloc(2 * (size_t)f->n + 1, sizeof(*f->iov));
 	f->man = calloc((size_t)f->n + 1, sizeof(void *));
-	f->fd = malloc(((size_t)f->n + 1) * sizeof(int));
-	for (uint32_t i = 0; f->fd && i <= f->n; i++)
+	f->fd = malloc((2 * (size_t)f->n + 1) * sizeof(int));
+	for (uint32_t i = 0; f->fd && i <= 2 * f->n; i++)
 		f->fd[i] = -1;
 	if (!local && (!f->iov || !f->man || !f->fd)) {
 		snap_fmt(msg, len, "out of memory for the slot list of step %" PRIu64, g);
@@ -95,10 +96,10 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		f->iov[2 * i] = (struct iovec){ f->man[i], e->man_len };
 		if (!e->slot_bytes)
 			continue;
-		/* Read-only, for MPI to send sources from: this node's own reads
-		 * and writes go through the rebuild's io. A lost node sends
+		/* Read-only, for the verification and MPI's sends: this node's
+		 * writes go through the rebuild's io. A lost node reads and sends
 		 * nothing, so its mapping is not populated either. */
-		int fd = f->fd[i] = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+		int fd = f->fd[2 * i + 1] = open(sp, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 		struct stat st;
 		void *p = MAP_FAILED;
 		if (fd >= 0 && fstat(fd, &st) == 0 &&
@@ -142,39 +143,6 @@ static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct
 	return 0;
 }
 
-/* The rebuild's io: manifests in their buffers, slot files and parity
- * with pread()/pwrite(). */
-static int files_io(struct rebuild_files *f, int iov, uint64_t off, uint8_t *p, size_t len, int wr)
-{
-	if (iov >= 0 && iov % 2 == 0) {
-		uint8_t *man = (uint8_t *)f->man[iov / 2] + off;
-		memcpy(wr ? man : p, wr ? p : man, len);
-		return 0;
-	}
-	int fd = f->fd[iov < 0 ? f->n : (uint32_t)iov / 2];
-	while (len) {
-		ssize_t k = wr ? pwrite(fd, p, len, (off_t)off) : pread(fd, p, len, (off_t)off);
-		if (k < 0 && errno == EINTR)
-			continue;
-		if (k <= 0)   /* 0: a read past the end, the file was cut short */
-			return k < 0 && errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
-		p += k;
-		len -= (size_t)k;
-		off += (uint64_t)k;
-	}
-	return 0;
-}
-
-static int io_read(void *arg, int iov, uint64_t off, void *buf, size_t len)
-{
-	return files_io(arg, iov, off, buf, len, 0);
-}
-
-static int io_write(void *arg, int iov, uint64_t off, const void *buf, size_t len)
-{
-	return files_io(arg, iov, off, (uint8_t *)buf, len, 1);
-}
-
 static void rebuild_files_free(struct rebuild_files *f)
 {
 	for (uint32_t i = 0; f->man && i < f->n; i++) {
@@ -182,7 +150,7 @@ static void rebuild_files_free(struct rebuild_files *f)
 		if (f->iov && f->iov[2 * i + 1].iov_base)
 			munmap(f->iov[2 * i + 1].iov_base, f->ent[i].slot_bytes);
 	}
-	for (uint32_t i = 0; f->fd && i <= f->n; i++)
+	for (uint32_t i = 0; f->fd && i <= 2 * f->n; i++)
 		if (f->fd[i] >= 0)
 			close(f->fd[i]);
 	free(f->fd);
@@ -211,15 +179,12 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	snap_ec_meta_info(meta, &in);
 	struct rebuild_files f = { .parity_len = in.parity_len };
 	int local = open_slot_files(mesh, job, g, meta, have, &f, msg, len);
-	if (!local && in.parity_len && !(f.parity = mesh_map_parity(ppath, in.parity_len, msg, len)))
+	if (!local && in.parity_len &&
+	    !(f.parity = mesh_open_parity(ppath, in.parity_len, have, &f.fd[2 * f.n], msg, len)))
 		local = SNAP_EIO;
-	if (!local && in.parity_len && (f.fd[f.n] = open(ppath, O_RDWR | O_CLOEXEC)) < 0) {
-		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
-		local = SNAP_EIO;
-	}
-	struct snap_ec_io io = { io_read, io_write, &f };
+	struct mesh_fio fio = { f.iov, f.fd, 2 * (int)f.n };
 	if (!local)
-		snap_ec_rebuild_set_io(rb, &io);
+		mesh_fio_attach(rb, &fio);
 	/* Collective: a local failure passes nothing and fails the group. */
 	struct snap_ec_rebuild_stats st = { 0 };
 	t1 = snap_now_ns();
