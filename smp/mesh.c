@@ -336,7 +336,7 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 	size_t na = 0, cap = 0;
 	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		j->news = 0;
-		j->news_launch = UINT64_MAX;   /* no node reported news yet */
+		j->news_launch = 0;
 		j->f_nodes = j->f_done = j->f_ok = j->f_world = 0;
 		j->f_fail_node = -1;
 		j->f_seal = j->f_has_persisted = 0;
@@ -358,23 +358,21 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 				if (pass == 0) {
 					fold_flush(j, node, &h);
 					j->cap_want |= h.cap_dirty != 0;
+					/* two launches rewinding in one round: neither is trusted */
+					if (h.news)
+						j->news_launch = !j->news || j->news_launch == h.launch ? h.launch : 0;
 					if (h.news == 2 ||
 					    (h.news == 1 && j->news != 2 && (j->news == 0 || h.news_base < j->news_base))) {
 						j->news = (int)h.news;
 						j->news_base = h.news_base;
 					}
-					if (h.news)   /* two launches rewinding at once: neither is trusted */
-						j->news_launch = j->news_launch == UINT64_MAX || j->news_launch == h.launch
-									 ? h.launch : 0;
 					size_t skip = (size_t)h.n * sizeof(struct sent);
 					p = skip < (size_t)(end - p) ? p + skip : end;
 					continue;
 				}
-				if (j->news_launch == UINT64_MAX)
-					j->news_launch = 0;
 				/* A node whose current generation is the launch that rewound:
 				 * its exited ranks' steps are that launch's, not a dead one's. */
-				int same = j->news_launch && h.launch == j->news_launch;
+				int same = j->news && j->news_launch && h.launch == j->news_launch;
 				for (uint32_t i = 0; i < h.n && p + sizeof(struct sent) <= end; i++, p += sizeof(struct sent)) {
 					struct sent e;
 					memcpy(&e, p, sizeof(e));
@@ -399,8 +397,6 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		uint64_t steps[256];
 		unsigned n = 0;
-		if (j->news_launch == UINT64_MAX)
-			j->news_launch = 0;
 		/*
 		 * A new incarnation of the job rewound to news_base on some node:
 		 * slots past it that no live process of the current generation

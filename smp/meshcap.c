@@ -407,10 +407,10 @@ static int *fds_new(int n)
 }
 
 /* The rebuild of generation g on this node (collective over the group).
- * Its pieces are read and written through the rebuild's io (mesh_fio): a
- * survivor's catalog and data files, open read-write, repaired in place; a
- * lost node's generation as one segment file (the catalog, then the files),
- * which install_lost splits once it is whole. */
+ * Rebuilt pieces are written through the rebuild's io (mesh_fio): into a
+ * survivor's catalog and data files (read through read-only mappings,
+ * repaired in place), or into a lost node's generation as one segment file
+ * (the catalog, then the files), which install_lost splits once whole. */
 static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
 {
 	const char *root = mesh->store->root;
