@@ -122,7 +122,8 @@ class Mesh:
             except OSError:
                 continue
             fields = st[st.rindex(")") + 2:].split()
-            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid:
+            # a zombie holds nothing (its parent, a stopped mpirun, reaps it later)
+            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid and fields[0] != "Z":
                 out.append(int(d))
         return out
 
@@ -135,6 +136,15 @@ class Mesh:
 
     def kill(self):
         if self.proc and self.proc.poll() is None:
+            # mpirun first, stopped: seeing one rank die, it SIGTERMs the
+            # others, which then shut down cleanly (flushing captured files,
+            # finishing a flush) instead of dying with the rest. Seen under
+            # ASan beside a parallel build: mesh_capture's quiet phase found
+            # files flushed to the real directories by "SIGKILLed" nodes.
+            try:
+                os.kill(self.proc.pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
             self.signal_all(signal.SIGKILL)
             # wait until no process of the session is left (ranks hold store locks)
             deadline = time.time() + 10
