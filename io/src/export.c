@@ -18,6 +18,7 @@
 
 struct shard {
 	char *name, *dataset;
+	char *src;              /* the rank file's absolute path (shared by its shards) */
 	uint32_t rank;
 	int chosen;
 	struct snap_io_region_info info;
@@ -134,8 +135,8 @@ static void relpath(const char *from, const char *to, char *out, size_t cap)
 	snprintf(out + k, k < cap ? cap - k : 0, "%s", to + common + 1);
 }
 
-static int collect(const char *dir, const char *job, uint64_t step, uint32_t world, struct shard **out,
-		   size_t *nout, struct snap_io_err *err)
+static int collect(const char *dir, const char *job, uint64_t step, uint32_t world,
+		   const struct io_manifest_rank *m, struct shard **out, size_t *nout, struct snap_io_err *err)
 {
 	struct shard *s = NULL;
 	size_t n = 0, cap = 0;
@@ -145,7 +146,7 @@ static int collect(const char *dir, const char *job, uint64_t step, uint32_t wor
 		hid_t f;
 		struct io_ds *ds = NULL;
 		size_t nd = 0;
-		if (io_path_rank(path, sizeof path, dir, job, step, r)) {
+		if (io_rank_path(path, sizeof path, dir, job, step, r, &m[r])) {
 			rc = io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
 			break;
 		}
@@ -153,6 +154,12 @@ static int collect(const char *dir, const char *job, uint64_t step, uint32_t wor
 		if ((rc = io_rank_open(path, &id, &f, &ds, &nd, err)) < 0)
 			break;
 		H5Fclose(f);
+		char abs[PATH_MAX];
+		if (!realpath(path, abs)) {
+			rc = io_fail(err, io_errno_code(errno), "cannot resolve %s: %s", path, strerror(errno));
+			free(ds);
+			break;
+		}
 		for (size_t i = 0; i < nd && !rc; i++) {
 			if (n == cap) {
 				cap = cap ? 2 * cap : 64;
@@ -167,10 +174,11 @@ static int collect(const char *dir, const char *job, uint64_t step, uint32_t wor
 			x->name = strdup(ds[i].name);
 			x->dataset = strdup(ds[i].dataset);
 			x->rank = r;
+			x->src = strdup(abs);
 			x->chosen = 0;
 			x->info = ds[i].info;
 			n++;
-			if (!x->name || !x->dataset)
+			if (!x->name || !x->dataset || !x->src)
 				rc = io_fail(err, SNAP_ENOMEM, "out of memory");
 		}
 		free(ds);
@@ -180,8 +188,8 @@ static int collect(const char *dir, const char *job, uint64_t step, uint32_t wor
 	return rc;
 }
 
-static int make_dataset(hid_t f, const char *out, const char *dir_abs, const char *sdir_abs, struct shard *s,
-			size_t n, int mode, struct snap_io_err *err)
+static int make_dataset(hid_t f, const char *out, const char *dir_abs, struct shard *s, size_t n, int mode,
+			struct snap_io_err *err)
 {
 	const struct snap_io_region_info *g = &s[0].info;
 	char dsname[3 * SNAP_IO_MAX_NAME + 1];
@@ -196,9 +204,8 @@ static int make_dataset(hid_t f, const char *out, const char *dir_abs, const cha
 	for (size_t i = 0; i < n && !rc && mode == SNAP_IO_EXPORT_VIRTUAL; i++) {
 		if (!s[i].chosen)
 			continue;
-		char src[PATH_MAX + 32], rel[PATH_MAX + 64], esc_f[2 * PATH_MAX + 160], esc_d[6200];
-		io_rank_name(src, sizeof src, sdir_abs, s[i].rank);
-		relpath(dir_abs, src, rel, sizeof rel);
+		char rel[PATH_MAX + 64], esc_f[2 * PATH_MAX + 160], esc_d[6200];
+		relpath(dir_abs, s[i].src, rel, sizeof rel);
 		vds_escape(rel, esc_f, sizeof esc_f);
 		vds_escape(s[i].dataset, esc_d, sizeof esc_d);
 		hsize_t off[SNAP_MAX_NDIM], cnt[SNAP_MAX_NDIM], flat[1] = {1};
@@ -239,19 +246,20 @@ static int make_dataset(hid_t f, const char *out, const char *dir_abs, const cha
 }
 
 /* Copy mode: one rank file open at a time, one shard in memory at a time. */
-static int copy_data(hid_t f, const char *out, const char *dir, const char *job, uint64_t step, uint32_t world,
+static int copy_data(hid_t f, const char *out, const char *job, uint64_t step, uint32_t world,
 		     struct shard *s, size_t n, struct snap_io_err *err)
 {
 	int rc = 0;
 	for (uint32_t r = 0; r < world && !rc; r++) {
-		char path[4096];
+		const char *path = NULL;
 		hid_t rf;
 		struct io_ds *ds = NULL;
 		size_t nd = 0;
-		if (io_path_rank(path, sizeof path, dir, job, step, r)) {
-			rc = io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
-			break;
-		}
+		for (size_t i = 0; i < n && !path; i++)
+			if (s[i].chosen && s[i].rank == r)
+				path = s[i].src;
+		if (!path)
+			continue;   /* nothing of this rank's file is copied */
 		struct io_rank_id id = {job, step, r, world};
 		if ((rc = io_rank_open(path, &id, &rf, &ds, &nd, err)) < 0)
 			break;
@@ -311,11 +319,10 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 	if (mode != SNAP_IO_EXPORT_VIRTUAL && mode != SNAP_IO_EXPORT_COPY)
 		return io_fail(err, SNAP_EINVAL, "unknown export mode %d", mode);
 	uint32_t world;
-	if ((rc = io_manifest_load(dir, job, step, 1, &world, NULL, err)) < 0)
+	struct io_manifest_rank *m = NULL;
+	if ((rc = io_manifest_load(dir, job, step, 1, &world, &m, err)) < 0)
 		return rc;
-	char sdir[4096], sdir_abs[PATH_MAX], out_dir[4096], out_abs[PATH_MAX], tmp[4200];
-	if (io_path_step(sdir, sizeof sdir, dir, job, step))
-		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
+	char out_dir[4096], out_abs[PATH_MAX], tmp[4200];
 	snprintf(out_dir, sizeof out_dir, "%s", out_path);
 	char *slash = strrchr(out_dir, '/');
 	if (!slash)
@@ -324,17 +331,22 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 		out_dir[1] = '\0';
 	else
 		*slash = '\0';
-	if (!realpath(sdir, sdir_abs) || !realpath(out_dir, out_abs))
-		return io_fail(err, io_errno_code(errno), "cannot resolve %s or %s: %s", sdir, out_dir, strerror(errno));
+	if (!realpath(out_dir, out_abs)) {
+		free(m);
+		return io_fail(err, io_errno_code(errno), "cannot resolve %s: %s", out_dir, strerror(errno));
+	}
 	/* pid and a sequence number: concurrent exports in one process to
 	 * the same out_path must not share a temp file. */
 	if (snprintf(tmp, sizeof tmp, "%s.tmp.%d.%u", out_path, (int)getpid(), atomic_fetch_add(&tmp_seq, 1)) >=
-	    (int)sizeof tmp)
+	    (int)sizeof tmp) {
+		free(m);
 		return io_fail(err, SNAP_EINVAL, "output path too long: %s", out_path);
+	}
 	struct shard *s = NULL;
 	size_t n = 0;
 	io_h5_enter();
-	rc = collect(dir, job, step, world, &s, &n, err);
+	rc = collect(dir, job, step, world, m, &s, &n, err);
+	free(m);
 	if (!rc && n)
 		qsort(s, n, sizeof *s, shard_cmp);
 	hid_t f = -1;
@@ -351,17 +363,18 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 			k++;
 		rc = choose(&s[i], k - i, err);
 		if (!rc)
-			rc = make_dataset(f, out_path, out_abs, sdir_abs, &s[i], k - i, mode, err);
+			rc = make_dataset(f, out_path, out_abs, &s[i], k - i, mode, err);
 		i = k;
 	}
 	if (!rc && mode == SNAP_IO_EXPORT_COPY)
-		rc = copy_data(f, out_path, dir, job, step, world, s, n, err);
+		rc = copy_data(f, out_path, job, step, world, s, n, err);
 	if (f >= 0 && H5Fclose(f) < 0 && !rc)
 		rc = io_fail_h5(err, SNAP_EIO, "%s: close failed", tmp);
 	io_h5_leave();
 	for (size_t i = 0; i < n; i++) {
 		free(s[i].name);
 		free(s[i].dataset);
+		free(s[i].src);
 	}
 	free(s);
 	if (!rc) { /* the data must be on disk before the name points at it */

@@ -5,7 +5,8 @@
  * Calls go one way: a file calls only files in the rows below its own.
  *
  *   restore.c verify.c retain.c export.c  operations on persisted steps
- *   manifest.c                            MANIFEST: seal, load, list steps
+ *   steps.c                               a step: its MANIFEST or its nodes' parts; listing
+ *   manifest.c                            one directory's MANIFEST: seal, read
  *   write.c read.c                        a rank file's datasets, out and back
  *   frames.c                              codec-frame datasets
  *   rankfile.c                            a rank file: names, creation, identity
@@ -86,6 +87,13 @@ int io_sanitise(const char *name, char *out, size_t cap);
 /* Paths. Return SNAP_EINVAL when they do not fit. */
 int io_path_job(char *out, size_t cap, const char *dir, const char *job);
 int io_path_step(char *out, size_t cap, const char *dir, const char *job, uint64_t step);
+/* Per-node flush directories: dir names the node as "%n" (io.h). */
+int io_is_pattern(const char *dir);
+/* pattern with "%n" replaced by node (a plain dir is copied); 0 or SNAP_EINVAL. */
+int io_node_dir(char *out, size_t cap, const char *pattern, uint32_t node);
+/* The node numbers whose directories exist, ascending (*nodes malloc'd,
+ * NULL when none). "%n" must appear once, inside one path component. */
+int io_list_nodes(const char *pattern, uint32_t **nodes, size_t *count, struct snap_io_err *err);
 /* mkdir -p with fsync of each parent that gained an entry. */
 /* Create path and its missing parents with exactly `mode` (chmod after
  * mkdir, so the umask does not change it); existing ones are left alone. */
@@ -240,15 +248,29 @@ struct io_manifest_rank {
 	uint64_t ndatasets;
 	uint64_t raw_bytes;
 	uint32_t crcsum;
+	int present;        /* listed (a part lists only its own ranks) */
+	int64_t node;       /* per-node directories: the node whose part lists it; else -1 */
 };
-/* Reads and checks a step's MANIFEST (and, when check_files, that every
- * rank file exists with its size). world out; ranks may be NULL, else gets
- * a malloc'd array of world entries. */
-int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_files,
-		     uint32_t *world, struct io_manifest_rank **ranks, struct snap_io_err *err);
-/* "step-<decimal>" -> step; -1 if the name is anything else. */
-int io_parse_step_name(const char *name, uint64_t *step);
+/* Reads and checks one directory's MANIFEST of the step (and, when
+ * check_files, that every rank file it lists exists with its size): world
+ * and whether it is a node's part out; ranks may be NULL, else gets a
+ * malloc'd array of world entries, the listed ones present. */
+int io_manifest_read(const char *dir, const char *job, uint64_t step, int check_files, uint32_t *world, int *part,
+		     struct io_manifest_rank **ranks, struct snap_io_err *err);
 /* The manifest's checksum over datasets' sumcrc, in order. */
 uint32_t io_ds_crcsum(const struct io_ds *ds, size_t n);
+
+/* ---- steps.c ---- */
+
+/* A persisted step's MANIFEST, or with a pattern dir the union of its
+ * parts, every rank present (world entries; ranks may be NULL). A lone
+ * part read without the pattern: SNAP_EINVAL saying so. */
+int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_files,
+		     uint32_t *world, struct io_manifest_rank **ranks, struct snap_io_err *err);
+/* A rank file's path: in dir, or in m's node directory of a pattern. */
+int io_rank_path(char *out, size_t cap, const char *dir, const char *job, uint64_t step, uint32_t rank,
+		 const struct io_manifest_rank *m);
+/* "step-<decimal>" -> step; -1 if the name is anything else. */
+int io_parse_step_name(const char *name, uint64_t *step);
 
 #endif

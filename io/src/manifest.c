@@ -8,10 +8,15 @@
  *   job <job>
  *   step <step>
  *   world <world>
+ *   part <n>      (only in a node's directory of per-node flush directories:
+ *                  the n rank lines below are the ranks that node wrote)
  *   rank <r> <file bytes> <datasets> <raw bytes> <crc32c over datasets' crc32c>
  *                         (a frame dataset's: the CRC32C of its frame_crc32c)
- *   ...
+ *   ...           (every rank 0..world-1, or a part's ranks, ascending)
  *   end <crc32c of every byte above this line, 8 hex digits>
+ *
+ * This file reads and writes one directory's MANIFEST; steps.c joins a
+ * step's parts across node directories.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -63,8 +68,8 @@ static int read_all(const char *path, char **out, size_t *len)
 	return 0;
 }
 
-int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_files,
-		     uint32_t *world, struct io_manifest_rank **ranks, struct snap_io_err *err)
+int io_manifest_read(const char *dir, const char *job, uint64_t step, int check_files, uint32_t *world, int *part,
+		     struct io_manifest_rank **ranks, struct snap_io_err *err)
 {
 	char path[4200], sdir[4096];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step))
@@ -90,8 +95,8 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	}
 	*end = '\0';
 	char mjob[160] = "";
-	uint64_t mstep = 0, w = 0;
-	int ver = 0, pos = 0;
+	uint64_t mstep = 0, w = 0, lines = 0;
+	int ver = 0, pos = 0, k = 0;
 	struct io_manifest_rank *r = NULL;
 	if (sscanf(b, "snapio-manifest %d\njob %159s\nstep %" SCNu64 "\nworld %" SCNu64 "\n%n", &ver, mjob, &mstep, &w,
 		   &pos) != 4 || pos == 0) {
@@ -104,30 +109,43 @@ int io_manifest_load(const char *dir, const char *job, uint64_t step, int check_
 	} else if (!(r = calloc(w, sizeof *r))) {
 		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
 	}
+	*part = 0;
+	lines = w;
+	if (!rc && strncmp(b + pos, "part ", 5) == 0) {
+		if (sscanf(b + pos, "part %" SCNu64 "\n%n", &lines, &k) != 1 || k == 0 || lines == 0 || lines > w)
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest's part line unreadable", path);
+		*part = 1;
+		pos += k;
+	}
 	const char *p = b + pos;
-	for (uint64_t i = 0; i < w && !rc; i++) {
-		uint64_t ri = 0;
+	uint64_t next = 0;   /* rank lines ascend: a whole manifest lists 0..world-1 */
+	for (uint64_t i = 0; i < lines && !rc; i++) {
+		uint64_t ri = 0, size = 0, nds = 0, raw = 0;
 		unsigned cs = 0;
-		int k = 0;
-		if (sscanf(p, "rank %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %8x\n%n", &ri, &r[i].size,
-			   &r[i].ndatasets, &r[i].raw_bytes, &cs, &k) != 5 || k == 0 || ri != i) {
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest line for rank %" PRIu64 " unreadable", path, i);
+		k = 0;
+		if (sscanf(p, "rank %" SCNu64 " %" SCNu64 " %" SCNu64 " %" SCNu64 " %8x\n%n", &ri, &size, &nds, &raw, &cs,
+			   &k) != 5 || k == 0 || ri < next || ri >= w || (!*part && ri != i)) {
+			rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest line for rank %" PRIu64 " unreadable", path,
+				     *part ? next : i);
 			break;
 		}
-		r[i].crcsum = cs;
+		next = ri + 1;
+		r[ri] = (struct io_manifest_rank){ size, nds, raw, cs, 1, -1 };
 		p += k;
 		if (check_files) {
 			char rp[4200];
 			struct stat st;
-			io_rank_name(rp, sizeof rp, sdir, (uint32_t)i);
+			io_rank_name(rp, sizeof rp, sdir, (uint32_t)ri);
 			if (stat(rp, &st) < 0)
 				rc = io_fail(err, SNAP_ENOENT, "%s: missing (step %" PRIu64 " is damaged)", rp, step);
-			else if ((uint64_t)st.st_size != r[i].size)
-				rc = io_fail(err, (uint64_t)st.st_size < r[i].size ? SNAP_ETRUNC : SNAP_ECORRUPT,
+			else if ((uint64_t)st.st_size != size)
+				rc = io_fail(err, (uint64_t)st.st_size < size ? SNAP_ETRUNC : SNAP_ECORRUPT,
 					     "%s: %" PRIu64 " bytes, manifest says %" PRIu64 " (step %" PRIu64
-					     " is damaged)", rp, (uint64_t)st.st_size, r[i].size, step);
+					     " is damaged)", rp, (uint64_t)st.st_size, size, step);
 		}
 	}
+	if (!rc && *p)
+		rc = io_fail(err, SNAP_ECORRUPT, "%s: manifest has lines past its ranks", path);
 	free(b);
 	if (rc) {
 		free(r);
@@ -178,32 +196,35 @@ static int summarise(const char *path, const char *job, uint64_t step, uint32_t 
 	return rc;
 }
 
-/* Every rank file of the step present (missing ones first: that is the
- * usual reason a seal is early), then summarised into m[0..world). */
-static int summarise_step(const char *sdir, const char *job, uint64_t step, uint32_t world,
-			  struct io_manifest_rank *m, struct snap_io_err *err)
+/* Every listed rank file of the step present (missing ones first: that is
+ * the usual reason a seal is early), then summarised into m[rank]. ranks
+ * NULL: every rank of the world. */
+static int summarise_step(const char *sdir, const char *job, uint64_t step, uint32_t world, const uint32_t *ranks,
+			  size_t n, struct io_manifest_rank *m, struct snap_io_err *err)
 {
 	int rc = 0;
-	for (uint32_t r = 0; r < world && !rc; r++) {
+	for (size_t i = 0; i < n && !rc; i++) {
 		char rp[4200];
-		io_rank_name(rp, sizeof rp, sdir, r);
+		io_rank_name(rp, sizeof rp, sdir, ranks ? ranks[i] : (uint32_t)i);
 		if (access(rp, F_OK) < 0)
 			rc = io_fail(err, SNAP_ENOENT, "%s: missing; step %" PRIu64 " cannot be sealed", rp, step);
 	}
 	io_h5_enter();
-	for (uint32_t r = 0; r < world && !rc; r++) {
+	for (size_t i = 0; i < n && !rc; i++) {
+		uint32_t r = ranks ? ranks[i] : (uint32_t)i;
 		char rp[4200];
 		io_rank_name(rp, sizeof rp, sdir, r);
 		rc = summarise(rp, job, step, r, world, &m[r], err);
+		m[r].present = 1;
 	}
 	io_h5_leave();
 	return rc;
 }
 
 /* The MANIFEST's text (format at the top of this file), malloc'd; NULL
- * when out of memory. */
-static char *manifest_text(const char *job, uint64_t step, uint32_t world, const struct io_manifest_rank *m,
-			   size_t *len_out)
+ * when out of memory. A part lists the present entries of m only. */
+static char *manifest_text(const char *job, uint64_t step, uint32_t world, int part, size_t nlisted,
+			   const struct io_manifest_rank *m, size_t *len_out)
 {
 	size_t cap = 256 + (size_t)world * 128, len = 0;
 	char *b = malloc(cap);
@@ -211,9 +232,12 @@ static char *manifest_text(const char *job, uint64_t step, uint32_t world, const
 		return NULL;
 	len += (size_t)snprintf(b + len, cap - len, "snapio-manifest %d\njob %s\nstep %" PRIu64 "\nworld %" PRIu32 "\n",
 				SNAP_IO_FORMAT_VERSION, job, step, world);
+	if (part)
+		len += (size_t)snprintf(b + len, cap - len, "part %zu\n", nlisted);
 	for (uint32_t r = 0; r < world; r++)
-		len += (size_t)snprintf(b + len, cap - len, "rank %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %08x\n",
-					r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
+		if (m[r].present)
+			len += (size_t)snprintf(b + len, cap - len, "rank %" PRIu32 " %" PRIu64 " %" PRIu64 " %" PRIu64
+						" %08x\n", r, m[r].size, m[r].ndatasets, m[r].raw_bytes, m[r].crcsum);
 	len += (size_t)snprintf(b + len, cap - len, "end %08x\n", snap_io_crc32c(b, len));
 	*len_out = len;
 	return b;
@@ -254,36 +278,49 @@ static int put_durably(const char *sdir, const char *tmp, const char *path, cons
 	return e;
 }
 
-int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t world, struct snap_io_err *err)
+/* A whole step (ranks NULL: 0..world-1) or one node's part (its n ranks). */
+static int seal(const char *dir, const char *job, uint64_t step, uint32_t world, const uint32_t *ranks, size_t n,
+		struct snap_io_err *err)
 {
-	io_err_clear(err);
 	int rc;
-	if (!dir || world == 0)
-		return io_fail(err, SNAP_EINVAL, "snap_io_step_seal: NULL dir or world 0");
 	if ((rc = io_check_job(job, err)) < 0)
 		return rc;
 	char sdir[4096], path[4200], tmp[4300];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step))
 		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
 	snprintf(path, sizeof path, "%s/%s", sdir, SNAP_IO_MANIFEST);
-	uint32_t have = 0;
-	struct snap_io_err probe = {0};
-	char mark[4200];
-	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
-	if (io_manifest_load(dir, job, step, 1, &have, NULL, &probe) == 0) {
-		if (have == world) {
-			unlink(mark);
-			return 0;
-		}
-		return io_fail(err, SNAP_ESTATE, "%s: step already sealed with world %" PRIu32 ", not %" PRIu32,
-			       path, have, world);
-	}
 	struct io_manifest_rank *m = calloc(world, sizeof *m);
 	if (!m)
 		return io_fail(err, SNAP_ENOMEM, "out of memory");
-	rc = summarise_step(sdir, job, step, world, m, err);
+	for (size_t i = 0; ranks && i < n; i++)
+		if (ranks[i] >= world || m[ranks[i]].present++) {
+			free(m);
+			return io_fail(err, SNAP_EINVAL, "%s: rank %" PRIu32 " of a part is %s", path, ranks[i],
+				       ranks[i] >= world ? "not below the world size" : "listed twice");
+		}
+	uint32_t have = 0;
+	int part = 0;
+	struct io_manifest_rank *old = NULL;
+	struct snap_io_err probe = {0};
+	char mark[4200];
+	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
+	if (io_manifest_read(dir, job, step, 1, &have, &part, &old, &probe) == 0) {
+		/* Idempotent: the same world, and for a part the same ranks. */
+		int same = have == world && part == (ranks != NULL);
+		for (uint32_t r = 0; same && r < world; r++)
+			same = old[r].present == (ranks ? m[r].present : 1);
+		free(old);
+		free(m);
+		if (same) {
+			unlink(mark);
+			return 0;
+		}
+		return io_fail(err, SNAP_ESTATE, "%s: step already sealed with world %" PRIu32 "%s, not this one", path,
+			       have, part ? " as a part of other ranks" : "");
+	}
+	rc = summarise_step(sdir, job, step, world, ranks, ranks ? n : world, m, err);
 	size_t len = 0;
-	char *b = rc ? NULL : manifest_text(job, step, world, m, &len);
+	char *b = rc ? NULL : manifest_text(job, step, world, ranks != NULL, n, m, &len);
 	if (!rc && !b)
 		rc = io_fail(err, SNAP_ENOMEM, "out of memory");
 	if (!rc) {
@@ -301,128 +338,60 @@ int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t 
 	return rc;
 }
 
-static int desc(const void *a, const void *b)
+int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t world, struct snap_io_err *err)
 {
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-	return x < y ? 1 : x > y ? -1 : 0;
+	io_err_clear(err);
+	if (!dir || world == 0)
+		return io_fail(err, SNAP_EINVAL, "snap_io_step_seal: NULL dir or world 0");
+	if (io_is_pattern(dir))
+		return io_fail(err, SNAP_EINVAL, "%s: per-node directories are sealed a part at a time "
+			       "(snap_io_part_seal in each node's directory)", dir);
+	return seal(dir, job, step, world, NULL, world, err);
 }
 
-/* "step-<decimal>" with no sign, no leading zeros, no junk. */
-int io_parse_step_name(const char *name, uint64_t *step)
+int snap_io_part_seal(const char *dir, const char *job, uint64_t step, uint32_t world, const uint32_t *ranks,
+		      size_t n, struct snap_io_err *err)
 {
-	if (strncmp(name, "step-", 5) != 0 || name[5] < '0' || name[5] > '9' || (name[5] == '0' && name[6]))
-		return -1;
-	uint64_t v = 0;
-	for (const char *p = name + 5; *p; p++) {
-		if (*p < '0' || *p > '9' || v > (UINT64_MAX - 9) / 10)
-			return -1;
-		v = v * 10 + (uint64_t)(*p - '0');
-	}
-	*step = v;
-	return 0;
+	io_err_clear(err);
+	if (!dir || world == 0 || !ranks || n == 0)
+		return io_fail(err, SNAP_EINVAL, "snap_io_part_seal: NULL dir or ranks, no ranks or world 0");
+	if (io_is_pattern(dir))
+		return io_fail(err, SNAP_EINVAL, "%s: seal a part in one node's directory, not the pattern", dir);
+	return seal(dir, job, step, world, ranks, n, err);
 }
 
-int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t cap, struct snap_io_err *err)
+int snap_io_part_withdraw(const char *dir, const char *job, uint64_t step, struct snap_io_err *err)
 {
 	io_err_clear(err);
 	int rc = dir ? io_check_job(job, err) : io_fail(err, SNAP_EINVAL, "NULL dir");
 	if (rc)
 		return rc;
-	char jdir[4096];
-	if (io_path_job(jdir, sizeof jdir, dir, job))
+	if (io_is_pattern(dir))
+		return io_fail(err, SNAP_EINVAL, "%s: withdraw a part in one node's directory, not the pattern", dir);
+	char sdir[4096], path[4200], mark[4200];
+	if (io_path_step(sdir, sizeof sdir, dir, job, step))
 		return io_fail(err, SNAP_EINVAL, "path too long: %s", dir);
-	DIR *d = opendir(jdir);
-	if (!d) {
-		if (errno == ENOENT)
-			return 0;
-		return io_fail(err, io_errno_code(errno), "%s: cannot list: %s", jdir, strerror(errno));
-	}
-	uint64_t *all = NULL;
-	size_t n = 0, acap = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		uint64_t s;
-		uint32_t w;
-		if (io_parse_step_name(e->d_name, &s) < 0 || io_manifest_load(dir, job, s, 1, &w, NULL, NULL) < 0)
-			continue;
-		if (n == acap) {
-			acap = acap ? 2 * acap : 16;
-			uint64_t *p = realloc(all, acap * sizeof *p);
-			if (!p) {
-				closedir(d);
-				free(all);
-				return io_fail(err, SNAP_ENOMEM, "out of memory");
-			}
-			all = p;
-		}
-		all[n++] = s;
-	}
-	closedir(d);
-	if (n) /* all is NULL when no step is persisted: qsort(NULL, 0) is undefined */
-		qsort(all, n, sizeof *all, desc);
-	for (size_t i = 0; i < n && i < cap; i++)
-		steps[i] = all[i];
-	free(all);
-	return n > (size_t)INT32_MAX ? INT32_MAX : (int)n;
-}
-
-int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uint64_t *step)
-{
-	char jdir[4096];
-	if (!dir || io_check_job(job, NULL) < 0 || io_path_job(jdir, sizeof jdir, dir, job))
+	snprintf(path, sizeof path, "%s/%s", sdir, SNAP_IO_MANIFEST);
+	snprintf(mark, sizeof mark, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
+	uint32_t world = 0;
+	int part = 0;
+	struct snap_io_err probe = {0};
+	rc = io_manifest_read(dir, job, step, 0, &world, &part, NULL, &probe);
+	if (rc == SNAP_ENOENT)
 		return 0;
-	DIR *d = opendir(jdir);
-	if (!d)
-		return 0;
-	int found = 0;
-	struct dirent *e;
-	while ((e = readdir(d)) != NULL) {
-		uint64_t s;
-		if (io_parse_step_name(e->d_name, &s) < 0 || s <= newer_than || (found && s <= *step))
-			continue;
-		char sdir[4400], p[4500];
-		if (snprintf(sdir, sizeof sdir, "%s/%s", jdir, e->d_name) >= (int)sizeof sdir)
-			continue;
-		snprintf(p, sizeof p, "%s/%s", sdir, SNAP_IO_MANIFEST);
-		struct stat st;
-		if (lstat(p, &st) == 0)
-			continue;   /* sealed (listed, or damaged: the caller's other checks) */
-		snprintf(p, sizeof p, "%s/%s", sdir, SNAP_IO_INCOMPLETE);
-		if (lstat(p, &st) == 0 || errno != ENOENT)
-			continue;   /* a flush that never finished */
-		DIR *sd = opendir(sdir);
-		struct dirent *f;
-		int rank_file = 0;
-		while (sd && !rank_file && (f = readdir(sd)) != NULL)
-			rank_file = io_is_rank_name(f->d_name);
-		if (sd)
-			closedir(sd);
-		if (rank_file) {
-			*step = s;
-			found = 1;
-		}
-	}
-	closedir(d);
-	return found;
-}
-
-int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct snap_io_err *err)
-{
-	uint64_t s = 0;
-	int n = snap_io_list_steps(dir, job, &s, 1, err);
-	if (n < 0)
-		return n;
-	if (n == 0)
-		return io_fail(err, SNAP_ENOENT, "%s/%s: no persisted step", dir, job);
-	*step = s;
-	return 0;
-}
-
-int snap_io_step_world(const char *dir, const char *job, uint64_t step, uint32_t *world, struct snap_io_err *err)
-{
-	io_err_clear(err);
-	int rc = dir ? io_check_job(job, err) : io_fail(err, SNAP_EINVAL, "NULL dir");
-	if (rc)
-		return rc;
-	return io_manifest_load(dir, job, step, 1, world, NULL, err);
+	if (rc == 0 && !part)
+		return io_fail(err, SNAP_ESTATE, "%s: a whole step's MANIFEST, not a node's part; not withdrawn", path);
+	/* A torn or unreadable MANIFEST goes as well: it never counted. The
+	 * mark first, so no instant shows rank files with neither (which
+	 * snap_io_lost_step would take for a lost MANIFEST). */
+	int fd = open(mark, O_WRONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+	if (fd < 0)
+		return io_fail(err, io_errno_code(errno), "%s: cannot create: %s", mark, strerror(errno));
+	close(fd);
+	if (unlink(path) < 0 && errno != ENOENT)
+		return io_fail(err, io_errno_code(errno), "%s: cannot remove: %s", path, strerror(errno));
+	int d = io_fsync_dir(sdir);
+	if (d < 0)
+		return io_fail(err, io_errno_code(-d), "%s: fsync of directory failed: %s", sdir, strerror(-d));
+	return 1;
 }

@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -146,4 +147,92 @@ int io_rmtree(const char *path)
 	if (rmdir(path) < 0 && errno != ENOENT && !rc)
 		rc = -errno;
 	return rc;
+}
+
+/*
+ * Per-node flush directories: a directory containing "%n" stands for one
+ * directory per mesh node, "%n" replaced by the node's number in decimal.
+ * The number must sit inside one path component (D/node%n, D/%n/flush), so
+ * the nodes present are one listing of that component's parent away.
+ */
+int io_is_pattern(const char *dir)
+{
+	return dir && strstr(dir, "%n") != NULL;
+}
+
+int io_node_dir(char *out, size_t cap, const char *pattern, uint32_t node)
+{
+	const char *at = strstr(pattern, "%n");
+	if (!at)
+		return fit(snprintf(out, cap, "%s", pattern), cap);
+	return fit(snprintf(out, cap, "%.*s%" PRIu32 "%s", (int)(at - pattern), pattern, node, at + 2), cap);
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return x < y ? -1 : x > y;
+}
+
+int io_list_nodes(const char *pattern, uint32_t **nodes, size_t *count, struct snap_io_err *err)
+{
+	*nodes = NULL;
+	*count = 0;
+	const char *at = strstr(pattern, "%n");
+	if (!at || strstr(at + 2, "%n"))
+		return io_fail(err, SNAP_EINVAL, "%s: a per-node flush directory names the node once, as %%n", pattern);
+	const char *comp = at;
+	while (comp > pattern && comp[-1] != '/')
+		comp--;
+	const char *comp_end = strchr(at, '/');
+	size_t pre = (size_t)(at - comp), suf = comp_end ? (size_t)(comp_end - at - 2) : strlen(at + 2);
+	char parent[4096];
+	if (comp == pattern)
+		snprintf(parent, sizeof parent, ".");
+	else if (fit(snprintf(parent, sizeof parent, "%.*s", (int)(comp - pattern), pattern), sizeof parent))
+		return io_fail(err, SNAP_EINVAL, "path too long: %s", pattern);
+	DIR *d = opendir(parent);
+	if (!d) {
+		if (errno == ENOENT || errno == ENOTDIR)
+			return 0;
+		return io_fail(err, io_errno_code(errno), "%s: cannot list: %s", parent, strerror(errno));
+	}
+	size_t cap = 0;
+	int rc = 0;
+	struct dirent *e;
+	while ((e = readdir(d)) != NULL) {
+		const char *nm = e->d_name;
+		size_t len = strlen(nm);
+		if (len <= pre + suf || strncmp(nm, comp, pre) || strncmp(nm + len - suf, at + 2, suf))
+			continue;
+		/* decimal, no sign, no leading zeros: node 1 is "1", never "01" */
+		uint64_t v = 0;
+		size_t i = pre;
+		if (nm[i] == '0' && len - suf > pre + 1)
+			continue;
+		for (; i < len - suf && nm[i] >= '0' && nm[i] <= '9' && v <= UINT32_MAX; i++)
+			v = v * 10 + (uint64_t)(nm[i] - '0');
+		if (i != len - suf || v > UINT32_MAX)
+			continue;
+		if (*count == cap) {
+			cap = cap ? 2 * cap : 16;
+			uint32_t *p = realloc(*nodes, cap * sizeof *p);
+			if (!p) {
+				rc = io_fail(err, SNAP_ENOMEM, "out of memory");
+				break;
+			}
+			*nodes = p;
+		}
+		(*nodes)[(*count)++] = (uint32_t)v;
+	}
+	closedir(d);
+	if (rc) {
+		free(*nodes);
+		*nodes = NULL;
+		*count = 0;
+		return rc;
+	}
+	if (*count)
+		qsort(*nodes, *count, sizeof **nodes, cmp_u32);
+	return 0;
 }

@@ -19,14 +19,19 @@ static int open_persisted_rank(const char *dir, const char *job, uint64_t step, 
 			       size_t cap, hid_t *f, struct io_ds **ds, size_t *n, struct snap_io_err *err)
 {
 	uint32_t world;
+	struct io_manifest_rank *m = NULL;
 	int rc = io_check_job(job, err);
 	if (rc)
 		return rc;
-	if ((rc = io_manifest_load(dir, job, step, 1, &world, NULL, err)) < 0)
+	if ((rc = io_manifest_load(dir, job, step, 1, &world, &m, err)) < 0)
 		return rc;
-	if (rank >= world)
+	if (rank >= world) {
+		free(m);
 		return io_fail(err, SNAP_ENOENT, "step %" PRIu64 " has %" PRIu32 " ranks; no rank %" PRIu32, step, world, rank);
-	if (io_path_rank(path, cap, dir, job, step, rank))
+	}
+	rc = io_rank_path(path, cap, dir, job, step, rank, &m[rank]);
+	free(m);
+	if (rc)
 		return io_fail(err, SNAP_EINVAL, "path too long");
 	struct io_rank_id id = {job, step, rank, world};
 	return io_rank_open(path, &id, f, ds, n, err);

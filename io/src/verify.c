@@ -12,7 +12,7 @@ static int verify_rank(const char *dir, const char *job, uint64_t step, uint32_t
 		       const struct io_manifest_rank *m, size_t *bad, struct snap_io_err *err)
 {
 	char path[4096];
-	if (io_path_rank(path, sizeof path, dir, job, step, rank)) {
+	if (io_rank_path(path, sizeof path, dir, job, step, rank, m)) {
 		(*bad)++;
 		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);
 	}

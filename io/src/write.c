@@ -393,6 +393,9 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 		return io_fail(err, SNAP_EINVAL, "rank %" PRIu32 " not below world size %" PRIu32, rank, world);
 	if ((rc = check_regions(regions, n, err)) < 0)
 		return rc;
+	if (io_is_pattern(dir))
+		return io_fail(err, SNAP_EINVAL, "%s: a rank file is written into one node's directory, not the "
+			       "per-node pattern", dir);
 	char sdir[4096], final[4096], tmp[4200], man[4200];
 	if (io_path_step(sdir, sizeof sdir, dir, job, step) || io_path_rank(final, sizeof final, dir, job, step, rank))
 		return io_fail(err, SNAP_EINVAL, "flush directory path too long: %s", dir);

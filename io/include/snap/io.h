@@ -19,6 +19,18 @@
  * instant leaves either a persisted step or one that no call here reports
  * as persisted.
  *
+ * Per-node flush directories: a dir containing "%n" (once, inside one path
+ * component: "/pfs/ckpt/node%n") stands for one directory per node, "%n"
+ * replaced by the node's number in decimal. Each node writes its ranks'
+ * files into its own directory and seals them there as a part
+ * (snap_io_part_seal: a MANIFEST listing only those ranks). Every call that
+ * reads (listing, world, regions, read, verify, export, lost step) and
+ * retention accept the pattern and see the union of the node directories
+ * that exist: a step is persisted when its sealed parts agree on the world
+ * and list every rank exactly once. The directories must therefore all be
+ * reachable where the pattern is read. Writing and sealing take one node's
+ * directory, never the pattern; the whole-step calls refuse a lone part.
+ *
  * Checksums are CRC32C (Castagnoli) of the raw, uncompressed bytes in the
  * standard convention: init 0xFFFFFFFF, final xor 0xFFFFFFFF, i.e.
  * crc32_iscsi(buf, len, 0xFFFFFFFF) ^ 0xFFFFFFFF with ISA-L; the check value
@@ -193,6 +205,30 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
  */
 int snap_io_step_seal(const char *dir, const char *job, uint64_t step, uint32_t world,
 		      struct snap_io_err *err);
+
+/*
+ * Seals one node's part of a step in its own directory (dir is that node's
+ * directory, not the pattern): checks the n listed rank files as
+ * snap_io_step_seal does, then writes a MANIFEST that lists only them
+ * ("part n"). The step becomes persisted, read through the pattern, once
+ * the parts of all nodes list every rank 0..world-1. Idempotent for the
+ * same world and ranks; another world or rank set: SNAP_ESTATE. Ranks
+ * must be below world and distinct (SNAP_EINVAL).
+ */
+int snap_io_part_seal(const char *dir, const char *job, uint64_t step, uint32_t world, const uint32_t *ranks,
+		      size_t n, struct snap_io_err *err);
+
+/*
+ * Withdraws a node's sealed part of a step that is not persisted (dir is
+ * that node's directory): marks the step unfinished, then removes the
+ * part's MANIFEST, so the rank files can be written again. A flush of the
+ * step calls it on every node first: a part left sealed by an earlier try,
+ * or by an earlier incarnation of the job whose step had other bytes,
+ * would otherwise join the new parts (or list a rank twice). Returns 1
+ * when a part was withdrawn, 0 when there was none; a whole step's
+ * MANIFEST is never withdrawn (SNAP_ESTATE).
+ */
+int snap_io_part_withdraw(const char *dir, const char *job, uint64_t step, struct snap_io_err *err);
 
 /* ---- finding persisted steps ------------------------------------------ */
 
