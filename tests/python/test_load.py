@@ -5,7 +5,8 @@ directory: a job of 2 ranks whose parameters are shards of global tensors
 (rows of one, columns of another, one replicated), with AdamW state in two
 param groups, bf16/int64/bool buffers, an LR scheduler and a plain value in
 extra, saved by two Checkpointers, persisted, and exported with snaptool
-(--copy and virtual). From the node store, the flush directory and both
+(--copy and virtual). From the node store, the flush directory, the same
+step as per-node flush directories (D/node%n, a part per node) and both
 export files, load_state_dict must give:
   - at the saved world size, each rank's own model.state_dict() and
     optimizer.state_dict() exactly (they load back into the model);
@@ -143,6 +144,27 @@ def main():
     return 0
 
 
+def split_per_node(flush, out, step):
+    """The flush directory's step as per-node directories would hold it
+    (snapsmp --ec ... --flush-dir OUT/node%n with rank r on node r): each
+    rank file in its node's directory under a part MANIFEST, written here
+    from the format (docs/io-format.md), independently of io/."""
+    from libsnap import _capi
+    with open(os.path.join(flush, JOB, f"step-{step}", "MANIFEST")) as f:
+        lines = f.read().split("\n")
+    head = [l for l in lines if l.split(" ")[0] in ("snapio-manifest", "job", "step", "world")]
+    for l in lines:
+        if l.startswith("rank "):
+            r = int(l.split(" ")[1])
+            d = os.path.join(out, f"node{r}", JOB, f"step-{step}")
+            os.makedirs(d)
+            shutil.copy(os.path.join(flush, JOB, f"step-{step}", f"rank-{r}.h5"), d)
+            body = "\n".join(head + ["part 1", l]) + "\n"
+            with open(os.path.join(d, "MANIFEST"), "w") as f:
+                f.write(body + f"end {_capi.crc32c(body.encode()):08x}\n")
+    return os.path.join(out, "node%n")
+
+
 def restore_from_disk(own):
     """The node store is lost (a reboot): snapsmp restarts empty, and fresh
     Checkpointers (optimizers without state yet) restore the persisted step:
@@ -203,8 +225,9 @@ def run():
 
     # the trained parameters put together: rows / columns of the ranks' shards
     whole = {n: torch.cat([own[r][0][n] for r in range(2)], SPLIT[n]) if n in SPLIT else own[0][0][n] for n in G}
-    sources = {"node store": store, "flush directory": flush, "export --copy": exports["copy"],
-               "export (virtual)": exports["virtual"]}
+    pernode = split_per_node(flush, os.path.join(root, "pernode"), 3)
+    sources = {"node store": store, "flush directory": flush, "per-node flush directories": pernode,
+               "export --copy": exports["copy"], "export (virtual)": exports["virtual"]}
     for sname, src in sources.items():
         # at the saved world size: each rank's own state, exactly
         for r in range(2):
@@ -262,6 +285,12 @@ def run():
                  "missing step")
     expect_error(lambda: lt.load_state_dict(store, world_size=2, job=JOB), TypeError, ["rank"], "world without rank")
     expect_error(lambda: lt.load_state_dict(store, job="other"), libsnap.SnapError, ["other"], "unknown job")
+    # per node: with one node's part gone no step is persisted, and nothing else is read instead
+    man1 = os.path.join(root, "pernode", "node1", JOB, "step-3", "MANIFEST")
+    os.rename(man1, man1 + ".aside")
+    expect_error(lambda: lt.load_state_dict(pernode, job=JOB), libsnap.SnapError, ["node%n", "no persisted step"],
+                 "a node's part missing")
+    os.rename(man1 + ".aside", man1)
     bad = os.path.join(root, "bad-store")
     shutil.copytree(os.path.join(store, JOB), os.path.join(bad, JOB))
     from libsnap import _files

@@ -1,7 +1,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Readers of saved steps, without snapsmp: the node store (manifest version
 2 and slot files, docs/design.md), a flush directory (HDF5 rank files and
-MANIFEST, docs/io-format.md) and a `snaptool export` file. Every byte read
+MANIFEST, docs/io-format.md; or per-node directories, D/node%n, whose part
+MANIFESTs together list every rank) and a `snaptool export` file. Every byte read
 is checked against its CRC32C (libsnap's snap_crc32c); a mismatch, a
 truncated file or an unknown version is an error naming the file and the
 region, never a silently wrong tensor.
@@ -196,29 +197,75 @@ def _h5():
     return h5py
 
 
+def node_dirs(flush_dir):
+    """The directories behind a flush directory: itself, or for per-node
+    directories (a path naming the node as %n, e.g. D/node%n) those that
+    exist, the node number in decimal without leading zeros."""
+    if "%n" not in flush_dir:
+        return [flush_dir]
+    pre, post = flush_dir.split("%n", 1)
+    if "%n" in post:
+        raise SnapError(C.EINVAL, f"{flush_dir}: a per-node flush directory names the node once, as %n")
+    rx = re.compile(re.escape(pre) + r"(0|[1-9]\d*)" + re.escape(post))
+    found = [(int(m.group(1)), d) for d in glob.glob(glob.escape(pre) + "*" + glob.escape(post))
+             if (m := rx.fullmatch(d))]
+    return [d for _, d in sorted(found)]
+
+
+def _manifest(d, job, step):
+    """(world, [ranks listed], part) of a step directory's MANIFEST, or None
+    when there is none."""
+    try:
+        text = _read(os.path.join(d, "MANIFEST")).decode()
+    except (FileNotFoundError, SnapError):
+        return None
+    lines = text.split("\n")
+    if not lines or lines[0] != "snapio-manifest 1":
+        return None
+    body, end = text.rsplit("end ", 1) if "\nend " in text else (None, None)
+    if body is None or int(end.strip(), 16) != C.crc32c(body.encode()):
+        raise SnapError(C.ECORRUPT, f"{d}/MANIFEST: checksum mismatch")
+    kv = dict(l.split(" ", 1) for l in lines[1:] if " " in l and not l.startswith("rank "))
+    if kv.get("job") != job or int(kv.get("step", -1)) != step:
+        raise SnapError(C.EMISMATCH, f"{d}/MANIFEST names job {kv.get('job')} step {kv.get('step')}")
+    ranks = [int(l.split(" ")[1]) for l in lines if l.startswith("rank ")]
+    return int(kv["world"]), ranks, "part" in kv
+
+
+def _steps(flush_dir, job):
+    """{step: (world, {rank: its step directory})} of the persisted steps:
+    a whole MANIFEST, or node parts that together list every rank once."""
+    pattern = "%n" in flush_dir
+    seen, bad = {}, set()
+    for nd in node_dirs(flush_dir):
+        for d in glob.glob(os.path.join(glob.escape(nd), glob.escape(job), "step-*")):
+            m = re.fullmatch(r"step-(0|[1-9]\d*)", os.path.basename(d))
+            man = _manifest(d, job, int(m.group(1))) if m else None
+            if man is None or man[2] != pattern:
+                continue   # unsealed; or a part read without the pattern, or a whole step in a node's directory
+            s = int(m.group(1))
+            world, ranks = seen.setdefault(s, (man[0], {}))
+            if man[0] != world or set(ranks) & set(man[1]):
+                bad.add(s)   # parts of different worlds, or a rank in two: never persisted
+            ranks.update((r, d) for r in man[1])
+    return {s: (w, r) for s, (w, r) in seen.items() if s not in bad and sorted(r) == list(range(w))}
+
+
 def persisted_steps(flush_dir, job):
-    """{step: world} of the sealed steps of `job` (MANIFEST present and parsed)."""
-    out = {}
-    jdir = os.path.join(flush_dir, job)
-    for d in glob.glob(os.path.join(jdir, "step-*")):
-        m = re.fullmatch(r"step-(0|[1-9]\d*)", os.path.basename(d))
-        if not m:
-            continue
-        try:
-            text = _read(os.path.join(d, "MANIFEST")).decode()
-        except (FileNotFoundError, SnapError):
-            continue
-        lines = text.split("\n")
-        if not lines or lines[0] != "snapio-manifest 1":
-            continue
-        body, end = text.rsplit("end ", 1) if "\nend " in text else (None, None)
-        if body is None or int(end.strip(), 16) != C.crc32c(body.encode()):
-            raise SnapError(C.ECORRUPT, f"{d}/MANIFEST: checksum mismatch")
-        kv = dict(l.split(" ", 1) for l in lines[1:] if " " in l and not l.startswith("rank "))
-        if kv.get("job") != job or int(kv.get("step", -1)) != int(m.group(1)):
-            raise SnapError(C.EMISMATCH, f"{d}/MANIFEST names job {kv.get('job')} step {kv.get('step')}")
-        out[int(m.group(1))] = int(kv["world"])
-    return out
+    """{step: world} of the sealed steps of `job` (MANIFEST present and
+    parsed; per node, parts covering the world)."""
+    return {s: w for s, (w, _) in _steps(flush_dir, job).items()}
+
+
+def rank_file(flush_dir, job, step, rank):
+    """The path of a persisted step's rank file (per node: in the node
+    directory whose part lists the rank)."""
+    if "%n" not in flush_dir:
+        return os.path.join(flush_dir, job, f"step-{step}", f"rank-{rank}.h5")
+    w, ranks = _steps(flush_dir, job).get(step, (0, {}))
+    if rank not in ranks:
+        raise SnapError(C.ENOENT, f"rank {rank} of step {step} of job {job!r} is in no sealed part under {flush_dir}")
+    return os.path.join(ranks[rank], f"rank-{rank}.h5")
 
 
 def flush_step(flush_dir, job, step=None):
@@ -240,7 +287,7 @@ def _attr_str(v):
 def rank_file_regions(flush_dir, job, step, rank, layout_only=False):
     """Regions of one rank file of a persisted step."""
     h5py = _h5()
-    path = os.path.join(flush_dir, job, f"step-{step}", f"rank-{rank}.h5")
+    path = rank_file(flush_dir, job, step, rank)
     if not os.path.isfile(path):
         raise SnapError(C.ENOENT, f"{path} is missing")
     out = []

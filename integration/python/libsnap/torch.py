@@ -760,7 +760,8 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
 
     source    a node store (SNAP_STORE, read offline: manifests and slot
               files, every chunk's CRC32C checked), a flush directory (the
-              HDF5 rank files, needs h5py) or a `snaptool export` file.
+              HDF5 rank files, needs h5py; per-node directories as their
+              pattern, "D/node%n") or a `snaptool export` file.
     step      default: the newest step every rank committed (store) or the
               newest persisted step (flush directory); an export holds one.
     world_size, rank
@@ -785,6 +786,19 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
         if step is not None and int(step) != step_:
             raise SnapError(C.ENOENT, f"{src} holds step {step_}, not {step}")
         step = step_
+    elif "%n" in src:
+        # per-node flush directories (snapsmp --ec ... --flush-dir D/node%n)
+        if job is None:
+            job = os.environ.get("SNAP_JOB")
+        if job is None:
+            nodes = F.node_dirs(src)
+            jobs = sorted({d for nd in nodes for d in os.listdir(nd) if glob.glob(os.path.join(nd, d, "step-*"))})
+            if len(jobs) != 1:
+                raise SnapError(C.EINVAL, f"{src} holds {'no job' if not jobs else 'jobs ' + ', '.join(jobs)}; "
+                                "name one with job= (or SNAP_JOB)")
+            job = jobs[0]
+        step, saved_world = F.flush_step(src, job, None if step is None else int(step))
+        per_rank = {r: F.rank_file_regions(src, job, step, r) for r in range(saved_world)}
     elif os.path.isdir(src):
         if job is None:
             job = os.environ.get("SNAP_JOB")
