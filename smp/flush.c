@@ -147,7 +147,7 @@ static void frames_of(const struct snap_manifest *m, const struct snap_man_regio
 	o->frame_crc = m->crc + g->first_crc;
 }
 
-static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct flush_rank *fr)
+static int write_rank(const char *dir, struct snap_flusher *f, struct flush_req *q, const struct flush_rank *fr)
 {
 	const struct snap_layout *lay = &fr->man.layout;
 	const uint8_t *base;
@@ -194,7 +194,7 @@ static int write_rank(struct snap_flusher *f, struct flush_req *q, const struct 
 	}
 	struct snap_io_err e = { 0 };
 	struct snap_io_write_stats st = { 0 };
-	rc = snap_io_write_rank(f->writer, f->dir, q->job, q->step, fr->man.rank, q->world, regs, lay->nregions, &st,
+	rc = snap_io_write_rank(f->writer, dir, q->job, q->step, fr->man.rank, q->world, regs, lay->nregions, &st,
 				&e);
 	if (rc)
 		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
@@ -212,8 +212,29 @@ static void run(struct snap_flusher *f, struct flush_req *q)
 	uint64_t t0 = snap_now_ns();
 	struct snap_io_err e = { 0 };
 	q->rc = 0;
+	const char *dir = q->part_dir[0] ? q->part_dir : f->dir;
+	if (q->part_dir[0]) {
+		/* Here, not when queued: an earlier try of this step may still be
+		 * ahead of this one in the queue, and would seal after it. */
+		int w = snap_io_part_withdraw(dir, q->job, q->step, &e);
+		if (w < 0) {
+			q->rc = w;
+			snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
+		}
+		q->withdrawn = w > 0;
+	}
 	for (uint32_t r = 0; r < q->nranks && !q->rc; r++)
-		q->rc = write_rank(f, q, &q->ranks[r]);
+		q->rc = write_rank(dir, f, q, &q->ranks[r]);
+	if (!q->rc && q->part_dir[0] && q->nranks) {
+		uint32_t *ranks = malloc(q->nranks * sizeof(*ranks));
+		for (uint32_t r = 0; ranks && r < q->nranks; r++)
+			ranks[r] = q->ranks[r].man.rank;
+		if (!ranks)
+			q->rc = SNAP_ENOMEM;
+		else if ((q->rc = snap_io_part_seal(dir, q->job, q->step, q->world, ranks, q->nranks, &e)))
+			snap_fmt(q->err, sizeof(q->err), "sealing this node's part: %s", e.msg);
+		free(ranks);
+	}
 	if (!q->rc && !q->node_only && (q->rc = snap_io_step_seal(f->dir, q->job, q->step, q->world, &e)))
 		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
 	if (!q->rc && !q->node_only && snap_io_retain(f->dir, q->job, f->keep, &e) < 0)

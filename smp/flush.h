@@ -35,7 +35,12 @@ struct flush_req {
 	uint32_t nranks;                   /* entries in ranks: every rank of the world, or in a
 	                                      mesh (node_only) the ranks this node holds */
 	int node_only;                     /* mesh: write these ranks' files only; node 0 seals the
-	                                      step once every node has written its part */
+	                                      step once every node has written its part ... */
+	char part_dir[SNAP_PATH_MAX];      /* ... or, with per-node flush directories, this node's
+	                                      directory: the thread withdraws its earlier part of the
+	                                      step, writes the ranks (maybe none) and seals them there */
+	uint64_t try_no;                   /* mesh: store_job.mfl_try when it was queued */
+	int withdrawn;                     /* result: an earlier part of the step was withdrawn */
 	struct flush_rank *ranks;          /* nranks entries */
 	/* result, filled by the thread */
 	int rc;

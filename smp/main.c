@@ -39,9 +39,13 @@ static void usage(FILE *f)
 		"                     erasure-code every globally complete step across groups of K+M nodes,\n"
 		"                     rebuild lost nodes' stores at start (SNAP_EC). \"%%n\" in --store and\n"
 		"                     --socket is replaced by the mesh rank (several nodes on one machine).\n"
-		"                     With --flush-dir (one directory every node reaches) the nodes persist\n"
-		"                     protected steps together: --flush-every counts protected steps, node 0\n"
-		"                     seals a step once every node wrote its ranks' files\n"
+		"                     With --flush-dir the nodes persist protected steps together\n"
+		"                     (--flush-every counts protected steps): into one directory every node\n"
+		"                     reaches, node 0 sealing a step once every node wrote its ranks' files;\n"
+		"                     or with \"%%n\" in it (D/node%%n) each node into its own, sealing its part\n"
+		"                     there. A step is persisted once the parts cover every rank; readers\n"
+		"                     (snaptool, restore from disk) take the pattern and need every node's\n"
+		"                     directory reachable (a parallel file system, or one machine)\n"
 		"  --log-level L      error, warn, info or debug (SNAP_LOG_LEVEL, default info): error = fatal\n"
 		"                     errors only, warn = also what was refused, lost or damaged, info = also\n"
 		"                     each state change (connections, steps flushed, persisted, protected,\n"
@@ -210,6 +214,11 @@ static int finish_config(struct snap_smp_config *cfg, const struct flags *f, str
 	 * slot lets the next saves go on meanwhile. */
 	if ((cfg->flush_dir[0] || mesh) && !f->slots_set)
 		cfg->slots = 3;
+	if (!mesh && strstr(cfg->flush_dir, "%n")) {
+		fprintf(stderr, "snapsmp: --flush-dir %s: %%n names a mesh node's directory; it needs --ec K+M\n",
+			cfg->flush_dir);
+		return 2;
+	}
 	if (snap_config_check(&cfg->client, err, errlen) || snap_smp_config_check(cfg, err, errlen)) {
 		fprintf(stderr, "snapsmp: %s\n", err);
 		return 2;

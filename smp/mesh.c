@@ -95,14 +95,20 @@ int snap_mesh_init(struct snap_mesh **out, int *argc, char ***argv, int k, int m
 int snap_mesh_set_flush(struct snap_mesh *mesh, struct snap_flusher *flusher, const struct snap_smp_config *cfg,
 			char *err, size_t errlen)
 {
-	if (strstr(cfg->flush_dir, "%n")) {
-		snap_fmt(err, errlen, "--flush-dir %s: in an --ec mesh every node writes its ranks' files into one "
-			 "directory they all reach (a parallel file system), and node 0 seals each step there; "
-			 "per-node flush directories (%%n) are not supported", cfg->flush_dir);
-		return SNAP_EUNSUPPORTED;
-	}
 	mesh->flusher = flusher;
 	snprintf(mesh->flush_dir, sizeof(mesh->flush_dir), "%s", cfg->flush_dir);
+	mesh->node_flush_dir[0] = 0;
+	if (strstr(cfg->flush_dir, "%n")) {
+		const char *at = strstr(cfg->flush_dir, "%n");
+		if (strstr(at + 2, "%n")) {
+			snap_fmt(err, errlen, "--flush-dir %s: name the node once (%%n)", cfg->flush_dir);
+			return SNAP_EINVAL;
+		}
+		if (snap_mesh_expand(cfg->flush_dir, mesh->rank, mesh->node_flush_dir, sizeof(mesh->node_flush_dir))) {
+			snap_fmt(err, errlen, "--flush-dir %s: too long after %%n", cfg->flush_dir);
+			return SNAP_EINVAL;
+		}
+	}
 	mesh->flush_every = cfg->flush_every;
 	mesh->flush_keep = cfg->flush_keep;
 	return 0;

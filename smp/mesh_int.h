@@ -110,7 +110,8 @@ struct snap_mesh {
 	unsigned period_ms;
 	/* --flush-dir (meshflush.c): one directory every node writes into */
 	struct snap_flusher *flusher; /* this node's flush thread, NULL without --flush-dir */
-	char flush_dir[SNAP_PATH_MAX];
+	char flush_dir[SNAP_PATH_MAX];   /* shared, or the per-node pattern (%n) */
+	char node_flush_dir[SNAP_PATH_MAX];/* per-node: this node's directory; else empty */
 	unsigned flush_every, flush_keep;
 	int efd;                      /* eventfd: flush state changed (snap_mesh_fd) */
 	struct mesh_maps maps;        /* mesh thread: slot files kept mapped (meshmap.c) */

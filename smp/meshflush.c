@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The mesh's flush (--ec K+M with --flush-dir): the nodes persist a
- * protected step together into one directory they all reach (a parallel
- * file system, or one disk when the nodes share a machine).
+ * protected step together, into one directory they all reach (a parallel
+ * file system, or one disk when the nodes share a machine), or with
+ * --flush-dir D/node%n each into its own directory.
  *
  * Every decision here is taken by every node from the same gathered data, so
  * the nodes move through the same states in the same round:
@@ -15,14 +16,20 @@
  *   writing -> sealing  when the nodes' written rank files add up to the
  *                       step's world. Node 0 writes the MANIFEST (io's seal
  *                       checks every rank file) and applies retention;
+ *   writing -> idle     per-node directories: each node's flush thread
+ *                       sealed its own part (a MANIFEST of its ranks) before
+ *                       reporting it written, so once the parts add up to
+ *                       the world the step is persisted, read through the
+ *                       pattern, and node 0 applies retention there;
  *   writing -> idle     when a node's part failed, or every node holding the
  *                       job is done and ranks are missing;
  *   sealing -> idle     when node 0's summary reports the seal: the step is
  *                       persisted on every node from the same round on.
  * So a step is persisted only once every node has written its part, and the
- * MANIFEST in the shared directory is the record that any node and snaptool
- * read. A mesh killed at any moment leaves an unsealed step directory (never
- * listed as persisted; retention removes it) or a persisted one.
+ * MANIFEST in the shared directory (per node: the parts, which io joins) is
+ * the record that any node and snaptool read. A mesh killed at any moment
+ * leaves an unsealed step (never listed as persisted; retention removes
+ * it) or a persisted one.
  */
 #include <inttypes.h>
 #include <stdio.h>
@@ -64,15 +71,21 @@ static void start_part(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 		return;
 	}
 	sj->mfl_world = q->world;
-	if (q->nranks == 0) {
+	/* Per node, a node without ranks of the step still withdraws an old
+	 * part of it (through its flush thread, in order with earlier tries). */
+	if (q->nranks == 0 && !mesh->node_flush_dir[0]) {
 		sj->mfl_state = 1;
 		snap_flush_req_free(q);
 		return;
 	}
 	sj->mfl_state = 0;
 	sj->flushing = 1;
-	mesh_say(mesh, "job %s step %" PRIu64 ": flushing %u rank file(s) of this node to %s", j->name, g, q->nranks,
-		 mesh->flush_dir);
+	q->try_no = ++sj->mfl_try;
+	if (mesh->node_flush_dir[0])
+		snprintf(q->part_dir, sizeof(q->part_dir), "%s", mesh->node_flush_dir);
+	if (q->nranks)
+		mesh_say(mesh, "job %s step %" PRIu64 ": flushing %u rank file(s) of this node to %s", j->name, g,
+			 q->nranks, mesh->node_flush_dir[0] ? mesh->node_flush_dir : mesh->flush_dir);
 	snap_flusher_submit(mesh->flusher, q);
 }
 
@@ -100,12 +113,26 @@ static void finish(struct snap_mesh *mesh, struct mjob *j, int ok, const char *w
 	j->fl_busy = 0;
 }
 
-/* Node 0: seal the step and apply retention (outside the lock: disk work). */
+/* Node 0: seal the step and apply retention (outside the lock: disk work).
+ * Per-node directories: each node's flush thread sealed its part, so this
+ * reads the parts' union back, which is what every reader will see. */
 static void seal(struct snap_mesh *mesh, struct mjob *j)
 {
 	struct snap_io_err e = { 0 };
+	uint32_t world = 0;
 	j->seal_step = j->fl_step;
-	if (snap_io_step_seal(mesh->flush_dir, j->name, j->fl_step, j->fl_world, &e)) {
+	int rc;
+	if (!mesh->node_flush_dir[0]) {
+		rc = snap_io_step_seal(mesh->flush_dir, j->name, j->fl_step, j->fl_world, &e);
+	} else {
+		rc = snap_io_step_world(mesh->flush_dir, j->name, j->fl_step, &world, &e);
+		if (!rc && world != j->fl_world) {
+			snprintf(e.msg, sizeof(e.msg), "%s: the parts say world %" PRIu32 ", the flush %" PRIu32,
+				 mesh->flush_dir, world, j->fl_world);
+			rc = SNAP_EMISMATCH;
+		}
+	}
+	if (rc) {
 		j->seal_state = 2;
 		mesh_warn(mesh, "job %s step %" PRIu64 ": sealing the persisted step failed: %s", j->name, j->fl_step,
 			  e.msg);

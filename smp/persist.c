@@ -182,13 +182,17 @@ void persist_collect(struct smp *m)
 		struct store_job *j = snap_store_job(m->store, q->job, 0);
 		if (q->node_only) {
 			/* This node's part of a mesh flush: the next round reports it. */
-			if (q->rc == 0)
-				smp_say(m, "wrote %u rank file(s) of step %" PRIu64 " of job %s: %.1f MiB in %.2f s", q->nranks,
-				    q->step, q->job, q->bytes / 1048576.0, q->seconds);
-			else
+			if (q->withdrawn)
+				smp_say(m, "withdrew this node's earlier part of step %" PRIu64 " of job %s from %s (an "
+				    "earlier try, or incarnation, sealed it)", q->step, q->job, q->part_dir);
+			if (q->rc == 0 && q->nranks)
+				smp_say(m, "wrote %u rank file(s) of step %" PRIu64 " of job %s%s: %.1f MiB in %.2f s", q->nranks,
+				    q->step, q->job, q->part_dir[0] ? " and sealed them as this node's part" : "",
+				    q->bytes / 1048576.0, q->seconds);
+			else if (q->rc)
 				smp_say(m, "flush of this node's ranks of step %" PRIu64 " of job %s failed: %s", q->step, q->job,
 				    q->err);
-			if (j && j->mfl_step == q->step) {
+			if (j && j->mfl_step == q->step && j->mfl_try == q->try_no) {
 				j->mfl_state = q->rc ? 2 : 1;
 				j->mfl_ranks = q->rc ? 0 : q->nranks;
 				j->mfl_bytes = q->bytes;

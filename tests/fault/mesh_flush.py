@@ -2,7 +2,9 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """The whole protection hierarchy with real processes: `mpirun -np NODES
 snapsmp --ec K+M --flush-dir DISK` (one store per node on this machine, one
-flush directory they all write into), example trainers spread over the nodes.
+flush directory they all write into; with --layout node, DISK/node%n: each
+node writes and seals its part in its own directory), example trainers
+spread over the nodes.
 
 Each trial relaunches the mesh over the previous trial's stores and flush
 directory, after one of these ends:
@@ -33,6 +35,7 @@ relaunch, `snaptool recover --nodes` (offline, from the stores and the flush
 directory) names the level and step the relaunch then restores.
 """
 import argparse
+import glob
 import os
 import random
 import re
@@ -49,13 +52,32 @@ from mesh_trials import (JOB, Mesh, committed_after_restore, groups_of, have_rec
 KEEP = 2
 
 
-def persisted_steps(disk):
-    d = os.path.join(disk, JOB)
-    out = []
-    for e in os.listdir(d) if os.path.isdir(d) else []:
-        if e.startswith("step-") and e[5:].isdigit() and os.path.exists(os.path.join(d, e, "MANIFEST")):
-            out.append(int(e[5:]))
-    return sorted(out)
+def step_files(dirs):
+    """{step: {rank: path of its file}} of the steps whose MANIFESTs (whole,
+    or a node's parts) under dirs list every rank of their world once, read
+    here independently of io/ (docs/io-format.md)."""
+    seen = {}
+    for d in dirs:
+        jd = os.path.join(d, JOB)
+        for e in os.listdir(jd) if os.path.isdir(jd) else []:
+            if not (e.startswith("step-") and e[5:].isdigit()):
+                continue
+            try:
+                with open(os.path.join(jd, e, "MANIFEST")) as f:
+                    text = f.read()
+            except FileNotFoundError:
+                continue   # never sealed, or a part withdrawn for a new try
+            world = int(re.search(r"^world (\d+)$", text, re.M)[1])
+            w, ranks = seen.setdefault(int(e[5:]), (world, {}))
+            for r in re.findall(r"^rank (\d+) ", text, re.M):
+                if int(r) in ranks or w != world:
+                    ranks[-1] = "twice"   # never persisted
+                ranks[int(r)] = os.path.join(jd, e, f"rank-{r}.h5")
+    return {s: ranks for s, (w, ranks) in seen.items() if sorted(ranks) == list(range(w))}
+
+
+def persisted_steps(dirs):
+    return sorted(step_files(dirs))
 
 
 def logged(text, what):
@@ -71,13 +93,18 @@ def main():
     ap.add_argument("--bytes", default="256K")
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    ap.add_argument("--layout", choices=["shared", "node"], default="shared",
+                    help="one flush directory for the mesh, or one per node (DISK/node%%n)")
     a = ap.parse_args()
     base, logdir = setup(a, "snaptest-meshflush")
     disk = os.path.join(base, "disk")
+    # What the mesh and snaptool are given, and the directories that exist behind it.
+    disk_arg = disk if a.layout == "shared" else os.path.join(disk, "node%n")
+    dirs = [disk] if a.layout == "shared" else [os.path.join(disk, f"node{n}") for n in range(a.nodes)]
     seed = a.seed if a.seed is not None else random.randrange(1 << 30)
     rng = random.Random(seed)
     groups = groups_of(a.nodes, a.k, a.m)
-    print(f"mesh_flush: {a.shape} nodes={a.nodes} world={a.world} trials={a.trials} seed={seed}")
+    print(f"mesh_flush: {a.shape} nodes={a.nodes} world={a.world} trials={a.trials} layout={a.layout} seed={seed}")
     mesh = Mesh(a, base)
     waiter = Waiter()
     waiter.watch(logdir)
@@ -95,7 +122,7 @@ def main():
             mid_flush = False
             # Busy: a flush of every protected step, to strike in one. Quiet:
             # only the signals flush, so SIGUSR1 and SIGTERM are what is tested.
-            mesh.extra = ["--flush-dir", disk, "--flush-every", "1" if busy else "1000", "--flush-keep", str(KEEP)]
+            mesh.extra = ["--flush-dir", disk_arg, "--flush-every", "1" if busy else "1000", "--flush-keep", str(KEEP)]
             mesh.start(os.path.join(logdir, f"mesh{t}.log"))
             target = step + rng.randint(4, 6)
             procs = start_trainers(a, mesh, logdir, f"t{t}", 10**8 if busy else target)
@@ -173,58 +200,89 @@ def main():
                     with open(log) as f:
                         committed += [int(x) for x in re.findall(r"^committed (\d+)$", f.read(), re.M)]
                 step = max(committed)
-                # Protected before this launch's kill: what it logged, or what it restored.
-                prot = max(logged(text, "protected") + [got or 0])
+                # Protected before this launch's kill: what it logged, or what it restored from
+                # the stores. A step restored from disk (level 3) is protected only once the mesh
+                # encodes it again, which the kill may have beaten.
+                prot = max(logged(text, "protected") + [got or 0 if level != 3 else 0])
+                unprotected = level == 3 and not logged(text, "protected")
             else:
                 if not waiter.until(lambda: have_record(mesh, a, target), limit=60,
                                     dirs=lambda: [os.path.join(mesh.root(n), JOB, "ec") for n in range(a.nodes)]):
                     fail(f"trial {t}: step {target} was not protected")
-                prot, step = target, target
+                prot, step, unprotected = target, target, False
                 if rng.random() < 0.4:
                     if rng.random() < 0.5:
                         # One node's part fails: a directory where one rank's file goes. The
                         # step must not count as persisted, what is on disk stays, and the
                         # next request persists it once the obstacle is gone.
-                        before = persisted_steps(disk)
-                        blocked = os.path.join(disk, JOB, f"step-{target}", f"rank-{rng.randrange(a.world)}.h5")
-                        os.makedirs(blocked)
+                        before = persisted_steps(dirs)
+                        rank = rng.randrange(a.world)
+                        blocked = [os.path.join(d, JOB, f"step-{target}", f"rank-{rank}.h5") for d in dirs]
+                        for b in blocked:
+                            os.makedirs(b)
                         failed = rf"flush of step {target} of job {JOB} failed on node \d+"
                         mesh.signal_all(signal.SIGUSR1)
                         if not waiter.until(lambda: len(re.findall(failed, mesh.text())) >= a.nodes):
                             fail(f"trial {t}: a blocked rank file did not fail the flush of {target} on every "
                                  f"node; see {mesh.log}")
-                        if target in persisted_steps(disk) or not set(before) <= set(persisted_steps(disk)):
-                            fail(f"trial {t}: after a failed flush of {target}: persisted {persisted_steps(disk)}, "
+                        if target in persisted_steps(dirs) or not set(before) <= set(persisted_steps(dirs)):
+                            fail(f"trial {t}: after a failed flush of {target}: persisted {persisted_steps(dirs)}, "
                                  f"before {before}")
-                        os.rmdir(blocked)
-                        print(f"trial {t}: the flush of {target} failed on the node holding "
-                              f"{os.path.basename(blocked)}, as it should", flush=True)
+                        for b in blocked:
+                            os.rmdir(b)
+                        print(f"trial {t}: the flush of {target} failed on the node holding rank {rank}, "
+                              f"as it should", flush=True)
+                    # Per node: the parts the failed try sealed (logged before the retry) must each
+                    # be withdrawn by the retry before it writes, never joined to the new parts.
+                    sealed = rf"of step {target} of job {JOB} and sealed them"
+                    withdrew = rf"withdrew this node's earlier part of step {target} of job {JOB}"
+                    sealed_before = len(re.findall(sealed, mesh.text()))
                     mesh.signal_all(signal.SIGUSR1)
-                    if not waiter.until(lambda: target in persisted_steps(disk) and
+                    if not waiter.until(lambda: target in persisted_steps(dirs) and
                                         len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
                         fail(f"trial {t}: SIGUSR1 did not persist protected step {target}; see {mesh.log}")
+                    if len(re.findall(withdrew, mesh.text())) < sealed_before:
+                        fail(f"trial {t}: {sealed_before} parts of step {target} were sealed by the failed try, "
+                             f"{len(re.findall(withdrew, mesh.text()))} withdrawn; see {mesh.log}")
+                    elif sealed_before:
+                        print(f"trial {t}: the retry withdrew the {sealed_before} part(s) the failed try sealed",
+                              flush=True)
                 if rng.random() < 0.4:
                     ended = "term"
                     rc = mesh.stop()
                     if rc != 0:
                         fail(f"trial {t}: mesh exited {rc} on SIGTERM")
-                    if target not in persisted_steps(disk):
+                    if target not in persisted_steps(dirs):
                         fail(f"trial {t}: SIGTERM did not persist protected step {target} "
-                             f"(persisted: {persisted_steps(disk)})")
+                             f"(persisted: {persisted_steps(dirs)})")
                 else:
                     mesh.kill()
-            on_disk = persisted_steps(disk)
-            if len(on_disk) > KEEP:
+            files = step_files(dirs)
+            on_disk = sorted(files)
+            # A kill after a step's seal (per node: the last part's) and before node 0's retention
+            # leaves one more; the next persisted step's retention removes it. Busy trials flush
+            # every step, so any of their kills may land there.
+            keep = KEEP + busy
+            if len(on_disk) > keep:
                 fail(f"trial {t}: {len(on_disk)} persisted steps kept, --flush-keep {KEEP}: {on_disk}")
             for s in on_disk:
-                files = set(os.listdir(os.path.join(disk, JOB, f"step-{s}")))
-                if {f"rank-{r}.h5" for r in range(a.world)} - files:
-                    fail(f"trial {t}: persisted step {s} lacks rank files: {sorted(files)}")
+                missing = [p for p in files[s].values() if not os.path.isfile(p)]
+                if missing or len(files[s]) != a.world:
+                    fail(f"trial {t}: persisted step {s} lacks rank files: {missing} of {sorted(files[s])}")
+            if a.layout == "node":
+                # every node directory that holds a step holds only its own part, never a whole step
+                for d in dirs:
+                    for m in glob.glob(os.path.join(d, JOB, "step-*", "MANIFEST")):
+                        with open(m) as f:
+                            if not re.search(r"^part \d+$", f.read(), re.M):
+                                fail(f"trial {t}: {m} is not a part")
             pers = max(logged(mesh.text(), "persisted") or [0])
             if on_disk and pers > on_disk[-1]:
                 fail(f"trial {t}: step {pers} was logged persisted, the disk's newest is {on_disk[-1]}")
             # ---- what is lost ----
             level = rng.choice([1, 2, 2, 3, 3, 4]) if on_disk else rng.choice([1, 2])
+            if unprotected and level == 2:
+                level = 3   # no parity of this launch: losing a node leaves the disk
             lost = []
             if level == 2:
                 for g in groups:
@@ -233,7 +291,8 @@ def main():
                 lost = list(range(a.nodes)) if rng.random() < 0.5 else groups[0][:a.m + 1]
                 if level == 4:
                     lost = groups[0][:a.m + 1]   # survivors hold data; only the job is lost
-                    shutil.rmtree(os.path.join(disk, JOB))
+                    for d in dirs:
+                        shutil.rmtree(os.path.join(d, JOB), ignore_errors=True)
             for n in lost:
                 shutil.rmtree(mesh.root(n), ignore_errors=True)
             if level <= 2:
@@ -245,7 +304,7 @@ def main():
                 expect = ("error", None)
             # snaptool's offline view must predict the level (and the exact step) the relaunch restores from.
             rec = subprocess.run([a.snaptool, "recover", "--nodes", str(a.nodes), "--store",
-                                  os.path.join(base, "node%n"), "--flush-dir", disk, "--job", JOB],
+                                  os.path.join(base, "node%n"), "--flush-dir", disk_arg, "--job", JOB],
                                  capture_output=True, text=True)
             said = re.search(r"a relaunch restores step (\d+) from .* \(level (\d)\)", rec.stdout)
             if level == 4 or (expect == ("atleast", 0) and rec.returncode == 3):

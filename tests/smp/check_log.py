@@ -118,7 +118,10 @@ def main():
     for argv, extra, word in (([snapsmp, "--store", store, "--log-level", "loud"], {}, "--log-level loud"),
                               ([snapsmp, "--store", store], {"SNAP_LOG_LEVEL": "trace"}, "SNAP_LOG_LEVEL"),
                               ([snapsmp, "--store", store, "--log", os.path.join(tmp, "no", "dir", "x.log")], {},
-                               "--log ")):
+                               "--log "),
+                              # per-node flush directories name a mesh node: only with --ec
+                              ([snapsmp, "--store", store, "--flush-dir", os.path.join(tmp, "node%n")], {},
+                               "needs --ec")):
         r = subprocess.run(argv, env=dict(env, **extra), capture_output=True, text=True, timeout=60)
         check(r.returncode == 2 and word in r.stderr, f"{argv[3:]} {extra}: exit {r.returncode}: {r.stderr!r}")
 

@@ -36,7 +36,8 @@ static void usage(FILE *f)
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		fprintf(f, "  %-16s %s\n", cmds[i].name, cmds[i].help);
 	fprintf(f, "\nThe store, job and flush directory come from --store/--job/--flush-dir or\n"
-		   "SNAP_STORE/SNAP_JOB/SNAP_FLUSH_DIR.\n"
+		   "SNAP_STORE/SNAP_JOB/SNAP_FLUSH_DIR. A mesh's per-node flush directories are given as\n"
+		   "their pattern (--flush-dir 'D/node%%n'): every command reads the nodes' parts together.\n"
 		   "Every command takes --json (one document on stdout, docs/snaptool-json.md; bench\n"
 		   "passes it to snapbench), -q/--quiet (nothing on stdout) and -v/--verbose (detail on\n"
 		   "stderr). Long commands draw a progress bar on stderr when it is a terminal.\n"

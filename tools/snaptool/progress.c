@@ -112,8 +112,29 @@ void st_progress_unwatch(struct st_progress *p)
 	p->watching = 0;
 }
 
+/* Per-node flush directories ("%n" in dir): the sum over nodes 0, 1, ...
+ * while the node's directory (the path up to the component holding %n)
+ * exists. */
+static uint64_t nodes_bytes(const char *dir)
+{
+	const char *at = strstr(dir, "%n"), *end = strchr(at, '/');
+	size_t root_len = end ? (size_t)(end - dir) : strlen(dir);
+	uint64_t sum = 0;
+	for (int n = 0;; n++) {
+		char root[SNAP_PATH_MAX], path[SNAP_PATH_MAX];
+		struct stat st;
+		if (snprintf(root, sizeof(root), "%.*s%d%.*s", (int)(at - dir), dir, n, (int)(root_len - (size_t)(at + 2 - dir)),
+			     at + 2) >= (int)sizeof(root) ||
+		    snprintf(path, sizeof(path), "%s%s", root, dir + root_len) >= (int)sizeof(path) || stat(root, &st) != 0)
+			return sum;
+		sum += st_dir_bytes(path);
+	}
+}
+
 uint64_t st_dir_bytes(const char *dir)
 {
+	if (strstr(dir, "%n"))
+		return nodes_bytes(dir);
 	DIR *d = opendir(dir);
 	if (!d)
 		return 0;

@@ -80,6 +80,8 @@ struct store_job {
 	 * node's part of the mesh's flush of step mfl_step ... */
 	int mfl_state;                 /* ... 0 writing, 1 written (mfl_ranks rank files), 2 failed */
 	uint64_t mfl_step;
+	uint64_t mfl_try;              /* this node's tries so far: a late result of an earlier
+	                                  try of the same step is not this one's */
 	uint32_t mfl_ranks;
 	uint32_t mfl_world;            /* the step's world size (0: no rank of it here) */
 	uint64_t mfl_bytes;            /* bytes this node wrote of it */
