@@ -165,8 +165,8 @@ int mesh_has_rec(const struct mesh_recs *r, int node, const char *job, uint64_t 
  * is given, it names the first group that cannot and its lost nodes. */
 int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const char *job, uint64_t g, char *msg,
 		     size_t len);
-/* [collective] Agree on an outcome: 0, or SNAP_ELOST with the first failing
- * node's message in msg. */
+/* [collective] Agree on an outcome: 0, or SNAP_ELOST with a failing node's
+ * message in msg: the first whose failure was its own, else the first. */
 int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len);
 /* A parity file mapped read-write at plen bytes (created or resized), for
  * an encode to write into. */

@@ -164,7 +164,10 @@ static int advance(struct snap_mesh *mesh, struct mjob *j, int wanted)
 		if (j->f_fail_node >= 0) {
 			snprintf(why, sizeof(why), "flush of step %" PRIu64 " of job %s failed on node %d (see its log)",
 				 j->fl_step, j->name, j->f_fail_node);
-		} else if (j->fl_world && j->f_ok >= j->fl_world) {
+		} else if (j->fl_world && j->f_ok >= j->fl_world &&
+			   (!mesh->node_flush_dir[0] || j->f_done >= j->f_nodes)) {
+			/* per node: also every node without ranks of the step has
+			 * withdrawn its old part, or the union could still list it */
 			j->fl_busy = 2;
 			if (mesh->rank == 0)
 				seal(mesh, j);

@@ -175,10 +175,15 @@ int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const ch
 
 int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
 {
-	int me = rc ? mesh->rank : mesh->size, first = 0;
-	MPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, mesh->world);
-	if (first == mesh->size)
+	/* The first node whose failure is its own: the others only echo it
+	 * (ec's SNAP_EC_ERR_ELSEWHERE), and "node 0: failed on another group
+	 * member" tells an operator nothing. */
+	int n = mesh->size, echo = rc && strstr(msg, SNAP_EC_ERR_ELSEWHERE) != NULL;
+	int me = !rc ? 2 * n : echo ? n + mesh->rank : mesh->rank, key = 0;
+	MPI_Allreduce(&me, &key, 1, MPI_INT, MPI_MIN, mesh->world);
+	if (key == 2 * n)
 		return 0;
+	int first = key % n;
 	char buf[MESH_ERRLEN] = "";
 	if (mesh->rank == first)
 		snprintf(buf, sizeof(buf), "%s", msg);
@@ -187,17 +192,30 @@ int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
 	return SNAP_ELOST;
 }
 
-void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
+/* The parity file open read-write at plen bytes (created or resized); -1
+ * with errno set on failure. */
+static int parity_fd(const char *ppath, uint64_t plen)
 {
-	void *p = MAP_FAILED;
 	int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	struct stat st;
-	if (fd >= 0 && fstat(fd, &st) == 0 && ((uint64_t)st.st_size == plen || ftruncate(fd, (off_t)plen) == 0))
-		p = mmap(NULL, plen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	if (fd >= 0 && (fstat(fd, &st) != 0 || ((uint64_t)st.st_size != plen && ftruncate(fd, (off_t)plen) != 0))) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	return fd;
+}
+
+void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
+{
+	int fd = parity_fd(ppath, plen);
+	void *p = fd < 0 ? MAP_FAILED : mmap(NULL, plen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+	int e = errno;
 	if (fd >= 0)
 		close(fd);
 	if (p == MAP_FAILED) {
-		snap_fmt(msg, len, "cannot map parity file %s: %s", ppath, strerror(errno));
+		snap_fmt(msg, len, "cannot map parity file %s: %s", ppath, strerror(e));
 		return NULL;
 	}
 	return p;
@@ -205,11 +223,8 @@ void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
 
 void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fdp, char *msg, size_t len)
 {
-	void *p = MAP_FAILED;
-	int fd = open(ppath, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	struct stat st;
-	if (fd >= 0 && fstat(fd, &st) == 0 && ((uint64_t)st.st_size == plen || ftruncate(fd, (off_t)plen) == 0))
-		p = mmap(NULL, plen, PROT_READ, MAP_SHARED | (have ? MAP_POPULATE : 0), fd, 0);
+	int fd = parity_fd(ppath, plen);
+	void *p = fd < 0 ? MAP_FAILED : mmap(NULL, plen, PROT_READ, MAP_SHARED | (have ? MAP_POPULATE : 0), fd, 0);
 	if (p == MAP_FAILED) {
 		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
 		if (fd >= 0)

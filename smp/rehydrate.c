@@ -10,7 +10,6 @@
  * only with SNAP_ALLOW_OLDER=1; otherwise the damage is reported, never
  * skipped silently.
  */
-#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -26,38 +25,6 @@
 #include "snap/io.h"
 
 #define REHYDRATE_MAX_STEPS 256
-
-/*
- * The newest step directory holding a MANIFEST: it was sealed once. If it is
- * not listed as persisted now, a file of it was damaged after the fact
- * (truncated, deleted) -- unlike a directory without MANIFEST, which is a
- * flush that never finished and is rightly ignored.
- */
-static int newest_sealed(const char *dir, const char *job, uint64_t *step)
-{
-	char path[SNAP_PATH_MAX * 2];
-	snprintf(path, sizeof(path), "%s/%s", dir, job);
-	DIR *d = opendir(path);
-	struct dirent *e;
-	int found = 0;
-	while (d && (e = readdir(d))) {
-		char *end;
-		if (strncmp(e->d_name, "step-", 5) || !e->d_name[5])
-			continue;
-		unsigned long long s = strtoull(e->d_name + 5, &end, 10);
-		char man[SNAP_PATH_MAX * 3];
-		if (*end || (found && s <= *step))
-			continue;
-		int k = snprintf(man, sizeof(man), "%s/%s/MANIFEST", path, e->d_name);
-		if (k > 0 && (size_t)k < sizeof(man) && access(man, F_OK) == 0) {
-			*step = s;
-			found = 1;
-		}
-	}
-	if (d)
-		closedir(d);
-	return found;
-}
 
 /* Pick the job's disk step for this generation (cached in the job). */
 static int choose_step(const struct snap_smp_config *cfg, struct store_job *j, uint64_t *step, char *err, size_t errlen)
@@ -75,7 +42,10 @@ static int choose_step(const struct snap_smp_config *cfg, struct store_job *j, u
 	}
 	char first[600] = "";
 	uint64_t sealed = 0;
-	if (newest_sealed(cfg->flush_dir, j->name, &sealed) && (n == 0 || sealed > steps[0])) {
+	/* Sealed once but not listed as persisted now: a file of it was damaged
+	 * after the fact (truncated, deleted), unlike a flush that never
+	 * finished, which is rightly ignored. */
+	if (snap_io_sealed_step(cfg->flush_dir, j->name, &sealed) && (n == 0 || sealed > steps[0])) {
 		uint32_t world;
 		snap_io_step_world(cfg->flush_dir, j->name, sealed, &world, &e);
 		snprintf(first, sizeof(first), "persisted step %" PRIu64 " is damaged: %s", sealed, e.msg);

@@ -261,7 +261,7 @@ static void own_row(struct engine *e, struct unit_slot *u, int slot, const uint8
 				      : ec_io_write(x->data, off, buf, len, x->io);
 		if (rc) {
 			char msg[240];
-			snprintf(msg, sizeof(msg), "writing rebuilt %s failed (error %d)", what, rc);
+			snprintf(msg, sizeof(msg), "writing rebuilt %s failed: %s (%d)", what, snap_strerror(rc), rc);
 			fail(e, rc < 0 ? rc : SNAP_EIO, msg);
 			return;
 		}
@@ -362,7 +362,7 @@ int ec_group_status(MPI_Comm comm, int rc, char *err, size_t errlen, const char 
 	if (MPI_Allreduce(&rc, &all, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS)
 		return ec_errf(err, errlen, SNAP_EIO, "ec: %s: MPI_Allreduce failed", what);
 	if (all && !rc)
-		ec_errf(err, errlen, all, "ec: %s failed on another group member (%d)", what, all);
+		ec_errf(err, errlen, all, "ec: %s " SNAP_EC_ERR_ELSEWHERE " (%d)", what, all);
 	return all;
 }
 

@@ -186,6 +186,27 @@ static int add_step_names(const char *dir, const char *job, uint64_t **all, size
 	return rc;
 }
 
+/* The numbers of the job's step directories in dir, or per node in every
+ * node's directory (each number once); *all malloc'd (NULL when none). */
+static int step_names(const char *dir, const char *job, uint64_t **all, size_t *n, struct snap_io_err *err)
+{
+	size_t cap = 0;
+	*all = NULL;
+	*n = 0;
+	if (!io_is_pattern(dir))
+		return add_step_names(dir, job, all, n, &cap, err);
+	uint32_t *nodes = NULL;
+	size_t nn = 0;
+	int rc = io_list_nodes(dir, &nodes, &nn, err);
+	for (size_t i = 0; i < nn && !rc; i++) {
+		char nd[4096];
+		rc = io_node_dir(nd, sizeof nd, dir, nodes[i]) ? io_fail(err, SNAP_EINVAL, "path too long: %s", dir)
+			: add_step_names(nd, job, all, n, &cap, err);
+	}
+	free(nodes);
+	return rc;
+}
+
 int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t cap, struct snap_io_err *err)
 {
 	io_err_clear(err);
@@ -193,20 +214,8 @@ int snap_io_list_steps(const char *dir, const char *job, uint64_t *steps, size_t
 	if (rc)
 		return rc;
 	uint64_t *all = NULL;
-	size_t n = 0, acap = 0;
-	if (io_is_pattern(dir)) {
-		uint32_t *nodes = NULL;
-		size_t nn = 0;
-		rc = io_list_nodes(dir, &nodes, &nn, err);
-		for (size_t i = 0; i < nn && !rc; i++) {
-			char nd[4096];
-			rc = io_node_dir(nd, sizeof nd, dir, nodes[i]) ? io_fail(err, SNAP_EINVAL, "path too long: %s", dir)
-				: add_step_names(nd, job, &all, &n, &acap, err);
-		}
-		free(nodes);
-	} else {
-		rc = add_step_names(dir, job, &all, &n, &acap, err);
-	}
+	size_t n = 0;
+	rc = step_names(dir, job, &all, &n, err);
 	if (rc) {
 		free(all);
 		return rc;
@@ -287,6 +296,30 @@ int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uin
 		}
 	}
 	free(nodes);
+	return found;
+}
+
+int snap_io_sealed_step(const char *dir, const char *job, uint64_t *step)
+{
+	if (!dir || io_check_job(job, NULL) < 0)
+		return 0;
+	uint64_t *all = NULL;
+	size_t n = 0;
+	int rc = step_names(dir, job, &all, &n, NULL);
+	int found = 0;
+	for (size_t i = 0; i < n && !rc; i++) {
+		if (found && all[i] <= *step)
+			continue;
+		uint32_t w;
+		/* files unchecked: damage to them is what the caller looks for; a
+		 * torn MANIFEST (or part) was sealed too, and damaged since */
+		int r = io_manifest_load(dir, job, all[i], 0, &w, NULL, NULL);
+		if (r == 0 || r == SNAP_ECORRUPT || r == SNAP_EFORMAT) {
+			*step = all[i];
+			found = 1;
+		}
+	}
+	free(all);
 	return found;
 }
 

@@ -372,7 +372,8 @@ def test_flush_modes():
 def test_lost_manifest():
     """Issue 10 item 7: deleting the newest persisted step's MANIFEST made a
     restore from disk use the older persisted step silently. Its rank files
-    are evidence of a loss: name the step, and require SNAP_ALLOW_OLDER."""
+    are evidence of a loss: name the step, and require SNAP_ALLOW_OLDER.
+    The same for snaptool recover when a rank file of it is truncated."""
     store, flush = f"{BASE}/lostman", f"{DISK}/lostman"
     smp = start_smp(store, flush, "--flush-every", "1", "--slots", "2")
     res = run_job(store, flush, "--steps", "4")
@@ -384,6 +385,17 @@ def test_lost_manifest():
     check(out.returncode == 0 and len(steps) >= 2 and steps[0] == 4, f"lost MANIFEST: steps persisted: {steps}")
     older = steps[1] if len(steps) > 1 else None
     shutil.rmtree(store)
+    # A truncated rank file of the sealed step: snaptool recover offered the
+    # older step as if step 4 had never been persisted; restore from disk
+    # refuses it (below), so recover must name it too.
+    rank0 = f"{flush}/fj/step-4/rank-0.h5"
+    shutil.copy(rank0, rank0 + ".keep")
+    os.truncate(rank0, os.path.getsize(rank0) // 2)
+    rec = snaptool(store, flush, "recover")
+    check(rec.returncode == 3 and "step 4 is damaged" in rec.stderr and "rank-0.h5" in rec.stderr,
+          f"truncated rank file: snaptool recover names step 4 and does not offer step {older}: {rec.returncode} "
+          f"{rec.stdout!r} {rec.stderr!r}")
+    os.replace(rank0 + ".keep", rank0)
     os.unlink(f"{flush}/fj/step-4/MANIFEST")
     rec = snaptool(store, flush, "recover")
     check(rec.returncode == 3 and "step 4 has lost its MANIFEST" in rec.stderr,

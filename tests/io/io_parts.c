@@ -185,6 +185,8 @@ int main(int argc, char **argv)
 		close(fd);
 	}
 	CHECK(!listed(2) && listed(1));
+	uint64_t torn = 0;
+	CHECK(snap_io_sealed_step(pattern, JOB, &torn) == 1 && torn == 2);   /* a torn part was sealed */
 	EXPECT_ERR(snap_io_verify_step(pattern, JOB, 2, NULL, &err), SNAP_ECORRUPT, &err, "node1", "torn or corrupt");
 	/* a part whose MANIFEST was lost after sealing is evidence of a lost step */
 	CHECK(unlink(p) == 0);
@@ -197,6 +199,8 @@ int main(int argc, char **argv)
 	snprintf(cmd, sizeof cmd, "mv '%s' '%s.aside'", p, p);
 	CHECK(system(cmd) == 0);
 	CHECK(!listed(2));
+	uint64_t sealed = 0;
+	CHECK(snap_io_sealed_step(pattern, JOB, &sealed) == 1 && sealed == 2);   /* sealed, damaged since */
 	EXPECT_ERR(snap_io_step_world(pattern, JOB, 2, &world, &err), SNAP_ENOENT, &err, "rank-3.h5", "damaged");
 	snprintf(cmd, sizeof cmd, "mv '%s.aside' '%s'", p, p);
 	CHECK(system(cmd) == 0);
@@ -208,6 +212,7 @@ int main(int argc, char **argv)
 	write_part(0, 4, WORLD, even, 2, 1);   /* step 4: node 1's part still arriving */
 	write_part(1, 4, WORLD, odd, 1, 0);
 	CHECK(listed(3) && !listed(4));
+	CHECK(snap_io_sealed_step(pattern, JOB, &sealed) == 1 && sealed == 3);   /* 4: a part still arriving */
 	int removed = snap_io_retain(pattern, JOB, 1, &err);
 	OK(removed, &err);
 	CHECK(removed == 4);   /* steps 1 and 2, a part on each node */
@@ -235,6 +240,7 @@ int main(int argc, char **argv)
 	CHECK(snap_io_part_withdraw(nd1, JOB, 4, &err) == 1);
 	CHECK(!listed(4) && !snap_io_lost_step(pattern, JOB, 0, &lost)); /* marked unfinished, not lost */
 	CHECK(snap_io_part_withdraw(nd1, JOB, 4, &err) == 0);
+	CHECK(snap_io_sealed_step(pattern, JOB, &sealed) == 0);   /* step 3 went to retention */
 	write_part(1, 4, WORLD, odd, 2, 1);   /* rewritten over its old files, sealed again */
 	CHECK(listed(4));
 	read_back(4);

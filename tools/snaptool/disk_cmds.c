@@ -302,8 +302,17 @@ int cmd_recover(int argc, char **argv)
 		if (n <= 0)
 			snprintf(disk_why, sizeof(disk_why), "nothing persisted in %s%s%s", o.cfg.flush_dir, n < 0 ? ": " : "",
 				 n < 0 ? e.msg : "");
-		uint64_t lost = 0;
-		if (n >= 0 && snap_io_lost_step(o.cfg.flush_dir, o.cfg.client.job, n > 0 ? steps[0] : 0, &lost)) {
+		uint64_t lost = 0, sealed = 0;
+		uint32_t sw = 0;
+		if (n >= 0 && snap_io_sealed_step(o.cfg.flush_dir, o.cfg.client.job, &sealed) &&
+		    (n == 0 || sealed > steps[0]) &&
+		    snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, sealed, &sw, &e) != 0) {
+			snprintf(disk_why, sizeof(disk_why), "persisted step %" PRIu64 " is damaged: %s%s", sealed, e.msg,
+				 o.allow_older ? "" : "; --allow-older to use an older step");
+			fprintf(stderr, "snaptool recover: warning: %s\n", disk_why);
+			if (!o.allow_older)
+				n = 0;
+		} else if (n >= 0 && snap_io_lost_step(o.cfg.flush_dir, o.cfg.client.job, n > 0 ? steps[0] : 0, &lost)) {
 			snprintf(disk_why, sizeof(disk_why), "persisted step %" PRIu64 " has lost its MANIFEST (its rank "
 				 "files are still there)%s", lost, o.allow_older ? "" : "; --allow-older to use an older step");
 			fprintf(stderr, "snaptool recover: warning: %s\n", disk_why);

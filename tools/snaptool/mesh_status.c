@@ -108,9 +108,17 @@ static void disk_level(const char *flush_dir, const char *job, struct levels *L)
 		snprintf(L->disk_why, sizeof(L->disk_why), "no flush directory given (--flush-dir / SNAP_FLUSH_DIR)");
 		return;
 	}
-	uint64_t newest;
+	uint64_t newest = 0, sealed = 0;
+	uint32_t w;
 	struct snap_io_err e = { 0 };
-	if (snap_io_newest_step(flush_dir, job, &newest, &e) == 0) {
+	int have = snap_io_newest_step(flush_dir, job, &newest, &e) == 0;
+	/* A newer step sealed and damaged since: restore from disk refuses
+	 * to go past it without SNAP_ALLOW_OLDER, so no level-3 step is promised. */
+	if (snap_io_sealed_step(flush_dir, job, &sealed) && (!have || sealed > newest) &&
+	    snap_io_step_world(flush_dir, job, sealed, &w, &e) != 0) {
+		snprintf(L->disk_why, sizeof(L->disk_why), "persisted step %" PRIu64 " is damaged (%s); restore from "
+			 "disk refuses it without SNAP_ALLOW_OLDER=1", sealed, e.msg);
+	} else if (have) {
 		L->has_disk = 1;
 		L->disk = newest;
 	} else {

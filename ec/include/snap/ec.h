@@ -37,7 +37,11 @@
  * group communicator in the same order. Every call returns 0 or a negative
  * code from snap/error.h; calls with an errbuf write a message naming what
  * failed (always NUL terminated, may be NULL/0), handles keep the last
- * message (snap_ec_*_error). Nothing here exits, aborts, or spawns threads.
+ * message (snap_ec_*_error). A collective call fails on every member when
+ * it fails on one; the members where it did not fail themselves get the
+ * first failing member's code and a message containing
+ * SNAP_EC_ERR_ELSEWHERE, so a caller gathering messages can prefer the one
+ * that names the cause. Nothing here exits, aborts, or spawns threads.
  * ec/ knows nothing of the store: the caller hands iovecs and buffers in.
  */
 #ifndef SNAP_EC_H
@@ -46,6 +50,10 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/uio.h>
+
+/* In the message of a member whose call failed only because another
+ * member's did (see above). */
+#define SNAP_EC_ERR_ELSEWHERE "failed on another group member"
 #include <mpi.h>
 
 #include "snap/error.h"

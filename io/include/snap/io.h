@@ -249,6 +249,15 @@ int snap_io_newest_step(const char *dir, const char *job, uint64_t *step, struct
  */
 int snap_io_lost_step(const char *dir, const char *job, uint64_t newer_than, uint64_t *step);
 
+/*
+ * The newest step that was sealed, whatever became of its files since: its
+ * MANIFEST (per node: parts listing every rank) is in place, or is there
+ * but torn. Newer than snap_io_newest_step's, it is a persisted step that
+ * was damaged (a rank file truncated or deleted), never an unfinished flush.
+ * 1 and *step, or 0.
+ */
+int snap_io_sealed_step(const char *dir, const char *job, uint64_t *step);
+
 /* World size recorded in a persisted step's MANIFEST; SNAP_ENOENT if the step
  * is not persisted. */
 int snap_io_step_world(const char *dir, const char *job, uint64_t step, uint32_t *world,
