@@ -53,8 +53,15 @@ static void poke(struct snap_mesh *mesh)
 static void start_part(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 {
 	struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
-	if (!sj)
-		return;   /* no rank of this job was ever here: nothing to report */
+	if (!sj) {
+		/* No rank of this job here now (nothing to report), but an old part
+		 * of the step in this node's directory must not join the new ones.
+		 * Done before the next round, so before node 0 reads the union. */
+		struct snap_io_err e = { 0 };
+		if (mesh->node_flush_dir[0] && snap_io_part_withdraw(mesh->node_flush_dir, j->name, g, &e) < 0)
+			mesh_warn(mesh, "job %s step %" PRIu64 ": %s", j->name, g, e.msg);
+		return;
+	}
 	sj->mfl_step = g;
 	sj->mfl_busy = 1;
 	sj->mfl_ranks = 0;

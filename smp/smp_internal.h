@@ -10,16 +10,22 @@
  *   7  main.c                   flags -> config, --ec, snap_smp_serve
  *   6  daemon.c                 poll loop, connections, request dispatch
  *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
- *   4  persist.c meshflush.c    flush policy (-> flush.c); the mesh's flush
- *                               of a protected step across nodes
+ *   4  persist.c meshflush.c filereq.c
+ *                               flush policy (-> flush.c); the mesh's flush
+ *                               of a protected step across nodes; captured
+ *                               files' requests
  *   3  flush.c files.c rehydrate.c protect.c recover.c meshcap.c
- *                               flush thread, captured files, restore from
- *                               disk, encode a step, relaunch rebuild,
- *                               captured files across the mesh
- *   2  meshrec.c capgen.c       the relaunch's gathered records; a captured-
- *                               files generation on disk
- *   1  log.c reply.c meshutil.c meshmap.c config.c   (meshmap: slot files kept mapped)
- *      store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
+ *                               flush thread, captured files (open, close,
+ *                               hooks), restore from disk, encode a step,
+ *                               relaunch rebuild, captured files across the mesh
+ *   2  meshrec.c capgen.c filescan.c fileflush.c
+ *                               the relaunch's gathered records; a captured-
+ *                               files generation on disk; captured files'
+ *                               start-up scan and flush thread
+ *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c
+ *                               (meshmap: slot files kept mapped; fileent:
+ *                               a job's captured-file entries)
+ *   0  store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
  *
  * So daemon.c answers requests and logs through log.c/reply.c, which
  * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and

@@ -312,7 +312,8 @@ int snap_io_sealed_step(const char *dir, const char *job, uint64_t *step)
 			continue;
 		uint32_t w;
 		/* files unchecked: damage to them is what the caller looks for; a
-		 * torn MANIFEST (or part) was sealed too, and damaged since */
+		 * torn MANIFEST (or part), or something else in its place, is
+		 * damage too, never an unfinished flush (which has none) */
 		int r = io_manifest_load(dir, job, all[i], 0, &w, NULL, NULL);
 		if (r == 0 || r == SNAP_ECORRUPT || r == SNAP_EFORMAT) {
 			*step = all[i];

@@ -159,9 +159,18 @@ class Mesh:
         self.proc = None
 
     def stop(self):
-        """SIGTERM: every node must shut down cleanly (threads joined, exit 0)."""
-        self.signal_all(signal.SIGTERM)  # every node, as a batch system would
-        rc = self.proc.wait(timeout=30)
+        """SIGTERM: every node must shut down cleanly (threads joined, exit 0).
+        The nodes get it, not mpirun: Open MPI's mpirun answers SIGTERM by
+        forwarding it and SIGKILLing the ranks about a second later, which cut
+        a slow node's shutdown flush short (seen in CI: mesh_capture, node 5
+        flushed 1 of its 4 captured files). mpirun exits once every rank has."""
+        for pid in self.session():
+            if pid != self.proc.pid:
+                try:
+                    os.kill(pid, signal.SIGTERM)
+                except ProcessLookupError:
+                    pass
+        rc = self.proc.wait(timeout=120)
         self.logf.close()
         self.proc = None
         return rc
