@@ -35,6 +35,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "flush.h"
@@ -50,8 +51,26 @@ static void poke(struct snap_mesh *mesh)
 }
 
 /* [lock held] This node's part of step g: its ranks' files, or none. */
+/* [lock held] Per node, node 0: the directories of nodes past this mesh
+ * (it had more nodes before) hold no part of the step it flushes now; an
+ * old one there would list its ranks twice. Nodes 0..size-1 see to their own. */
+static void withdraw_past(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
+{
+	for (int n = mesh->size;; n++) {
+		char nd[SNAP_PATH_MAX];
+		struct stat st;
+		struct snap_io_err e = { 0 };
+		if (snap_mesh_expand(mesh->flush_dir, n, nd, sizeof(nd)) || stat(nd, &st) != 0)
+			return;   /* the first missing node directory ends the search */
+		if (snap_io_part_withdraw(nd, j->name, g, &e) < 0)
+			mesh_warn(mesh, "job %s step %" PRIu64 ": %s", j->name, g, e.msg);
+	}
+}
+
 static void start_part(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 {
+	if (mesh->rank == 0 && mesh->node_flush_dir[0])
+		withdraw_past(mesh, j, g);
 	struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
 	if (!sj) {
 		/* No rank of this job here now (nothing to report), but an old part

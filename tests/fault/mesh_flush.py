@@ -3,8 +3,9 @@
 """The whole protection hierarchy with real processes: `mpirun -np NODES
 snapsmp --ec K+M --flush-dir DISK` (one store per node on this machine, one
 flush directory they all write into; with --layout node, DISK/node%n: each
-node writes and seals its part in its own directory), example trainers
-spread over the nodes.
+node writes and seals its part in its own directory, and a directory past
+the mesh holds stale parts of steps 1-120 that node 0 must withdraw before
+each flush), example trainers spread over the nodes.
 
 Each trial relaunches the mesh over the previous trial's stores and flush
 directory, after one of these ends:
@@ -80,6 +81,30 @@ def persisted_steps(dirs):
     return sorted(step_files(dirs))
 
 
+def crc32c(data):
+    crc = 0xFFFFFFFF
+    for b in data:
+        crc ^= b
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 if crc & 1 else 0)
+    return crc ^ 0xFFFFFFFF
+
+
+def plant_stale_parts(d, world, steps):
+    """A node directory past the mesh (one that had more nodes before) with
+    a sealed part of every step in steps, listing rank 0: unless the mesh
+    withdraws it before flushing such a step, the union lists rank 0 twice
+    and the step is never persisted."""
+    for s in steps:
+        sd = os.path.join(d, JOB, f"step-{s}")
+        os.makedirs(sd)
+        with open(os.path.join(sd, "rank-0.h5"), "wb") as f:
+            f.write(b"stale")
+        body = f"snapio-manifest 1\njob {JOB}\nstep {s}\nworld {world}\npart 1\nrank 0 5 1 5 00000000\n"
+        with open(os.path.join(sd, "MANIFEST"), "w") as f:
+            f.write(body + f"end {crc32c(body.encode()):08x}\n")
+
+
 def logged(text, what):
     return [int(x) for x in re.findall(rf"job {JOB} step (\d+) {what}", text)]
 
@@ -105,6 +130,8 @@ def main():
     rng = random.Random(seed)
     groups = groups_of(a.nodes, a.k, a.m)
     print(f"mesh_flush: {a.shape} nodes={a.nodes} world={a.world} trials={a.trials} layout={a.layout} seed={seed}")
+    if a.layout == "node":
+        plant_stale_parts(os.path.join(disk, f"node{a.nodes}"), a.world, range(1, 121))
     mesh = Mesh(a, base)
     waiter = Waiter()
     waiter.watch(logdir)
