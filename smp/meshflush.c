@@ -15,12 +15,12 @@
  *                       no seal);
  *   writing -> sealing  when the nodes' written rank files add up to the
  *                       step's world. Node 0 writes the MANIFEST (io's seal
- *                       checks every rank file) and applies retention;
- *   writing -> idle     per-node directories: each node's flush thread
- *                       sealed its own part (a MANIFEST of its ranks) before
- *                       reporting it written, so once the parts add up to
- *                       the world the step is persisted, read through the
- *                       pattern, and node 0 applies retention there;
+ *                       checks every rank file) and applies retention.
+ *                       Per node, each flush thread withdrew its node's old
+ *                       part of the step, then wrote and sealed its ranks as
+ *                       a part before reporting them written; once every
+ *                       node reported, node 0 reads the parts' union back
+ *                       through the pattern instead of writing a MANIFEST;
  *   writing -> idle     when a node's part failed, or every node holding the
  *                       job is done and ranks are missing;
  *   sealing -> idle     when node 0's summary reports the seal: the step is
@@ -50,7 +50,6 @@ static void poke(struct snap_mesh *mesh)
 	(void)n;   /* a full counter wakes the loop as well */
 }
 
-/* [lock held] This node's part of step g: its ranks' files, or none. */
 /* [lock held] Per node, node 0: the directories of nodes past this mesh
  * (it had more nodes before) hold no part of the step it flushes now; an
  * old one there would list its ranks twice. Nodes 0..size-1 see to their own. */
@@ -67,6 +66,7 @@ static void withdraw_past(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	}
 }
 
+/* [lock held] This node's part of step g: its ranks' files, or none. */
 static void start_part(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 {
 	if (mesh->rank == 0 && mesh->node_flush_dir[0])
