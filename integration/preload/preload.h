@@ -142,7 +142,7 @@ PL_HIDDEN void pl_conn_atfork_prepare(void);
 PL_HIDDEN void pl_conn_atfork_parent(void);
 PL_HIDDEN void pl_conn_atfork_child(void);
 
-/* ---- descriptors and captured files (files.c) ---- */
+/* ---- descriptors and captured files (files.c, nsread.c, nsops.c) ---- */
 enum { PL_WRITE = 1, PL_DIR = 2 };
 
 struct pl_file {

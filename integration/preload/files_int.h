@@ -1,0 +1,52 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * files_int.h - what the preload's captured-file files share (not installed):
+ *
+ *   files.c   the descriptor table, open, growth, the fall back, commit, fork
+ *   nsread.c  the store's namespace read directly, and changed by this
+ *             process itself when no snapsmp runs
+ *   nsops.c   stat, access, rename, unlink, truncate and listings, merged
+ *             with the real directories
+ *
+ * All of it is hidden (the library's default visibility and preload.map).
+ */
+#ifndef SNAP_PRELOAD_FILES_INT_H
+#define SNAP_PRELOAD_FILES_INT_H
+
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/sendfile.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include "snap/base.h"
+#include "preload.h"
+#include "snap/wire.h"
+
+/* files.c */
+PL_HIDDEN extern pthread_mutex_t plf_tab_mu;   /* the descriptor table and the files being written */
+PL_HIDDEN void plf_data_path(uint64_t id, char *out, size_t cap);
+PL_HIDDEN int plf_ns_path(const char *abs, char *out, size_t cap);
+PL_HIDDEN struct pl_file *plf_find_writing(const char *abs);
+PL_HIDDEN int plf_split_dir(const char *abs, char *dir, size_t cap);
+PL_HIDDEN int plf_copy_range(int from, int to, uint64_t len);
+
+/* nsread.c */
+PL_HIDDEN extern pthread_mutex_t plf_ver_mu;   /* the verified-files cache */
+PL_HIDDEN int plf_store_lookup(const char *abs, struct snap_fman *m);
+PL_HIDDEN int plf_open_committed(const char *abs, int flags);
+PL_HIDDEN void plf_store_unlock(int fd);
+PL_HIDDEN int plf_mutate(uint16_t type, const struct snap_wbuf *req, uint32_t *e, int *lockfd, int *uncertain);
+PL_HIDDEN void plf_ns_parents(const char *p);
+PL_HIDDEN void plf_store_forget(const char *abs);
+
+/* nsops.c */
+PL_HIDDEN extern pthread_mutex_t plf_dir_mu;   /* the open listings */
+
+#endif
