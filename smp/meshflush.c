@@ -50,6 +50,15 @@ static void poke(struct snap_mesh *mesh)
 	(void)n;   /* a full counter wakes the loop as well */
 }
 
+/* [lock held] Withdraw an old part of step g from one node's directory
+ * (snap_io_part_withdraw), saying so only when that fails. */
+static void withdraw_in(struct snap_mesh *mesh, const char *dir, struct mjob *j, uint64_t g)
+{
+	struct snap_io_err e = { 0 };
+	if (snap_io_part_withdraw(dir, j->name, g, &e) < 0)
+		mesh_warn(mesh, "job %s step %" PRIu64 ": %s", j->name, g, e.msg);
+}
+
 /* [lock held] Per node, node 0: the directories of nodes past this mesh
  * (it had more nodes before) hold no part of the step it flushes now; an
  * old one there would list its ranks twice. Nodes 0..size-1 see to their own. */
@@ -58,11 +67,9 @@ static void withdraw_past(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	for (int n = mesh->size;; n++) {
 		char nd[SNAP_PATH_MAX];
 		struct stat st;
-		struct snap_io_err e = { 0 };
 		if (snap_mesh_expand(mesh->flush_dir, n, nd, sizeof(nd)) || stat(nd, &st) != 0)
 			return;   /* the first missing node directory ends the search */
-		if (snap_io_part_withdraw(nd, j->name, g, &e) < 0)
-			mesh_warn(mesh, "job %s step %" PRIu64 ": %s", j->name, g, e.msg);
+		withdraw_in(mesh, nd, j, g);
 	}
 }
 
@@ -76,9 +83,8 @@ static void start_part(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 		/* No rank of this job here now (nothing to report), but an old part
 		 * of the step in this node's directory must not join the new ones.
 		 * Done before the next round, so before node 0 reads the union. */
-		struct snap_io_err e = { 0 };
-		if (mesh->node_flush_dir[0] && snap_io_part_withdraw(mesh->node_flush_dir, j->name, g, &e) < 0)
-			mesh_warn(mesh, "job %s step %" PRIu64 ": %s", j->name, g, e.msg);
+		if (mesh->node_flush_dir[0])
+			withdraw_in(mesh, mesh->node_flush_dir, j, g);
 		return;
 	}
 	sj->mfl_step = g;
