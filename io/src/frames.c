@@ -2,7 +2,9 @@
 /*
  * Frame regions: a region held as snap/codec.h streams ("frames") goes to
  * disk as they are, one HDF5 chunk per frame of a flat 1-D dataset under
- * filter SNAP_IO_FILTER_CODEC (codecfilter.c), written with H5Dwrite_chunk.
+ * filter SNAP_IO_FILTER_CODEC (codecfilter.c). H5Dwrite_chunk allocates and
+ * indexes each chunk; the bytes themselves go through io_uring in write.c's
+ * bulk pass (deferdrv.c records the write instead of making it).
  * Never decoded and re-encoded on the write path: a lossy frame is quantized
  * once. Reading fetches the chunks with H5Dread_chunk, checks each against
  * the per-frame CRC32C recorded at write time and hands them out raw or
@@ -92,8 +94,16 @@ int io_frames_check(const struct snap_io_region *g, struct snap_io_err *err)
 	return 0;
 }
 
-int io_frames_write(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g, uint64_t step,
-		    uint64_t *stored, struct snap_io_err *err)
+int io_frame_crc_fail(const char *final, const struct snap_io_region *g, const char *dsname, uint32_t k,
+		      uint32_t got, struct snap_io_err *err)
+{
+	return io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") frame %u does not match its CRC32C "
+		       "%08x (it gives %08x): source memory changed or is corrupt", final, g->name, dsname, k,
+		       g->frame_crc[k], got);
+}
+
+int io_frames_write(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g, size_t i,
+		    uint64_t step, struct io_defer *defer, uint64_t *stored, struct snap_io_err *err)
 {
 	size_t es = snap_dtype_size(g->dtype);
 	uint64_t count = g->bytes / es, chunk = g->frame_elems < count ? g->frame_elems : count;
@@ -125,20 +135,20 @@ int io_frames_write(hid_t f, const char *final, const char *dsname, const struct
 	}
 	for (uint32_t k = 0; k < g->nframes && !rc; k++) {
 		size_t len = (size_t)g->frame_len[k];
-		uint32_t c = snap_io_crc32c(g->frame[k], len);
-		if (c != g->frame_crc[k]) {
-			rc = io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") frame %u does not match its "
-				     "CRC32C %08x (it gives %08x): source memory changed or is corrupt", final, g->name,
-				     dsname, k, g->frame_crc[k], c);
-			break;
-		}
 		hsize_t off[1] = {(hsize_t)k * chunk};
+		io_defer_expect(defer, g->frame[k], len, i, k);
 		errno = 0;
-		if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, off, len, g->frame[k]) < 0)
-			rc = io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO, "%s: writing frame %u of dataset "
-					"\"%s\" failed", final, k, dsname);
+		if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, off, len, g->frame[k]) < 0) {
+			rc = io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : errno == ENOMEM ? SNAP_ENOMEM : SNAP_EIO,
+					"%s: writing frame %u of dataset \"%s\" failed", final, k, dsname);
+		} else if (!io_defer_taken(defer)) {
+			uint32_t c = snap_io_crc32c(g->frame[k], len);
+			if (c != g->frame_crc[k])
+				rc = io_frame_crc_fail(final, g, dsname, k, c, err);
+		}
 		*stored += len;
 	}
+	io_defer_taken(defer);
 	if (ds >= 0) H5Dclose(ds);
 	if (dcpl >= 0) H5Pclose(dcpl);
 	if (s >= 0) H5Sclose(s);

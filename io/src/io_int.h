@@ -11,6 +11,7 @@
  *   frames.c                              codec-frame datasets
  *   rankfile.c                            a rank file: names, creation, identity
  *   attr.c names.c uring.c lz4chunk.c     HDF5 attributes, paths, io_uring, LZ4
+ *   deferdrv.c                            the HDF5 file driver that leaves frames to io_uring
  *   err.c codecfilter.c                   errors, HDF5 lock, CRC32C; filter 311
  *
  * The sections below follow the same order, bottom row first.
@@ -152,6 +153,32 @@ unsigned io_uw_inflight(const struct io_uring_writer *u);
  * drain returned an error since io_uw_begin). */
 size_t io_uw_error_tag(const struct io_uring_writer *u);
 
+/* ---- deferdrv.c ---- */
+
+/* A raw-data write HDF5 asked for and the driver recorded instead of
+ * making (see deferdrv.c): the bulk pass makes it. */
+struct io_deferred {
+	uint64_t off;
+	const void *src;
+	size_t len;
+	size_t region;  /* index of the region in the writer's call */
+	uint32_t frame; /* frame of that region */
+};
+/* One file's announced write and recorded ones. The caller owns v. */
+struct io_defer {
+	const void *want;
+	size_t want_len, want_region;
+	uint32_t want_frame;
+	struct io_deferred *v;
+	size_t n, cap;
+};
+/* Sets fapl to the driver, recording into d; 0 or -1 (HDF5 lock held). */
+int io_defer_fapl(hid_t fapl, struct io_defer *d);
+/* The next raw write from src[0..len) is to be recorded, not made. */
+void io_defer_expect(struct io_defer *d, const void *src, size_t len, size_t region, uint32_t frame);
+/* 1 if the announced write was recorded; clears the announcement. */
+int io_defer_taken(struct io_defer *d);
+
 /* ---- lz4chunk.c ---- */
 
 /* The byte layout of HDF5 filter 32004. */
@@ -195,10 +222,10 @@ int io_is_rank_name(const char *name);
  * processes: "<sdir>/.rank-<rank>.h5.tmp.<pid>.<seq>". */
 int io_rank_tmp_name(char *out, size_t cap, const char *sdir, uint32_t rank);
 /* Creates tmp (O_EXCL) with exactly `mode`, hands it to HDF5 (4096-aligned
- * allocation) and writes the root attributes of id; *file is open on 0.
- * final names the file in messages. */
-int io_rank_create(const char *tmp, const char *final, unsigned mode, const struct io_rank_id *id, hid_t *file,
-		   struct snap_io_err *err);
+ * allocation, through deferdrv.c recording into defer) and writes the root
+ * attributes of id; *file is open on 0. final names the file in messages. */
+int io_rank_create(const char *tmp, const char *final, unsigned mode, const struct io_rank_id *id,
+		   struct io_defer *defer, hid_t *file, struct snap_io_err *err);
 /* Opens a rank file read-only and checks its root attributes. When expect
  * is not NULL, the file's job, step, rank and world must equal it
  * (SNAP_EMISMATCH naming the file and the fields otherwise): a rank file
@@ -213,9 +240,15 @@ const char *io_frame_codec_name(int codec);
 int io_frame_codec_parse(const char *name);
 /* Checks a frame region's fields (writer, before writing). */
 int io_frames_check(const struct snap_io_region *g, struct snap_io_err *err);
-/* Creates and fills the frame dataset of region g (writer). */
-int io_frames_write(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g, uint64_t step,
-		    uint64_t *stored, struct snap_io_err *err);
+/* Creates the frame dataset of region g, index i of the writer's call
+ * (writer). Each frame's chunk is allocated through H5Dwrite_chunk and its
+ * write recorded in defer for the bulk pass, which checks frame_crc; a
+ * frame HDF5 wrote itself (the driver did not record it) is checked here. */
+int io_frames_write(hid_t f, const char *final, const char *dsname, const struct snap_io_region *g, size_t i,
+		    uint64_t step, struct io_defer *defer, uint64_t *stored, struct snap_io_err *err);
+/* SNAP_ECORRUPT: frame k of g (dataset dsname) gives CRC32C got. */
+int io_frame_crc_fail(const char *final, const struct snap_io_region *g, const char *dsname, uint32_t k,
+		      uint32_t got, struct snap_io_err *err);
 /* Reads what ds_meta needs of a frame dataset (shape, frame_elems,
  * frame_crc32c, chunk layout and filter) into d, checked for consistency;
  * ds is the open dataset, dims/nd its dataspace. */

@@ -51,11 +51,11 @@ int io_rank_tmp_name(char *out, size_t cap, const char *sdir, uint32_t rank)
 }
 
 /* The root attributes rank_attrs reads back. */
-int io_rank_create(const char *tmp, const char *final, unsigned mode, const struct io_rank_id *id, hid_t *file,
-		   struct snap_io_err *err)
+int io_rank_create(const char *tmp, const char *final, unsigned mode, const struct io_rank_id *id,
+		   struct io_defer *defer, hid_t *file, struct snap_io_err *err)
 {
 	hid_t fapl = H5Pcreate(H5P_FILE_ACCESS), f = -1;
-	if (fapl < 0 || H5Pset_alignment(fapl, SNAP_IO_ALIGN, SNAP_IO_ALIGN) < 0) {
+	if (fapl < 0 || H5Pset_alignment(fapl, SNAP_IO_ALIGN, SNAP_IO_ALIGN) < 0 || io_defer_fapl(fapl, defer) < 0) {
 		if (fapl >= 0)
 			H5Pclose(fapl);
 		return io_fail_h5(err, SNAP_EIO, "%s: HDF5 property setup failed", final);

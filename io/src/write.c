@@ -6,7 +6,9 @@
  * file is closed. LZ4 regions are compressed here, chunk by chunk, and
  * handed to H5Dwrite_chunk with filter 32004 in the pipeline, so that path
  * is HDF5's own pwrite, not io_uring (see docs/io-format.md). Frame regions
- * (codec streams) go as they are, one chunk per frame (frames.c).
+ * (codec streams) go as they are, one chunk per frame (frames.c): HDF5
+ * allocates and indexes the chunks, and the driver it writes through
+ * (deferdrv.c) leaves their bytes to the same io_uring pass.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -24,6 +26,7 @@
 struct snap_io_writer {
 	struct snap_io_opts o;
 	struct io_uring_writer *uw;
+	struct io_defer defer; /* the current file's frame writes; v reused */
 };
 
 struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struct snap_io_err *err)
@@ -69,6 +72,7 @@ void snap_io_writer_free(struct snap_io_writer *w)
 	if (!w)
 		return;
 	io_uw_free(w->uw);
+	free(w->defer.v);
 	free(w);
 }
 
@@ -228,17 +232,19 @@ static int fill_lz4(hid_t ds, const char *final, const char *dsname, const struc
 	return 0;
 }
 
-/* One region's dataset and attributes; LZ4 and frame data written now,
- * contiguous data's file offset recorded in p for bulk_write. */
+/* One region's dataset and attributes; LZ4 data written now, frame chunks
+ * allocated (their writes recorded in w->defer) and contiguous data's file
+ * offset recorded in p, both for bulk_write. */
 static int build_region(struct snap_io_writer *w, hid_t f, const char *final, const struct snap_io_region *g,
-			uint64_t step, struct plan *p, struct lz4buf *lb, uint64_t *stored, struct snap_io_err *err)
+			size_t i, uint64_t step, struct plan *p, struct lz4buf *lb, uint64_t *stored,
+			struct snap_io_err *err)
 {
 	char dsname[3 * SNAP_IO_MAX_NAME + 1];
 	int lz4 = w->o.codec == SNAP_IO_CODEC_LZ4 && g->bytes > 0;
 	io_sanitise(g->name, dsname, sizeof dsname);
 	p->off = HADDR_UNDEF;
 	if (g->nframes)
-		return io_frames_write(f, final, dsname, g, step, stored, err);
+		return io_frames_write(f, final, dsname, g, i, step, &w->defer, stored, err);
 	p->expect = g->has_crc ? g->crc32c : snap_io_crc32c(g->data, g->bytes);
 	struct io_chunk_geom cg;
 	if (lz4)
@@ -261,18 +267,20 @@ static int build_region(struct snap_io_writer *w, hid_t f, const char *final, co
 	return rc;
 }
 
-/* HDF5 phase: the whole file but the uncompressed bulk bytes. */
+/* HDF5 phase: the whole file but the bulk bytes (uncompressed data, frames). */
 static int build_file(struct snap_io_writer *w, const char *tmp, const char *final, const struct io_rank_id *id,
 		      const struct snap_io_region *r, size_t n, struct plan *plan, uint64_t *stored,
 		      struct snap_io_err *err)
 {
 	hid_t f;
-	int rc = io_rank_create(tmp, final, w->o.mode, id, &f, err);
+	w->defer.n = 0;
+	w->defer.want = NULL;
+	int rc = io_rank_create(tmp, final, w->o.mode, id, &w->defer, &f, err);
 	if (rc)
 		return rc;
 	struct lz4buf lb = {0};
 	for (size_t i = 0; i < n && !rc; i++)
-		rc = build_region(w, f, final, &r[i], id->step, &plan[i], &lb, stored, err);
+		rc = build_region(w, f, final, &r[i], i, id->step, &plan[i], &lb, stored, err);
 	free(lb.raw);
 	free(lb.enc);
 	errno = 0;
@@ -283,9 +291,12 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 	return rc;
 }
 
+/* The bulk bytes into the closed file: uncompressed regions at plan[i].off,
+ * then the frames deferdrv.c recorded, each checked against its CRC32C as
+ * it is queued. *bytes: how many were queued. */
 static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *final,
 		      const struct snap_io_region *r, size_t n, const struct plan *plan, int *direct,
-		      struct snap_io_err *err)
+		      uint64_t *bytes, struct snap_io_err *err)
 {
 	int fd = open(tmp, O_WRONLY | O_CLOEXEC);
 	if (fd < 0) {
@@ -311,6 +322,8 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	 * writes are drained once at the end. Each write carries its region's
 	 * index so a failure still names the dataset. */
 	size_t bad_crc = SIZE_MAX;
+	uint32_t bad_frame = 0, bad_got = 0;
+	*bytes = 0;
 	for (size_t i = 0; i < n; i++) {
 		if (plan[i].off == HADDR_UNDEF)
 			continue;
@@ -321,6 +334,19 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 			bad_crc = i;
 			break;
 		}
+		*bytes += r[i].bytes;
+	}
+	for (size_t j = 0; j < w->defer.n && !e && bad_crc == SIZE_MAX; j++) {
+		const struct io_deferred *x = &w->defer.v[j];
+		uint32_t c = 0xFFFFFFFFu;
+		if ((e = io_uw_write(w->uw, x->src, x->len, x->off, &c, x->region)) != 0)
+			break;
+		if ((c ^ 0xFFFFFFFFu) != r[x->region].frame_crc[x->frame]) {
+			bad_crc = x->region;
+			bad_frame = x->frame;
+			bad_got = c ^ 0xFFFFFFFFu;
+		}
+		*bytes += x->len;
 	}
 	int d = io_uw_drain(w->uw);
 	if (!e)
@@ -331,6 +357,9 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 		io_sanitise(r[bad_io].name, dsname, sizeof dsname);
 		rc = io_fail(err, io_errno_code(-e) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(-e),
 			     "%s: writing data of dataset \"%s\" failed: %s", final, dsname, strerror(-e));
+	} else if (bad_crc < n && r[bad_crc].nframes) {
+		io_sanitise(r[bad_crc].name, dsname, sizeof dsname);
+		rc = io_frame_crc_fail(final, &r[bad_crc], dsname, bad_frame, bad_got, err);
 	} else if (bad_crc < n) {
 		io_sanitise(r[bad_crc].name, dsname, sizeof dsname);
 		rc = io_fail(err, SNAP_ECORRUPT, "%s: region \"%s\" (dataset \"%s\") does not match its "
@@ -424,8 +453,9 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	rc = build_file(w, tmp, final, &id, regions, n, plan, &stored, err);
 	io_h5_leave();
 	int direct = 0;
+	uint64_t bulk = 0;
 	if (!rc)
-		rc = bulk_write(w, tmp, final, regions, n, plan, &direct, err);
+		rc = bulk_write(w, tmp, final, regions, n, plan, &direct, &bulk, err);
 	free(plan);
 	struct stat st = {0};
 	if (!rc && stat(tmp, &st) < 0)
@@ -452,6 +482,7 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 		stats->file_bytes = (uint64_t)st.st_size;
 		stats->seconds = now_s() - t0;
 		stats->direct = direct;
+		stats->bulk_bytes = bulk;
 	}
 	return 0;
 }

@@ -265,6 +265,18 @@ int main(int argc, char **argv)
 				   "step-3/rank-0.h5");
 			snprintf(q, sizeof q, "%s/" JOB "/step-3", p);
 			CHECK(entries(q) == 0); /* no temp file left behind */
+			/* Codec frames reach the disk in the io_uring pass (after
+			 * HDF5 allocated them): a full disk there names the dataset. */
+			struct io_t_frames fr;
+			io_t_frames_make(&fr, SNAP_DTYPE_F32, SNAP_CODEC_LOSSLESS, 0, A, N, N / 8);
+			struct snap_io_region fx[2] = {r[0], r[0]};
+			fx[1].name = "y";
+			io_t_frames_attach(&fx[0], &fr);
+			io_t_frames_attach(&fx[1], &fr);
+			EXPECT_ERR(snap_io_write_rank(w, p, JOB, 3, 0, 1, fx, 2, NULL, &err), SNAP_ENOSPC, &err,
+				   "step-3/rank-0.h5", "dataset \"");
+			CHECK(entries(q) == 0);
+			io_t_frames_free(&fr);
 			/* a small step still fits afterwards: nothing leaked */
 			struct snap_io_region small = r[0];
 			small.shape[0] = small.global_shape[0] = 1000;

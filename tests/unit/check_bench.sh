@@ -63,9 +63,10 @@ has snapshot "^  torch.save to /dev/shm +(unavailable|$num .*\(commit is ${num}x
 mkdir "$t/tmp"
 run flush 0 env TMPDIR="$t/tmp" SNAP_BENCH_DATA="$data" "$snaptool" bench flush --size 256K
 has flush "^flush benchmark: 262144 bytes of fp32 weights in $t/tmp/snapbench-flush-"
-has flush "^  snapio codec=none \(io_uring\) +$num"
-has flush "^  snapio codec=lz4 \(H5Dwrite_chunk\) +$num +\(ratio $num\)"
-has flush "^  snapio frames, lossy abs 1e-3 +$num +\(ratio $num; raw GB/s\)"
+has flush "^  snapio codec=none \(io_uring\) +$num +\($num MiB\)"
+has flush "^  snapio codec=lz4 \(H5Dwrite_chunk\) +$num +\(ratio $num; $num MiB\)"
+has flush "^  snapio frames, lossless \(io_uring\) +$num +\(ratio $num; raw GB/s; $num MiB\)"
+has flush "^  snapio frames, lossy abs 1e-3 +$num +\(ratio $num; raw GB/s; $num MiB\)"
 has flush "^  (fio write 4M direct io_uring qd8 +$num .*of fio\)|fio +- +fio)"
 left=$(find "$t/tmp" -mindepth 1)
 [ -z "$left" ] || fail "flush left its scratch files behind: $left"

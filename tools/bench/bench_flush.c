@@ -14,6 +14,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "bench_util.h"
@@ -35,7 +38,9 @@ static void usage(FILE *o)
 		   "  then lz4, then as codec frames: lossless and lossy abs 1e-3, compressed\n"
 		   "  beforehand as the copy threads do at save time), runs fio --rw=write --bs=4M --direct=1 --ioengine=io_uring --iodepth=8\n"
 		   "  --end_fsync=1 of the same size in DIR, and a plain h5py write of the same arrays.\n"
-		   "  Every figure includes fsync. GB/s = 1e9 bytes/s. DIR defaults to a fresh directory\n"
+		   "  Every figure includes fsync. GB/s = 1e9 bytes/s. After each snapio write it reports\n"
+		   "  how many MiB of the file the page cache still holds (mincore): buffered writes\n"
+		   "  leave it there, O_DIRECT writes do not. DIR defaults to a fresh directory\n"
 		   "  under $TMPDIR (else /tmp), removed afterwards. The weights: env SNAP_BENCH_DATA, else\n"
 		   "  ../shared/data/ppocr_v4_rec.f32 or ../../shared/data/ppocr_v4_rec.f32 from the\n"
 		   "  working directory.\n");
@@ -57,6 +62,37 @@ static const char *find_data(void)
 		if (access(data_paths[i], R_OK) == 0)
 			return data_paths[i];
 	return NULL;
+}
+
+/* How much of step's rank file the flush left in the page cache, in MiB
+ * (mincore); -1 if it cannot tell. Buffered writes leave all of it there,
+ * evicting what the node had cached; O_DIRECT writes leave none. */
+static double cached_mib(const char *dir, const char *job, uint64_t step)
+{
+	char path[4096];
+	snprintf(path, sizeof path, "%s/%s/step-%" PRIu64 "/rank-0.h5", dir, job, step);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || st.st_size == 0) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	size_t len = (size_t)st.st_size, pg = (size_t)sysconf(_SC_PAGESIZE), np = (len + pg - 1) / pg;
+	void *m = mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0);
+	close(fd);
+	unsigned char *vec = m != MAP_FAILED ? malloc(np) : NULL;
+	double mib = -1;
+	if (vec && mincore(m, len, vec) == 0) {
+		size_t in = 0;
+		for (size_t i = 0; i < np; i++)
+			in += vec[i] & 1;
+		mib = (double)in * (double)pg / (1 << 20);
+	}
+	free(vec);
+	if (m != MAP_FAILED)
+		munmap(m, len);
+	return mib;
 }
 
 static int fill(unsigned char *buf, size_t n, const char *path)
@@ -291,11 +327,15 @@ int cmd_bench_flush(int argc, char **argv)
 	char job[64], fio_note[128] = "", h5_note[128] = "", rm[4096];
 	snprintf(job, sizeof job, "bench-%d", (int)getpid());
 	double r0 = 1, r1 = 1;
-	double none = run_flush(dir, job, 1, SNAP_IO_CODEC_NONE, buf, size, &r0);
+	double none = run_flush(dir, job, 1, SNAP_IO_CODEC_NONE, buf, size, &r0), c[4];
+	c[0] = cached_mib(dir, job, 1);
 	double lz4 = run_flush(dir, job, 2, SNAP_IO_CODEC_LZ4, buf, size, &r1);
+	c[1] = cached_mib(dir, job, 2);
 	double r2 = 1, r3 = 1;
 	double fl = run_frames(dir, job, 3, SNAP_CODEC_LOSSLESS, 0, buf, size, &r2);
+	c[2] = cached_mib(dir, job, 3);
 	double fa = run_frames(dir, job, 4, SNAP_CODEC_LOSSY_ABS, 1e-3, buf, size, &r3);
+	c[3] = cached_mib(dir, job, 4);
 	snprintf(rm, sizeof rm, "rm -rf '%s/%s'", dir, job);
 	if (system(rm) != 0)
 		fprintf(stderr, "bench flush: could not remove %s/%s\n", dir, job);
@@ -312,15 +352,18 @@ int cmd_bench_flush(int argc, char **argv)
 		printf("{\"size\": %zu, \"dir\": \"%s\", \"flush_gbps\": %.3f, \"flush_lz4_gbps\": %.3f, "
 		       "\"lz4_ratio\": %.4f, \"frames_lossless_gbps\": %.3f, \"frames_lossless_ratio\": %.4f, "
 		       "\"frames_lossy_gbps\": %.3f, \"frames_lossy_ratio\": %.4f, \"fio_gbps\": %.3f, "
-		       "\"h5py_gbps\": %.3f, \"flush_vs_fio\": %.3f}\n",
-		       size, dir, none, lz4, r1, fl, r2, fa, r3, fio, h5, fio > 0 ? none / fio : -1.0);
+		       "\"h5py_gbps\": %.3f, \"flush_vs_fio\": %.3f, \"cached_mib\": {\"none\": %.1f, \"lz4\": %.1f, "
+		       "\"frames_lossless\": %.1f, \"frames_lossy\": %.1f}}\n",
+		       size, dir, none, lz4, r1, fl, r2, fa, r3, fio, h5, fio > 0 ? none / fio : -1.0, c[0], c[1], c[2],
+		       c[3]);
 	} else {
 		printf("flush benchmark: %zu bytes of fp32 weights in %s\n", size, dir);
-		printf("  %-34s %8s\n", "path", "GB/s");
-		printf("  %-34s %8.3f\n", "snapio codec=none (io_uring)", none);
-		printf("  %-34s %8.3f   (ratio %.4f)\n", "snapio codec=lz4 (H5Dwrite_chunk)", lz4, r1);
-		printf("  %-34s %8.3f   (ratio %.4f; raw GB/s)\n", "snapio frames, lossless", fl, r2);
-		printf("  %-34s %8.3f   (ratio %.4f; raw GB/s)\n", "snapio frames, lossy abs 1e-3", fa, r3);
+		printf("  %-34s %8s   %s\n", "path", "GB/s", "(left in the page cache)");
+		printf("  %-34s %8.3f   (%.0f MiB)\n", "snapio codec=none (io_uring)", none, c[0]);
+		printf("  %-34s %8.3f   (ratio %.4f; %.0f MiB)\n", "snapio codec=lz4 (H5Dwrite_chunk)", lz4, r1, c[1]);
+		printf("  %-34s %8.3f   (ratio %.4f; raw GB/s; %.0f MiB)\n", "snapio frames, lossless (io_uring)", fl, r2,
+		       c[2]);
+		printf("  %-34s %8.3f   (ratio %.4f; raw GB/s; %.0f MiB)\n", "snapio frames, lossy abs 1e-3", fa, r3, c[3]);
 		if (fio > 0)
 			printf("  %-34s %8.3f   (snapio none = %.0f%% of fio)\n", "fio write 4M direct io_uring qd8", fio,
 			       100 * none / fio);
