@@ -251,25 +251,11 @@ def _steps(flush_dir, job):
     return {s: (w, r) for s, (w, r) in seen.items() if s not in bad and sorted(r) == list(range(w))}
 
 
-def persisted_steps(flush_dir, job):
-    """{step: world} of the sealed steps of `job` (MANIFEST present and
-    parsed; per node, parts covering the world)."""
-    return {s: w for s, (w, _) in _steps(flush_dir, job).items()}
-
-
-def rank_file(flush_dir, job, step, rank):
-    """The path of a persisted step's rank file (per node: in the node
-    directory whose part lists the rank)."""
-    if "%n" not in flush_dir:
-        return os.path.join(flush_dir, job, f"step-{step}", f"rank-{rank}.h5")
-    w, ranks = _steps(flush_dir, job).get(step, (0, {}))
-    if rank not in ranks:
-        raise SnapError(C.ENOENT, f"rank {rank} of step {step} of job {job!r} is in no sealed part under {flush_dir}")
-    return os.path.join(ranks[rank], f"rank-{rank}.h5")
-
-
 def flush_step(flush_dir, job, step=None):
-    steps = persisted_steps(flush_dir, job)
+    """(step, world, {rank: its rank file}) of the newest (or the given)
+    persisted step. The node directories' MANIFESTs are read once, not once
+    per rank: per node, a rank's file is in the directory whose part lists it."""
+    steps = _steps(flush_dir, job)
     if not steps:
         raise SnapError(C.ENOENT, f"flush directory {flush_dir} holds no persisted step of job {job!r}")
     if step is None:
@@ -277,17 +263,17 @@ def flush_step(flush_dir, job, step=None):
     elif step not in steps:
         raise SnapError(C.ENOENT, f"step {step} of job {job!r} is not persisted in {flush_dir} "
                         f"(persisted: {sorted(steps)})")
-    return step, steps[step]
+    world, dirs = steps[step]
+    return step, world, {r: os.path.join(d, f"rank-{r}.h5") for r, d in dirs.items()}
 
 
 def _attr_str(v):
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
-def rank_file_regions(flush_dir, job, step, rank, layout_only=False):
-    """Regions of one rank file of a persisted step."""
+def rank_file_regions(path, job, step, rank, layout_only=False):
+    """Regions of one rank file of a persisted step (its path from flush_step)."""
     h5py = _h5()
-    path = rank_file(flush_dir, job, step, rank)
     if not os.path.isfile(path):
         raise SnapError(C.ENOENT, f"{path} is missing")
     out = []
@@ -336,7 +322,7 @@ def persisted_layout(flush_dir, job, rank, step=None):
     """(step, regions, True) of the newest (or given) persisted step for
     Checkpointer.restore, or None when nothing is persisted."""
     try:
-        step, world = flush_step(flush_dir, job, step)
+        step, world, files = flush_step(flush_dir, job, step)
     except SnapError as e:
         if e.code == C.ENOENT:
             return None
@@ -344,7 +330,7 @@ def persisted_layout(flush_dir, job, rank, step=None):
     if rank >= world:
         raise SnapError(C.EMISMATCH, f"persisted step {step} of job {job!r} was saved by {world} ranks; this is "
                         f"rank {rank} (world size mismatch)")
-    return step, rank_file_regions(flush_dir, job, step, rank, layout_only=True), True
+    return step, rank_file_regions(files[rank], job, step, rank, layout_only=True), True
 
 
 # ---- a snaptool export file -----------------------------------------------

@@ -797,8 +797,8 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
                 raise SnapError(C.EINVAL, f"{src} holds {'no job' if not jobs else 'jobs ' + ', '.join(jobs)}; "
                                 "name one with job= (or SNAP_JOB)")
             job = jobs[0]
-        step, saved_world = F.flush_step(src, job, None if step is None else int(step))
-        per_rank = {r: F.rank_file_regions(src, job, step, r) for r in range(saved_world)}
+        step, saved_world, files = F.flush_step(src, job, None if step is None else int(step))
+        per_rank = {r: F.rank_file_regions(files[r], job, step, r) for r in range(saved_world)}
     elif os.path.isdir(src):
         if job is None:
             job = os.environ.get("SNAP_JOB")
@@ -811,8 +811,8 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
             step, saved_world, mans = F.store_step(src, job, None if step is None else int(step))
             per_rank = {r: F.store_regions(m) for r, m in mans.items()}
         else:
-            step, saved_world = F.flush_step(src, job, None if step is None else int(step))
-            per_rank = {r: F.rank_file_regions(src, job, step, r) for r in range(saved_world)}
+            step, saved_world, files = F.flush_step(src, job, None if step is None else int(step))
+            per_rank = {r: F.rank_file_regions(files[r], job, step, r) for r in range(saved_world)}
     else:
         raise FileNotFoundError(f"{src}: no such node store, flush directory or export file")
 
