@@ -43,8 +43,6 @@ MismatchError naming what differs before any byte is written, and leaves
 the store as it was.
 """
 import atexit
-import collections
-import glob
 import hashlib
 import os
 import pickle
@@ -59,14 +57,16 @@ import torch
 
 from . import _capi as C
 from ._capi import MismatchError, SnapError
+from ._load import load_state_dict
+from ._payload import _HDR, FORMAT, _pack, _read_payload, _room
 
-FORMAT = 1
-_HDR = 8   # bytes of the length header of a pickled region
 
 _DT = {torch.float32: "f32", torch.float64: "f64", torch.float16: "f16", torch.bfloat16: "bf16",
        torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
        torch.bool: "bool"}
 _TORCH = {v: k for k, v in _DT.items()}
+
+__all__ = ["Checkpointer", "load_state_dict", "MismatchError", "SnapError"]
 
 
 def _snap_dtype(t, name):
@@ -85,23 +85,6 @@ def _reg_shape(shape):
     """The shape registered for a tensor: a 0-dim tensor is one element, [1]
     (its true shape travels in the meta region)."""
     return tuple(shape) if len(shape) else (1,)
-
-
-def _pack(obj):
-    return pickle.dumps(obj, protocol=4)
-
-
-def _room(n):
-    """Bytes of a pickled region for a payload of n bytes: room for twice
-    that, in whole pages (4 KiB at least)."""
-    return (_HDR + max(2 * n, 4096 - _HDR) + 4095) // 4096 * 4096
-
-
-def _read_payload(buf, name):
-    n = struct.unpack_from("<Q", buf, 0)[0]
-    if n > len(buf) - _HDR:
-        raise SnapError(C.ECORRUPT, f"region {name!r}: length header {n} exceeds its {len(buf) - _HDR} bytes")
-    return bytes(buf[_HDR:_HDR + n])
 
 
 def _dist():
@@ -723,184 +706,3 @@ class Checkpointer:
     def __exit__(self, *exc):
         self.close()
         return False
-
-
-# ---- reading saved steps into a state_dict --------------------------------
-
-def _to_torch(a, dtype):
-    a = np.array(a)   # a private, writable copy
-    if dtype == "bf16":
-        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16)
-    if dtype == "bool":
-        return torch.from_numpy(a.view(np.bool_))
-    if dtype in ("u16", "u32", "u64"):
-        raise TypeError(f"dtype {dtype} has no torch equivalent in torch {torch.__version__}")
-    return torch.from_numpy(a)
-
-
-def _find_job(root, marker):
-    jobs = sorted(d for d in os.listdir(root) if glob.glob(os.path.join(root, d, marker)))
-    if len(jobs) != 1:
-        raise SnapError(C.EINVAL, f"{root} holds {'no job' if not jobs else 'jobs ' + ', '.join(jobs)}; "
-                        "name one with job= (or SNAP_JOB)")
-    return jobs[0]
-
-
-def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
-    """Read a step saved by Checkpointer into a plain state_dict, without
-    snapsmp or a model:
-
-        {"model": {name: tensor}, "optimizer": {"state": ..., "param_groups": ...},
-         "extra": {name: value}, "rng": {"torch", "cuda", "numpy", "random"},
-         "step": s, "world_size": saved world size, "rank": the rank RNG/extra come from}
-
-    `model` and `optimizer` load with model.load_state_dict() and
-    optimizer.load_state_dict(), and torch.save() of the whole writes a plain
-    checkpoint file.
-
-    source    a node store (SNAP_STORE, read offline: manifests and slot
-              files, every chunk's CRC32C checked), a flush directory (the
-              HDF5 rank files, needs h5py; per-node directories as their
-              pattern, "D/node%n") or a `snaptool export` file.
-    step      default: the newest step every rank committed (store) or the
-              newest persisted step (flush directory); an export holds one.
-    world_size, rank
-              default: whole tensors, the shards reassembled by their global
-              shapes and offsets. Given: rank `rank`'s shard of a job of
-              `world_size` ranks: at the saved world size exactly the shard
-              that rank saved; at another, each sharded tensor split evenly
-              (torch.tensor_split) along its sharded dimension, replicated
-              tensors whole. RNG states and extra come from the saved rank of
-              the same number when it exists, else rank 0.
-    job       default: $SNAP_JOB, or the only job in the source.
-    """
-    from . import _files as F
-    src = os.fspath(source)
-    if (world_size is None) != (rank is None):
-        raise TypeError("give both world_size and rank, or neither")
-    if world_size is not None and not 0 <= rank < world_size:
-        raise ValueError(f"rank {rank} is outside world size {world_size}")
-    per_rank, glob_regions = None, None
-    if os.path.isfile(src):
-        step_, saved_world, glob_regions = F.export_regions(src)
-        if step is not None and int(step) != step_:
-            raise SnapError(C.ENOENT, f"{src} holds step {step_}, not {step}")
-        step = step_
-    elif "%n" in src:
-        # per-node flush directories (snapsmp --ec ... --flush-dir D/node%n)
-        if job is None:
-            job = os.environ.get("SNAP_JOB")
-        if job is None:
-            nodes = F.node_dirs(src)
-            jobs = sorted({d for nd in nodes for d in os.listdir(nd) if glob.glob(os.path.join(nd, d, "step-*"))})
-            if len(jobs) != 1:
-                raise SnapError(C.EINVAL, f"{src} holds {'no job' if not jobs else 'jobs ' + ', '.join(jobs)}; "
-                                "name one with job= (or SNAP_JOB)")
-            job = jobs[0]
-        step, saved_world, files = F.flush_step(src, job, None if step is None else int(step))
-        per_rank = {r: F.rank_file_regions(files[r], job, step, r) for r in range(saved_world)}
-    elif os.path.isdir(src):
-        if job is None:
-            job = os.environ.get("SNAP_JOB")
-        if job is None:
-            job = _find_job(src, "rank-*") if glob.glob(os.path.join(src, "*", "rank-*")) else \
-                _find_job(src, "step-*")
-        elif not os.path.isdir(os.path.join(src, job)):
-            raise SnapError(C.ENOENT, f"{src} holds no job {job!r}")
-        if glob.glob(os.path.join(src, job, "rank-*")):
-            step, saved_world, mans = F.store_step(src, job, None if step is None else int(step))
-            per_rank = {r: F.store_regions(m) for r, m in mans.items()}
-        else:
-            step, saved_world, files = F.flush_step(src, job, None if step is None else int(step))
-            per_rank = {r: F.rank_file_regions(files[r], job, step, r) for r in range(saved_world)}
-    else:
-        raise FileNotFoundError(f"{src}: no such node store, flush directory or export file")
-
-    own = rank if rank is not None and rank < saved_world and glob_regions is None else 0
-    names = [g["name"] for g in (glob_regions if glob_regions is not None else per_rank[own])]
-    by_rank = None if per_rank is None else {r: {g["name"]: g for g in gs} for r, gs in per_rank.items()}
-    if by_rank is not None:
-        for r in range(saved_world):
-            if set(by_rank[r]) != set(names):
-                diff = sorted(set(by_rank[r]) ^ set(names))[:5]
-                raise SnapError(C.EMISMATCH, f"step {step}: rank {r} holds other regions than rank {own}: {diff}")
-    metas = [n for n in names if n.startswith("meta/")]
-    if len(metas) != 1:
-        raise SnapError(C.EFORMAT, f"step {step} of {src} was not saved by libsnap.torch ({len(metas)} meta regions)")
-
-    def region(n):
-        return glob_regions_by[n] if by_rank is None else by_rank[own][n]
-    glob_regions_by = {g["name"]: g for g in glob_regions} if glob_regions is not None else None
-
-    def payload(n):
-        return pickle.loads(_read_payload(region(n)["load"](), n))
-
-    meta = payload(metas[0])
-    if meta.get("format") != FORMAT:
-        raise SnapError(C.EFORMAT, f"meta format {meta.get('format')} is not {FORMAT}")
-    if "regions" in meta:   # HDF5 lists datasets by name: back to the saved (state_dict) order
-        pos = {n: i for i, n in enumerate(meta["regions"])}
-        names.sort(key=lambda n: pos.get(n, len(pos)))
-
-    def whole(n):
-        """The tensor at its global shape."""
-        if by_rank is None:
-            return glob_regions_by[n]["load"]()
-        shards = [by_rank[r][n] for r in range(saved_world)]
-        g0 = shards[0]
-        if all(tuple(s["shape"]) == tuple(s["global_shape"]) for s in shards):
-            return g0["load"]()
-        out = np.empty(g0["global_shape"], dtype=F._NP[g0["dtype"]])
-        covered, seen = 0, set()
-        for s in shards:
-            off = tuple(s["shard_offset"])
-            if off in seen:
-                continue   # a replica of a lower rank's shard
-            seen.add(off)
-            out[tuple(slice(o, o + d) for o, d in zip(off, s["shape"]))] = s["load"]()
-            covered += int(np.prod(s["shape"], dtype=np.int64))
-        if covered != out.size:
-            raise SnapError(C.EMISMATCH, f"tensor {n!r}: the shards cover {covered} of {out.size} elements")
-        return out
-
-    def sharded_dims(n):
-        if by_rank is not None:
-            ss = [by_rank[r][n] for r in range(saved_world)]
-            return [d for d in range(len(ss[0]["global_shape"]))
-                    if any(s["shape"][d] != s["global_shape"][d] for s in ss)]
-        local, gs, _ = meta.get("shards", {}).get(n, (None, None, None))
-        return [] if local is None else [d for d in range(len(gs)) if local[d] != gs[d]]
-
-    def tensor(n):
-        g = region(n)
-        if world_size is not None and world_size == saved_world and by_rank is not None:
-            a = by_rank[rank][n]["load"]()      # exactly what that rank saved
-        else:
-            a = whole(n)
-            if world_size is not None:
-                dims = sharded_dims(n)
-                if len(dims) > 1:
-                    raise SnapError(C.EUNSUPPORTED, f"tensor {n!r} is sharded along dims {dims}; resharding "
-                                    "splits one dimension only")
-                if dims:
-                    a = np.array_split(a, world_size, axis=dims[0])[rank]
-        t = _to_torch(a, g["dtype"])
-        return t.reshape(meta["shapes"][n]) if n in meta["shapes"] else t
-
-    model = collections.OrderedDict((n[6:], tensor(n)) for n in names if n.startswith("model/"))
-    state = {}
-    for i, keys in meta["state_keys"].items():
-        st = {}
-        for k in keys:
-            rn = f"optim/{i}/{k}"
-            st[k] = tensor(rn) if rn in names else meta["state_other"][i][k]
-        state[i] = st
-    rng = {"torch": tensor("rng/torch") if "rng/torch" in names else None,
-           "cuda": [tensor(n) for n in sorted((n for n in names if n.startswith("rng/cuda/")),
-                                              key=lambda n: int(n.rsplit("/", 1)[1]))],
-           "numpy": payload("rng/numpy") if "rng/numpy" in names else None,
-           "random": payload("rng/random") if "rng/random" in names else None}
-    extra = {n[6:]: payload(n) for n in names if n.startswith("extra/")}
-    return {"model": model, "optimizer": {"state": state, "param_groups": meta["param_groups"]},
-            "extra": extra, "rng": rng, "step": step, "world_size": saved_world, "rank": own,
-            "optimizer_class": meta["optimizer"]}
