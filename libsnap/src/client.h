@@ -1,8 +1,9 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * client.h - the trainer-side context, shared by client.c (connection,
- * registry, save/fence/commit) and restore.c (latest, restore, flush).
- * Not installed.
+ * client.h - the trainer-side context, shared by client.c (open,
+ * registry, close), conn.c (the socket to snapsmp), save.c
+ * (save/fence/commit), restore.c (latest, restore, flush) and the GPU
+ * path (gpu.c, gpu_copy.c). Not installed.
  */
 #ifndef SNAP_CLIENT_H
 #define SNAP_CLIENT_H
@@ -100,16 +101,24 @@ struct snap_ctx {
 	int gended;             /* the save's done event is recorded (under mu) */
 };
 
+/* conn.c */
 /* Set the context message; returns rc. */
 int snap_fail(snap_ctx *ctx, int rc, const char *fmt, ...) SNAP_PRINTF(3, 4);
-/* One request/reply pair; the caller holds sock_mu. See client.c. */
+/* Close the socket (a reconnect follows on the next request). */
+void snap_disconnect(snap_ctx *ctx);
+/* REGISTER of ctx->layout; the caller holds sock_mu. */
+int snap_send_layout(snap_ctx *ctx);
+/* One request/reply pair; the caller holds sock_mu. See conn.c. */
 int snap_roundtrip(snap_ctx *ctx, char *errbuf, uint16_t type, const struct snap_wbuf *req, void **reply,
 		   uint32_t *rlen, int *fd_out, const char *what);
-/* Connect (HELLO, REGISTER when frozen) if not connected. */
+/* Connect: HELLO, REGISTER when frozen, retried until timeout_ms; the
+ * caller holds sock_mu and has no socket. */
+int snap_connect(snap_ctx *ctx);
+/* Connect (HELLO, REGISTER when frozen) if not connected; takes sock_mu. */
 int snap_ensure_connected(snap_ctx *ctx);
-/* Build and register the layout on the first save or restore. */
+/* client.c: build and register the layout on the first save or restore. */
 int snap_freeze(snap_ctx *ctx);
-/* Record the first failure of a save's copy (any copy thread). */
+/* save.c: record the first failure of a save's copy (any copy thread). */
 void snap_copy_failed(snap_ctx *ctx, struct save_rec *rec, int rc, const char *fmt, ...) SNAP_PRINTF(4, 5);
 
 /* gpu_copy.c: the CUDA side of register, map, save, fence, restore. */
