@@ -143,6 +143,19 @@ int io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf);
  * the first failed write so far (of this range or an earlier one). */
 int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t off, uint32_t *crc,
 		size_t tag);
+/* A piece of a file range written from several sources (io_uw_write_pieces). */
+struct io_piece {
+	const void *src;
+	size_t len;
+	uint32_t *crc; /* running CRC32C state updated with these bytes; NULL: none */
+	size_t tag;    /* io_uw_write's tag, for a write that starts in this piece */
+};
+/* Queues pieces[0..n), which lie back to back in the file from off: one
+ * O_DIRECT write per io_bytes of the whole range, assembled in the bounce
+ * buffers, so small sources make no small writes; only the range's own head
+ * and tail go through the page cache. Without O_DIRECT each piece is an
+ * io_uw_write of its own. Each piece's crc is complete when this returns. */
+int io_uw_write_pieces(struct io_uring_writer *u, const struct io_piece *pieces, size_t n, uint64_t off);
 /* Waits for everything in flight; returns 0 or the first -errno. A failed
  * wait is retried (for about a second) rather than leaving writes in
  * flight; io_uw_inflight says whether any still are, in which case their

@@ -288,6 +288,106 @@ int io_uw_write(struct io_uring_writer *u, const void *src, size_t len, uint64_t
 	return 0;
 }
 
+/* Walks a list of pieces that lie back to back in the file. */
+struct cursor {
+	const struct io_piece *pc;
+	size_t n, i, at; /* piece i, byte at of it */
+};
+
+/* Copies the next k bytes into dst, updating the pieces' CRCs. */
+static void take(struct cursor *c, char *dst, size_t k)
+{
+	while (k > 0) {
+		const struct io_piece *p = &c->pc[c->i];
+		size_t m = p->len - c->at < k ? p->len - c->at : k;
+		const char *src = (const char *)p->src + c->at;
+		if (p->crc)
+			*p->crc = io_crc_update(*p->crc, src, m);
+		memcpy(dst, src, m);
+		dst += m;
+		k -= m;
+		if ((c->at += m) == p->len) {
+			c->i++;
+			c->at = 0;
+		}
+	}
+}
+
+/* The next k bytes of the run, for file offset at, through a small buffer
+ * and pwrite. */
+static int take_sync(struct io_uring_writer *u, struct cursor *c, uint64_t at, size_t k)
+{
+	char buf[SNAP_IO_ALIGN];
+	while (k > 0) {
+		size_t m = k < sizeof buf ? k : sizeof buf, tag = c->pc[c->i].tag;
+		take(c, buf, m);
+		int rc = sync_write(u->fd_buf, buf, m, at);
+		if (rc) {
+			note(u, rc, tag);
+			return rc;
+		}
+		at += m;
+		k -= m;
+	}
+	return 0;
+}
+
+int io_uw_write_pieces(struct io_uring_writer *u, const struct io_piece *pc, size_t n, uint64_t off)
+{
+	uint64_t end = off;
+	for (size_t i = 0; i < n; i++)
+		end += pc[i].len;
+	if (n == 0 || u->poisoned || u->fd_direct < 0) {
+		/* Buffered: each piece at its offset, nothing gained by merging. */
+		uint64_t at = off;
+		for (size_t i = 0; i < n; i++) {
+			uint32_t ignore = 0;
+			int rc = io_uw_write(u, pc[i].src, pc[i].len, at, pc[i].crc ? pc[i].crc : &ignore, pc[i].tag);
+			if (rc)
+				return rc;
+			at += pc[i].len;
+		}
+		return 0;
+	}
+	uint64_t a = (off + SNAP_IO_ALIGN - 1) / SNAP_IO_ALIGN * SNAP_IO_ALIGN, b = end / SNAP_IO_ALIGN * SNAP_IO_ALIGN;
+	if (a >= b)
+		a = b = end;
+	struct cursor c = {pc, n, 0, 0};
+	while (c.i < n && pc[c.i].len == 0)
+		c.i++;
+	if (a > off && take_sync(u, &c, off, (size_t)(a - off)))
+		return u->error;
+	for (uint64_t p = a; p < b && !u->error;) {
+		size_t k = b - p < u->io_bytes ? (size_t)(b - p) : u->io_bytes;
+		u->cur_tag = pc[c.i].tag;
+		struct req *r = free_req(u);
+		if (!r)
+			break;
+		if (!r->bounce && posix_memalign(&r->bounce, SNAP_IO_ALIGN, u->io_bytes) != 0) {
+			r->bounce = NULL;
+			note(u, -ENOMEM, pc[c.i].tag);
+			return u->error;
+		}
+		r->tag = pc[c.i].tag;
+		take(&c, r->bounce, k);
+		r->ptr = r->bounce;
+		r->fd = u->fd_direct;
+		r->len = k;
+		r->off = p;
+		int rc = submit(u, r);
+		if (rc) {
+			note(u, rc, r->tag);
+			return u->error;
+		}
+		p += k;
+	}
+	if (u->error)
+		return u->error;
+	if (end > b && b >= a && take_sync(u, &c, b, (size_t)(end - b)))
+		return u->error;
+	return 0;
+}
+
 int io_uw_drain(struct io_uring_writer *u)
 {
 	/* A failed wait leaves the writes in flight, and their fds and

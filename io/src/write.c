@@ -27,6 +27,11 @@ struct snap_io_writer {
 	struct snap_io_opts o;
 	struct io_uring_writer *uw;
 	struct io_defer defer; /* the current file's frame writes; v reused */
+	/* write_frames' room, grown with defer.cap and reused: */
+	struct io_piece *pieces; /* 2 per frame (the padding before it, it) */
+	uint32_t *crc;           /* per frame */
+	char *pad;               /* SNAP_IO_ALIGN bytes per frame */
+	size_t room;
 };
 
 struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struct snap_io_err *err)
@@ -73,6 +78,9 @@ void snap_io_writer_free(struct snap_io_writer *w)
 		return;
 	io_uw_free(w->uw);
 	free(w->defer.v);
+	free(w->pieces);
+	free(w->crc);
+	free(w->pad);
 	free(w);
 }
 
@@ -291,6 +299,79 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 	return rc;
 }
 
+static int by_offset(const void *a, const void *b)
+{
+	uint64_t x = ((const struct io_deferred *)a)->off, y = ((const struct io_deferred *)b)->off;
+	return (x > y) - (x < y);
+}
+
+/*
+ * The frames deferdrv.c recorded, in file order. Chunks start 4096-aligned,
+ * so consecutive frames are apart by their padding (< 4096 bytes): a run of
+ * such frames goes as one range, the padding read back from the file (HDF5
+ * may have put metadata there) and written again as it is, so a run of
+ * small frames makes io_bytes-sized O_DIRECT writes, not one small write
+ * and one page-cache tail per frame. *e: the io_uring writer's -errno; *bad:
+ * the first frame failing its CRC32C (SIZE_MAX: none) and *bad_got what it
+ * gave. Returns 0, or a negative code with err set when it failed itself
+ * (memory, reading the padding).
+ */
+static int write_frames(struct snap_io_writer *w, int fd, const char *final, const struct snap_io_region *r,
+			size_t *bad, uint32_t *bad_got, uint64_t *bytes, int *e, struct snap_io_err *err)
+{
+	struct io_defer *d = &w->defer;
+	*bad = SIZE_MAX;
+	*e = 0;
+	if (d->n > w->room) {
+		struct io_piece *pc = realloc(w->pieces, 2 * d->n * sizeof *pc);
+		if (pc)
+			w->pieces = pc;
+		uint32_t *crc = realloc(w->crc, d->n * sizeof *crc);
+		if (crc)
+			w->crc = crc;
+		char *pad = realloc(w->pad, d->n * (size_t)SNAP_IO_ALIGN);
+		if (pad)
+			w->pad = pad;
+		if (!pc || !crc || !pad)
+			return io_fail(err, SNAP_ENOMEM, "%s: out of memory for %zu frames", final, d->n);
+		w->room = d->n;
+	}
+	qsort(d->v, d->n, sizeof *d->v, by_offset);
+	for (size_t j = 0, k; j < d->n && !*e && *bad == SIZE_MAX; j = k) {
+		size_t np = 0;
+		uint64_t at = d->v[j].off;
+		for (k = j; k < d->n; k++) {
+			const struct io_deferred *x = &d->v[k];
+			if (k > j && (x->off < at || x->off - at >= SNAP_IO_ALIGN))
+				break;
+			if (x->off > at) {
+				size_t gap = (size_t)(x->off - at);
+				char *p = w->pad + k * (size_t)SNAP_IO_ALIGN;
+				ssize_t got = pread(fd, p, gap, (off_t)at);
+				if (got != (ssize_t)gap) {
+					int x = got < 0 ? errno : EIO;
+					return io_fail(err, io_errno_code(x), "%s: reading %zu bytes at %" PRIu64 " between "
+						       "two frames failed: %s", final, gap, at, strerror(x));
+				}
+				w->pieces[np++] = (struct io_piece){p, gap, NULL, x->region};
+			}
+			w->crc[k] = 0xFFFFFFFFu;
+			w->pieces[np++] = (struct io_piece){x->src, x->len, &w->crc[k], x->region};
+			at = x->off + x->len;
+		}
+		*e = io_uw_write_pieces(w->uw, w->pieces, np, d->v[j].off);
+		for (size_t i = j; i < k && !*e; i++) {
+			const struct io_deferred *x = &d->v[i];
+			if ((w->crc[i] ^ 0xFFFFFFFFu) != r[x->region].frame_crc[x->frame] && *bad == SIZE_MAX) {
+				*bad = i;
+				*bad_got = w->crc[i] ^ 0xFFFFFFFFu;
+			}
+			*bytes += x->len;
+		}
+	}
+	return 0;
+}
+
 /* The bulk bytes into the closed file: uncompressed regions at plan[i].off,
  * then the frames deferdrv.c recorded, each checked against its CRC32C as
  * it is queued. *bytes: how many were queued. */
@@ -298,7 +379,7 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 		      const struct snap_io_region *r, size_t n, const struct plan *plan, int *direct,
 		      uint64_t *bytes, struct snap_io_err *err)
 {
-	int fd = open(tmp, O_WRONLY | O_CLOEXEC);
+	int fd = open(tmp, O_RDWR | O_CLOEXEC); /* read: write_frames' padding */
 	if (fd < 0) {
 		int e = errno;
 		return io_fail(err, io_errno_code(e), "%s: cannot reopen %s: %s", final, tmp, strerror(e));
@@ -336,24 +417,23 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 		}
 		*bytes += r[i].bytes;
 	}
-	for (size_t j = 0; j < w->defer.n && !e && bad_crc == SIZE_MAX; j++) {
-		const struct io_deferred *x = &w->defer.v[j];
-		uint32_t c = 0xFFFFFFFFu;
-		if ((e = io_uw_write(w->uw, x->src, x->len, x->off, &c, x->region)) != 0)
-			break;
-		if ((c ^ 0xFFFFFFFFu) != r[x->region].frame_crc[x->frame]) {
-			bad_crc = x->region;
-			bad_frame = x->frame;
-			bad_got = c ^ 0xFFFFFFFFu;
+	int own = 0; /* write_frames' own failure, in err */
+	if (!e && bad_crc == SIZE_MAX && w->defer.n) {
+		size_t bad = SIZE_MAX;
+		own = write_frames(w, fd, final, r, &bad, &bad_got, bytes, &e, err);
+		if (bad != SIZE_MAX) {
+			bad_crc = w->defer.v[bad].region;
+			bad_frame = w->defer.v[bad].frame;
 		}
-		*bytes += x->len;
 	}
 	int d = io_uw_drain(w->uw);
 	if (!e)
 		e = d;
 	/* The lower region index is the first failure in file order. */
 	size_t bad_io = e ? io_uw_error_tag(w->uw) : SIZE_MAX;
-	if (e && bad_io <= bad_crc) {
+	if (own) {
+		rc = own;
+	} else if (e && bad_io <= bad_crc) {
 		io_sanitise(r[bad_io].name, dsname, sizeof dsname);
 		rc = io_fail(err, io_errno_code(-e) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(-e),
 			     "%s: writing data of dataset \"%s\" failed: %s", final, dsname, strerror(-e));
