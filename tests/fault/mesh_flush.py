@@ -238,7 +238,8 @@ def main():
                     fail(f"trial {t}: step {target} was not protected")
                 prot, step, unprotected = target, target, False
                 if rng.random() < 0.4:
-                    if rng.random() < 0.5:
+                    blocked_try = rng.random() < 0.5
+                    if blocked_try:
                         # One node's part fails: a directory where one rank's file goes. The
                         # step must not count as persisted, what is on disk stays, and the
                         # next request persists it once the obstacle is gone.
@@ -264,6 +265,12 @@ def main():
                     sealed = rf"of step {target} of job {JOB} and sealed them"
                     withdrew = rf"withdrew this node's earlier part of step {target} of job {JOB}"
                     sealed_before = len(re.findall(sealed, mesh.text()))
+                    if blocked_try and a.layout == "node" and a.world > 1 and not sealed_before:
+                        # Every node had reported before the failure was agreed, so the nodes
+                        # without the blocked rank had sealed their parts: else the check below
+                        # would pass without a part to withdraw.
+                        fail(f"trial {t}: the failed flush of {target} sealed no part on the nodes without "
+                             f"rank {rank}; see {mesh.log}")
                     mesh.signal_all(signal.SIGUSR1)
                     if not waiter.until(lambda: target in persisted_steps(dirs) and
                                         len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
