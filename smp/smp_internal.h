@@ -1,14 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * smp_internal.h - the daemon's state (struct smp, struct conn), shared by
- * daemon.c with persist.c and files.c, and persist.c's functions.
+ * daemon.c and requests.c with persist.c and files.c; requests.c's and
+ * persist.c's functions.
  *
  * Layers of snapsmp: a file calls only into files of lower layers (and its
  * own layer where the arrow says so); nothing calls upward, so there are no
  * call loops. Types (this header, mesh_int.h) are shared across layers.
  *
- *   7  main.c                   flags -> config, --ec, snap_smp_serve
- *   6  daemon.c                 poll loop, connections, request dispatch
+ *   8  main.c                   flags -> config, --ec, snap_smp_serve
+ *   7  daemon.c                 poll loop, connections, signals, shutdown
+ *   6  requests.c               the trainers' requests and their dispatch
  *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
  *   4  persist.c meshflush.c filereq.c
  *                               flush policy (-> flush.c); the mesh's flush
@@ -27,7 +29,7 @@
  *                               a job's captured-file entries)
  *   0  store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
  *
- * So daemon.c answers requests and logs through log.c/reply.c, which
+ * So requests.c answers requests and logs through log.c/reply.c, which
  * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and
  * what those share with it (job entries, abort) lives in meshutil.c.
  */
@@ -82,6 +84,14 @@ struct smp {
 
 /* An INFO line of the daemon (silenced by --quiet). */
 #define smp_say(m, ...) smp_logf(&(m)->log, SMP_LOG_INFO, __VA_ARGS__)
+
+/* ---- requests.c: the trainers' requests ---- */
+
+struct snap_msg_hdr;
+/* Handles one complete request of c (header h, its payload) and replies. */
+void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, const uint8_t *payload);
+/* Closes c: its rank is free for a new connection; c is reaped later. */
+void smp_close_conn(struct smp *m, struct conn *c);
 
 /* ---- persist.c: when to flush, and what to tell who asked ---- */
 

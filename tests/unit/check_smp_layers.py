@@ -15,8 +15,9 @@ import sys
 
 # file -> layer; mirror of the table at the top of smp/smp_internal.h
 LAYERS = {
-    "main": 7,
-    "daemon": 6,
+    "main": 8,
+    "daemon": 7,
+    "requests": 6,
     "mesh": 5,
     "persist": 4, "meshflush": 4, "filereq": 4,
     "flush": 3, "files": 3, "rehydrate": 3, "protect": 3, "recover": 3, "meshcap": 3,

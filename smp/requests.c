@@ -1,0 +1,340 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The trainers' requests to snapsmp, each handled to completion on the
+ * event loop's thread (daemon.c): HELLO (which generation a process
+ * belongs to, and whether its rank may connect), REGISTER, ACQUIRE,
+ * COMMIT and RECOMMIT, RESTORE (which step, from memory or loaded from
+ * disk), and the dispatch that also hands FLUSH to persist.c and captured
+ * files' messages to filereq.c. A malformed request gets an error reply
+ * and its connection is closed.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "files.h"
+#include "rehydrate.h"
+#include "smp_internal.h"
+#include "mesh.h"
+#include "snap/wire.h"
+
+
+void smp_close_conn(struct smp *m, struct conn *c)
+{
+	snap_files_conn_closed(m->files, c);
+	if (c->rank && c->rank->conn == c) {
+		snap_store_release_owner(m->store, c->rank, c);
+		c->rank->conn = NULL;
+		c->job->connected--;
+		smp_say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
+	}
+	close(c->fd);
+	free(c->buf);
+	c->dead = 1;
+}
+
+static int on_hello(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, char *err)
+{
+	char job[SNAP_JOB_MAX + 1];
+	snap_get_str(r, job, sizeof(job));
+	uint32_t rank = snap_get_u32(r), world = snap_get_u32(r), pid = snap_get_u32(r);
+	uint64_t gen = snap_get_u64(r);   /* the generation this process already belongs to; 0: none yet */
+	char launch[sizeof(((struct store_job *)0)->launch)] = "";
+	if (snap_rbuf_left(r))           /* optional: the client's SNAP_LAUNCH */
+		snap_get_str(r, launch, sizeof(launch));
+	/* A generation near 2^64 could only come from a broken or hostile
+	 * client, and the counter must never wrap. */
+	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job) || world == 0 || rank >= world ||
+	    world > (1u << 24) || gen > (UINT64_MAX >> 1)) {
+		snap_fmt(err, SMP_ERRLEN, "malformed HELLO (job name, rank %u, world %u or generation invalid)", rank, world);
+		return SNAP_EPROTO;
+	}
+	if (c->job) {
+		snap_fmt(err, SMP_ERRLEN, "HELLO sent twice on one connection");
+		return SNAP_EPROTO;
+	}
+	struct store_job *j = snap_store_job(m->store, job, 1);
+	struct store_rank *rk = j ? snap_store_rank(m->store, j, rank, 1) : NULL;
+	if (!rk) {
+		snap_fmt(err, SMP_ERRLEN, "cannot create store directories for job %s rank %u under %s: %s", job, rank,
+			 m->store->root, strerror(errno));
+		return SNAP_EIO;
+	}
+	if (rk->conn) {
+		snap_fmt(err, SMP_ERRLEN, "job %s rank %u is already connected (pid %u)", job, rank, rk->pid);
+		return SNAP_EBUSY;
+	}
+	/*
+	 * A generation is an incarnation of the job's processes, so it changes
+	 * only when processes do. A process that was already connected (to this
+	 * daemon or to one that died) says which generation it belongs to and
+	 * keeps it: after a daemon restart no rank is connected, and treating
+	 * the first reconnecting rank as a new incarnation made its next save
+	 * withdraw the live ranks' committed steps (issue 10). A process new to
+	 * the daemon (gen 0) starts a new incarnation when no rank of the job is
+	 * connected, and otherwise joins the running one -- unless it names the
+	 * launch that started the running one (SNAP_LAUNCH): a rank of the same
+	 * launch that starts after its peers exited is no relaunch, and a new
+	 * incarnation would withdraw their committed steps.
+	 */
+	if (gen != 0 && gen >= j->gen) {
+		if (gen > j->gen)   /* a generation a dead daemon started, of which nothing was committed */
+			snap_store_set_generation(m->store, j, gen);
+		/* A live incarnation rewound when it started: its saves must not
+		 * announce a new one to the mesh (snap_store_rewind). */
+		j->rewound_gen = gen;
+	} else if (gen != 0) {
+		smp_say(m, "job %s rank %u (pid %u) of generation %" PRIu64 " reconnected after generation %" PRIu64
+		    " started; it joins the new one", job, rank, pid, gen, j->gen);
+	} else if (j->connected == 0 && launch[0] && j->gen && !strcmp(launch, j->launch)) {
+		smp_say(m, "job %s rank %u (pid %u) joins generation %" PRIu64 " of its launch %s", job, rank, pid, j->gen,
+			launch);
+	} else if (j->connected == 0) {
+		snap_store_new_generation(m->store, j);
+		snprintf(j->launch, sizeof(j->launch), "%s", launch);
+	}
+	j->connected++;
+	rk->conn = c;
+	rk->pid = pid;
+	j->world = world;
+	c->job = j;
+	c->rank = rk;
+	c->pid = pid;
+	smp_say(m, "job %s rank %u/%u connected (pid %u)", job, rank, world, pid);
+	snap_put_u32(out, m->store->nslots);
+	snap_put_u64(out, m->store->mem_limit);
+	snap_put_u64(out, m->store->mem_used);
+	snap_put_u64(out, j->gen);
+	return 0;
+}
+
+static int on_register(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err)
+{
+	struct snap_layout lay;
+	char why[512];
+	int rc = snap_layout_decode(r, &lay, why, sizeof(why));
+	if (rc) {
+		snap_fmt(err, SMP_ERRLEN, "malformed layout: %s", why);
+		return rc;
+	}
+	if (snap_rbuf_left(r)) {
+		snap_layout_free(&lay);
+		snap_fmt(err, SMP_ERRLEN, "REGISTER carries %zu trailing bytes", snap_rbuf_left(r));
+		return SNAP_EPROTO;
+	}
+	rc = snap_store_register(m->store, c->job, c->rank, &lay, err, SMP_ERRLEN);
+	snap_layout_free(&lay);
+	return rc;
+}
+
+static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)
+{
+	uint64_t step = snap_get_u64(r);
+	if (r->bad || snap_rbuf_left(r) || step == SNAP_STEP_LATEST) {
+		snap_fmt(err, SMP_ERRLEN, "malformed ACQUIRE");
+		return SNAP_EPROTO;
+	}
+	uint32_t slot;
+	int rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, SMP_ERRLEN);
+	if (rc)
+		return rc;
+	snap_put_u32(out, slot);
+	snap_put_u64(out, c->rank->layout.slot_bytes);
+	return 0;
+}
+
+static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int again, char *err)
+{
+	uint32_t slot = snap_get_u32(r);
+	uint64_t step = snap_get_u64(r);
+	uint32_t ncrc = snap_get_u32(r);
+	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 8) {
+		/* EPROTO closes the connection, which frees the slots it was writing. */
+		snap_fmt(err, SMP_ERRLEN, "malformed COMMIT (%u chunks announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
+		return SNAP_EPROTO;
+	}
+	uint32_t *crc = malloc(sizeof(uint32_t) * (ncrc ? 2 * (size_t)ncrc : 1));
+	if (!crc)
+		return SNAP_ENOMEM;
+	for (uint32_t i = 0; i < 2 * ncrc; i++)
+		crc[i] = snap_get_u32(r);
+	int rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
+					     m->cfg->verify_commit, err, SMP_ERRLEN)
+		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
+					   m->cfg->verify_commit, err, SMP_ERRLEN);
+	free(crc);
+	if (rc == 0) {
+		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u committed step %" PRIu64 " (slot %u)", c->job->name,
+			 c->rank->rank, step, slot);
+		persist_on_commit(m, c->job);
+	}
+	return rc;
+}
+
+/* A step is restorable only when every rank of its world committed it. */
+static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *slot, char *err)
+{
+	uint64_t latest;
+	struct store_job *j = c->job;
+	/* A job the relaunch could not rebuild falls back to disk, if any. */
+	int lost = snap_mesh_job_error(m->mesh, j->name, err, SMP_ERRLEN);
+	if (lost && (want != SNAP_STEP_LATEST || !m->cfg->flush_dir[0]))
+		return lost;
+	if (want == SNAP_STEP_LATEST && m->mesh && !snap_mesh_view_fresh(m->mesh, &c->restore_ticket)) {
+		/* the client retries EBUSY: the answer comes from a view newer than this request */
+		snap_fmt(err, SMP_ERRLEN, "job %s: waiting for an agreement round newer than this restore; retry", j->name);
+		return SNAP_EBUSY;
+	}
+	int have = snap_store_latest(m->store, j, &latest) == 0;
+	if (want == SNAP_STEP_LATEST) {
+		if (!have && m->cfg->flush_dir[0]) {
+			/* Nothing restorable in memory: fall back to the newest persisted step. */
+			char lost_msg[SMP_ERRLEN];
+			snprintf(lost_msg, sizeof(lost_msg), "%s", err);
+			int rc = snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, SMP_ERRLEN);
+			if (rc == 0)
+				smp_say(m, "job %s rank %u: restoring persisted step %" PRIu64 " from %s (level: disk)%s", j->name,
+				    c->rank->rank, c->rank->slots[*slot].step, m->cfg->flush_dir,
+				    lost ? ", the mesh could not rebuild it" : ", nothing restorable in memory");
+			if (rc != SNAP_ENOENT)
+				return rc ? rc : snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, SMP_ERRLEN);
+			if (lost) {
+				snap_fmt(err, SMP_ERRLEN, "%s; and no step of it is persisted in %s", lost_msg, m->cfg->flush_dir);
+				return lost;
+			}
+		}
+		if (!have) {
+			/* Starting fresh: no older incarnation's partial step may join the new timeline. */
+			int rc = snap_store_rewind(m->store, j, 0, 0, err, SMP_ERRLEN);
+			if (rc)
+				return rc;
+			snap_fmt(err, SMP_ERRLEN, "job %s has no step committed by all of its ranks in store %s", j->name,
+				 m->store->root);
+			return SNAP_ENOENT;
+		}
+		want = latest;
+	}
+	struct store_slot *sl = snap_store_find(m->store, c->rank, want, slot);
+	if (!sl) {
+		snap_fmt(err, SMP_ERRLEN, "job %s rank %u has no committed snapshot of step %" PRIu64 " in store %s", j->name,
+			 c->rank->rank, want, m->store->root);
+		return SNAP_ENOENT;
+	}
+	/* A snapshot of a job with another number of ranks holds other shards:
+	 * restoring it would hand this rank the wrong part of the model. */
+	if (sl->man.world != j->world) {
+		snap_fmt(err, SMP_ERRLEN, "step %" PRIu64 " of job %s was saved by a job of world size %u, this job has %u "
+			 "ranks (world size mismatch; resharding is not supported: export the persisted step with "
+			 "snaptool export and load it by global shape)", want, j->name, sl->man.world, j->world);
+		return SNAP_EMISMATCH;
+	}
+	/* mesh: other nodes hold the other ranks; the agreement vouches for them. */
+	if (m->mesh && !snap_mesh_step_complete(m->mesh, j->name, want)) {
+		snap_fmt(err, SMP_ERRLEN, "step %" PRIu64 " of job %s is not globally complete in the mesh", want, j->name);
+		return SNAP_ENOENT;
+	}
+	for (uint32_t r = 0; !m->mesh && r < sl->man.world; r++) {
+		struct store_rank *rk = r < j->nranks ? j->ranks[r] : NULL;
+		if (!snap_store_find(m->store, rk, want, NULL)) {
+			snap_fmt(err, SMP_ERRLEN, "step %" PRIu64 " of job %s is incomplete: rank %u has not committed it", want,
+				 j->name, r);
+			return SNAP_ENOENT;
+		}
+	}
+	return snap_store_rewind(m->store, j, 1, want, err, SMP_ERRLEN);
+}
+
+static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)
+{
+	uint64_t want = snap_get_u64(r);
+	if (r->bad || snap_rbuf_left(r)) {
+		snap_fmt(err, SMP_ERRLEN, "malformed RESTORE");
+		return SNAP_EPROTO;
+	}
+	uint32_t slot;
+	int rc = pick_restore(m, c, want, &slot, err);
+	if (rc)
+		return rc;
+	rc = snap_store_open_slot(m->store, c->job, c->rank, slot, err, SMP_ERRLEN);
+	if (rc < 0)
+		return rc;
+	*fd = rc;
+	snap_put_bytes(out, c->rank->slots[slot].man_bytes, c->rank->slots[slot].man_len);
+	return 0;
+}
+
+void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, const uint8_t *payload)
+{
+	struct snap_rbuf r;
+	struct snap_wbuf out = { 0 };
+	char err[SMP_ERRLEN] = "";
+	int fd = -1, rc, deferred = 0;
+	snap_rbuf_init(&r, payload, h->len);
+	if (h->type == SNAP_MSG_FLUSH) {
+		rc = persist_on_flush_msg(m, c, &r, err, &deferred);
+	} else if (h->type >= SNAP_MSG_FATTACH && h->type <= SNAP_MSG_FFLUSH) {
+		rc = snap_files_dispatch(m, c, h->type, &r, &out, err, SMP_ERRLEN, &deferred);
+	} else if (h->type == SNAP_MSG_STATUS) {
+		/* The daemon's own budget, for snaptool status (its defaults are not ours). */
+		rc = 0;
+		if (snap_rbuf_left(&r)) {
+			snap_fmt(err, SMP_ERRLEN, "STATUS carries a payload");
+			rc = SNAP_EPROTO;
+		}
+		snap_put_u64(&out, m->store->mem_limit);
+		snap_put_u64(&out, m->store->mem_used);
+		snap_put_u32(&out, m->store->nslots);
+		snap_put_u32(&out, (uint32_t)getpid());
+	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
+		snap_fmt(err, SMP_ERRLEN, "send HELLO first");
+		rc = SNAP_EPROTO;
+	} else {
+		switch (h->type) {
+		case SNAP_MSG_HELLO: rc = on_hello(m, c, &r, &out, err); break;
+		case SNAP_MSG_REGISTER: rc = on_register(m, c, &r, err); break;
+		case SNAP_MSG_ACQUIRE: rc = on_acquire(m, c, &r, &out, &fd, err); break;
+		case SNAP_MSG_COMMIT: rc = on_commit(m, c, &r, 0, err); break;
+		case SNAP_MSG_RECOMMIT: rc = on_commit(m, c, &r, 1, err); break;
+		case SNAP_MSG_LATEST: {
+			uint64_t step;
+			rc = snap_mesh_job_error(m->mesh, c->job->name, err, SMP_ERRLEN);
+			if (rc == 0)
+				rc = snap_store_latest(m->store, c->job, &step);
+			if (rc == SNAP_ELOST)
+				break;
+			if (rc == 0)
+				snap_put_u64(&out, step);
+			else
+				snap_fmt(err, SMP_ERRLEN, "job %s has no step committed by all of its ranks", c->job->name);
+			break;
+		}
+		case SNAP_MSG_RESTORE: rc = on_restore(m, c, &r, &out, &fd, err); break;
+		default:
+			snap_fmt(err, SMP_ERRLEN, "unknown message type %u", h->type);
+			rc = SNAP_EPROTO;
+		}
+	}
+	if (rc == 0 && out.oom) {
+		rc = SNAP_ENOMEM;
+		snap_fmt(err, SMP_ERRLEN, "snapsmp is out of memory");
+	}
+	if (rc == 0 && deferred) {
+		/* answered when the flush ends (persist_collect) */
+	} else if (rc == 0) {
+		if (smp_reply_ok(c->fd, h->type, &out, fd) != 0)
+			smp_close_conn(m, c);
+	} else {
+		if (rc != SNAP_EBUSY)
+			smp_say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
+			    err);
+		smp_reply_err(c->fd, h->type, rc, err);
+		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
+			smp_close_conn(m, c);
+	}
+	if (fd >= 0)
+		close(fd);
+	snap_wbuf_free(&out);
+}
