@@ -27,7 +27,7 @@ struct snap_io_writer {
 	struct snap_io_opts o;
 	struct io_uring_writer *uw;
 	struct io_defer defer; /* the current file's frame writes; v reused */
-	/* write_frames' room, grown with defer.cap and reused: */
+	/* write_frames' room for `room` frames, grown as needed and reused: */
 	struct io_piece *pieces; /* 2 per frame (the padding before it, it) */
 	uint32_t *crc;           /* per frame */
 	char *pad;               /* SNAP_IO_ALIGN bytes per frame */
@@ -349,9 +349,9 @@ static int write_frames(struct snap_io_writer *w, int fd, const char *final, con
 				char *p = w->pad + k * (size_t)SNAP_IO_ALIGN;
 				ssize_t got = pread(fd, p, gap, (off_t)at);
 				if (got != (ssize_t)gap) {
-					int x = got < 0 ? errno : EIO;
-					return io_fail(err, io_errno_code(x), "%s: reading %zu bytes at %" PRIu64 " between "
-						       "two frames failed: %s", final, gap, at, strerror(x));
+					int en = got < 0 ? errno : EIO;
+					return io_fail(err, io_errno_code(en), "%s: reading %zu bytes at %" PRIu64 " between "
+						       "two frames failed: %s", final, gap, at, strerror(en));
 				}
 				w->pieces[np++] = (struct io_piece){p, gap, NULL, x->region};
 			}
