@@ -199,6 +199,7 @@ static int write_rank(const char *dir, struct snap_flusher *f, struct flush_req 
 	if (rc)
 		snap_fmt(q->err, sizeof(q->err), "%s", e.msg);
 	q->bytes += st.raw_bytes;
+	q->direct += rc == 0 && st.direct;
 	free(regs);
 	free(frame);
 	free(frame_len);
@@ -275,7 +276,7 @@ int snap_flusher_start(struct snap_flusher **fp, const struct snap_smp_config *c
 	if (!f)
 		return SNAP_ENOMEM;
 	struct snap_io_opts o = { .codec = cfg->flush_codec ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE,
-				  .mode = cfg->flush_mode };
+				  .mode = cfg->flush_mode, .flags = cfg->flush_direct ? 0 : SNAP_IO_NO_DIRECT };
 	struct snap_io_err e = { 0 };
 	f->writer = snap_io_writer_new(&o, &e);
 	if (!f->writer || pipe2(f->pipe, O_CLOEXEC | O_NONBLOCK) != 0) {

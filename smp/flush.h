@@ -46,6 +46,7 @@ struct flush_req {
 	int rc;
 	char err[640];
 	uint64_t bytes;
+	uint32_t direct;                   /* rank files whose bulk bytes went with O_DIRECT */
 	double seconds;
 	struct flush_req *next;
 };

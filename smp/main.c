@@ -33,6 +33,8 @@ static void usage(FILE *f)
 		"                     directories get x where r is set), whatever the umask\n"
 		"  --flush-files 0|1  copy captured files (LD_PRELOAD) to their real paths right after each\n"
 		"                     commit (1, the default) or only on SIGUSR1/SIGTERM/request (SNAP_FLUSH_FILES)\n"
+		"  --flush-direct 0|1 write flushed data and codec frames with O_DIRECT (1, the default: none of\n"
+		"                     it stays in the page cache) or through the page cache (SNAP_FLUSH_DIRECT)\n"
 		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
 		"                     (SNAP_ALLOW_OLDER=1)\n"
 		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
@@ -80,6 +82,7 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
 		{ "flush-mode", required_argument, NULL, 'M' }, { "flush-files", required_argument, NULL, 'L' },
+		{ "flush-direct", required_argument, NULL, 'D' },
 		{ "log-level", required_argument, NULL, 'g' }, { "log", required_argument, NULL, 'G' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -130,6 +133,13 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 				return 2;
 			}
 			cfg->flush_files = optarg[0] == '1';
+			break;
+		case 'D':
+			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
+				fprintf(stderr, "snapsmp: --flush-direct %s: expected 0 or 1\n", optarg);
+				return 2;
+			}
+			cfg->flush_direct = optarg[0] == '1';
 			break;
 		case 'g':
 			if (snap_smp_log_level_parse(optarg, &cfg->log_level)) {
@@ -236,9 +246,9 @@ static void log_settings(const struct smp_log *lg, const struct snap_smp_config 
 	smp_logf(lg, SMP_LOG_DEBUG, "setting mem_limit=%" PRIu64 " slots=%u verify_commit=%d allow_older=%d ec=%s",
 		 c->mem_limit, c->slots, c->verify_commit, c->allow_older, ec ? ec : "off");
 	smp_logf(lg, SMP_LOG_DEBUG, "setting flush_dir=%s flush_every=%u flush_interval=%u flush_keep=%u "
-		 "flush_codec=%s flush_mode=%04o flush_files=%d", c->flush_dir[0] ? c->flush_dir : "(none)",
+		 "flush_codec=%s flush_mode=%04o flush_files=%d flush_direct=%d", c->flush_dir[0] ? c->flush_dir : "(none)",
 		 c->flush_every, c->flush_interval, c->flush_keep, c->flush_codec ? "lz4" : "none", c->flush_mode,
-		 c->flush_files);
+		 c->flush_files, c->flush_direct);
 	smp_logf(lg, SMP_LOG_DEBUG, "setting log_level=%s log=%s", snap_smp_log_level_name(c->log_level),
 		 c->log[0] ? c->log : "stderr");
 }

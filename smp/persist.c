@@ -132,6 +132,15 @@ int persist_timeout_ms(struct smp *m)
 	return m->flusher && m->cfg->flush_interval ? 1000 : -1;
 }
 
+/* How this node's rank files of a flush reached the disk (--flush-direct). */
+static const char *how_written(const struct flush_req *q)
+{
+	if (!q->nranks)
+		return "";
+	return q->direct == q->nranks ? ", O_DIRECT" : q->direct ? ", O_DIRECT for some rank files"
+								: ", through the page cache";
+}
+
 void persist_tick(struct smp *m)
 {
 	if (!m->flusher || !m->cfg->flush_interval)
@@ -204,9 +213,9 @@ void persist_collect(struct smp *m)
 			continue;
 		}
 		if (q->rc == 0) {
-			smp_say(m, "persisted step %" PRIu64 " of job %s: %.1f MiB in %.2f s (%.2f GB/s)%s%s", q->step, q->job,
-			    q->bytes / 1048576.0, q->seconds, q->seconds > 0 ? q->bytes / q->seconds / 1e9 : 0.0,
-			    q->err[0] ? "; " : "", q->err);
+			smp_say(m, "persisted step %" PRIu64 " of job %s: %.1f MiB in %.2f s (%.2f GB/s)%s%s%s", q->step,
+			    q->job, q->bytes / 1048576.0, q->seconds, q->seconds > 0 ? q->bytes / q->seconds / 1e9 : 0.0,
+			    how_written(q), q->err[0] ? "; " : "", q->err);
 			if (j && (!j->has_persisted || q->step > j->persisted)) {
 				j->has_persisted = 1;
 				j->persisted = q->step;

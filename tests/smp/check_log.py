@@ -13,7 +13,9 @@ event it looks for (the log file's line, the socket), never a duration:
     before the info lines;
   - --log-level warn and --quiet: no info line at all, a clean exit;
   - a bad level (flag or variable) and a log file that cannot be created:
-    exit 2 naming the setting.
+    exit 2 naming the setting;
+  - --flush-direct 0 and the default: the persisted line says "through the
+    page cache" and "O_DIRECT" (where the directory allows O_DIRECT).
 syslog is not exercised (no syslog daemon here).
 usage: check_log.py SNAPSMP SNAPTOOL TRAINER
 """
@@ -124,6 +126,40 @@ def main():
                                "needs --ec")):
         r = subprocess.run(argv, env=dict(env, **extra), capture_output=True, text=True, timeout=60)
         check(r.returncode == 2 and word in r.stderr, f"{argv[3:]} {extra}: exit {r.returncode}: {r.stderr!r}")
+
+    # 5. --flush-direct: the persisted line says how the rank files reached the disk. The flush
+    # directory is on the working directory's file system (tmpfs refuses O_DIRECT).
+    disk = tempfile.mkdtemp(prefix="snaplog-flush.", dir=os.getcwd())
+    try:
+        fd = os.open(os.path.join(disk, "probe"), os.O_WRONLY | os.O_CREAT | os.O_DIRECT)
+        os.close(fd)
+        can_direct = True
+    except OSError:
+        can_direct = False
+    cases = [(["--flush-direct", "0"], "through the page cache"), ([], "O_DIRECT" if can_direct else None)]
+    for i, (flags, want) in enumerate(cases):
+        job, logd = f"ld{i}", os.path.join(tmp, f"direct{i}.log")
+        smp = subprocess.Popen([snapsmp, "--store", store, "--flush-dir", os.path.join(disk, str(i)), "--mem-limit",
+                                "64M", "--log", logd, *flags], env=env, stderr=subprocess.PIPE, text=True)
+        try:
+            wait_socket([store], smp)
+            r = subprocess.run([trainer, "--steps", "1", "--bytes", "64K", "--quiet"], env=dict(env, SNAP_JOB=job))
+            check(r.returncode == 0, f"{flags}: trainer exited {r.returncode}")
+            r = subprocess.run([snaptool, "flush", "--store", store, "--job", job], capture_output=True, text=True)
+            check(r.returncode == 0, f"{flags}: snaptool flush: {r.stderr}")
+            w = Waiter()
+            w.until(lambda: f"persisted step 1 of job {job}" in open(logd).read(), 120, dirs=lambda: [tmp],
+                    procs=[smp])
+            w.close()
+        finally:
+            stop(smp, store)
+        line = [m for _, m in lines(open(logd).read(), smp.pid) if m.startswith(f"persisted step 1 of job {job}: ")]
+        check(len(line) == 1, f"{flags}: no persisted line: {open(logd).read()!r}")
+        if line and want:
+            check(line[0].endswith(", " + want), f"{flags}: expected '{want}': {line[0]!r}")
+        elif line:
+            print(f"SKIP the O_DIRECT expectation: {disk} refuses O_DIRECT ({line[0]})")
+    shutil.rmtree(disk, ignore_errors=True)
 
     shutil.rmtree(tmp, ignore_errors=True)
     if fails:

@@ -388,7 +388,8 @@ static void test_smp_config(void)
 	CHECK_RC(snap_smp_config_init(NULL), SNAP_EINVAL);
 	CHECK_RC(snap_smp_config_from_env(NULL, err, sizeof(err)), SNAP_EINVAL);
 	CHECK_RC(snap_smp_config_init(&c), 0);
-	CHECK(c.slots == 2 && c.flush_keep == 2 && c.flush_mode == 0600 && c.flush_files == 1 && c.mem_limit >= 4096);
+	CHECK(c.slots == 2 && c.flush_keep == 2 && c.flush_mode == 0600 && c.flush_files == 1 && c.flush_direct == 1 &&
+	      c.mem_limit >= 4096);
 	CHECK(!c.flush_dir[0] && !c.flush_every && !c.flush_interval && !c.flush_codec && !c.allow_older &&
 	      !c.verify_commit);
 	CHECK(c.client.world_size == 1 && !strcmp(c.client.job, "default"));
@@ -406,11 +407,12 @@ static void test_smp_config(void)
 	setenv("SNAP_FLUSH_MODE", "0640", 1);
 	setenv("SNAP_ALLOW_OLDER", "1", 1);
 	setenv("SNAP_FLUSH_FILES", "0", 1);
+	setenv("SNAP_FLUSH_DIRECT", "0", 1);
 	CHECK_RC(snap_smp_config_from_env(&c, err, sizeof(err)), 0);
 	CHECK(!strcmp(c.client.job, "llm-7b"));
 	CHECK(c.mem_limit == 2ull << 30 && c.slots == 3 && c.verify_commit == 1 && !strcmp(c.flush_dir, "/scratch/ckpt"));
 	CHECK(c.flush_every == 5 && c.flush_interval == 60 && c.flush_keep == 4 && c.flush_codec == 1);
-	CHECK(c.flush_mode == 0640 && c.allow_older == 1 && c.flush_files == 0);
+	CHECK(c.flush_mode == 0640 && c.allow_older == 1 && c.flush_files == 0 && c.flush_direct == 0);
 
 	struct {
 		const char *var, *val, *says;
@@ -428,6 +430,7 @@ static void test_smp_config(void)
 		{ "SNAP_FLUSH_MODE", "0x600", "SNAP_FLUSH_MODE" },
 		{ "SNAP_ALLOW_OLDER", "yes", "SNAP_ALLOW_OLDER" },
 		{ "SNAP_FLUSH_FILES", "2", "SNAP_FLUSH_FILES" },
+		{ "SNAP_FLUSH_DIRECT", "on", "SNAP_FLUSH_DIRECT" },
 		{ "SNAP_FLUSH_DIR", "relative/dir", "must be an absolute path" },
 		{ "SNAP_JOB", "../etc", "job name" },   /* the client part is checked too */
 	};
@@ -473,7 +476,7 @@ static void test_smp_config(void)
 
 	const char *vars[] = { "SNAP_MEM_LIMIT", "SNAP_SLOTS", "SNAP_VERIFY_COMMIT", "SNAP_FLUSH_DIR", "SNAP_FLUSH_EVERY",
 			       "SNAP_FLUSH_INTERVAL", "SNAP_FLUSH_KEEP", "SNAP_FLUSH_CODEC", "SNAP_FLUSH_MODE",
-			       "SNAP_ALLOW_OLDER", "SNAP_FLUSH_FILES" };
+			       "SNAP_ALLOW_OLDER", "SNAP_FLUSH_FILES", "SNAP_FLUSH_DIRECT" };
 	for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++)
 		unsetenv(vars[i]);
 }

@@ -76,7 +76,7 @@ class SnapConfig(ctypes.Structure):
 # the daemon's flags and SNAP_* variables. flush_dir is also read here, to
 # find the layout of a step persisted on disk (Checkpointer.restore).
 DAEMON_SETTINGS = ("mem_limit", "slots", "verify_commit", "flush_every", "flush_interval", "flush_keep",
-                   "flush_codec", "allow_older", "flush_mode", "flush_files")
+                   "flush_codec", "allow_older", "flush_mode", "flush_files", "flush_direct")
 PY_SETTINGS = ("flush_dir",)
 
 

@@ -42,6 +42,12 @@ struct snap_smp_config {
 	 * to its real path in the background right after the commit (1, the
 	 * default), or only on SIGUSR1, SIGTERM or a request (0). */
 	int flush_files;
+	/* SNAP_FLUSH_DIRECT (--flush-direct 0|1): write the bulk bytes of a
+	 * flush (uncompressed data, codec frames) with O_DIRECT where the file
+	 * system allows it (1, the default: nothing of the checkpoint is left in
+	 * the page cache), or through the page cache (0: faster on some virtual
+	 * disks for small flushes, see the README's "Flush" figures). */
+	int flush_direct;
 	/* SNAP_LOG_LEVEL (--log-level): error, warn, info (the default) or debug;
 	 * the daemon logs that level and the more severe ones. */
 	int log_level;
