@@ -71,6 +71,17 @@ struct flags {
 };
 
 /* Flags over the SNAP_* settings already in cfg. -1 to go on, else the exit code. */
+/* A 0|1 flag's value into *out; -1 (said on stderr) for anything else. */
+static int flag01(const char *flag, const char *arg, int *out)
+{
+	if (strcmp(arg, "0") && strcmp(arg, "1")) {
+		fprintf(stderr, "snapsmp: %s %s: expected 0 or 1\n", flag, arg);
+		return -1;
+	}
+	*out = arg[0] == '1';
+	return 0;
+}
+
 static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struct flags *f)
 {
 	static const struct option opts[] = {
@@ -128,18 +139,12 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 			}
 			break;
 		case 'L':
-			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
-				fprintf(stderr, "snapsmp: --flush-files %s: expected 0 or 1\n", optarg);
+			if (flag01("--flush-files", optarg, &cfg->flush_files))
 				return 2;
-			}
-			cfg->flush_files = optarg[0] == '1';
 			break;
 		case 'D':
-			if (strcmp(optarg, "0") && strcmp(optarg, "1")) {
-				fprintf(stderr, "snapsmp: --flush-direct %s: expected 0 or 1\n", optarg);
+			if (flag01("--flush-direct", optarg, &cfg->flush_direct))
 				return 2;
-			}
-			cfg->flush_direct = optarg[0] == '1';
 			break;
 		case 'g':
 			if (snap_smp_log_level_parse(optarg, &cfg->log_level)) {

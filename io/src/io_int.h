@@ -162,6 +162,8 @@ int io_uw_write_pieces(struct io_uring_writer *u, const struct io_piece *pieces,
  * fds must stay open. */
 int io_uw_drain(struct io_uring_writer *u);
 unsigned io_uw_inflight(const struct io_uring_writer *u);
+/* 1 when the current file has an O_DIRECT fd (io_uw_begin). */
+int io_uw_direct(const struct io_uring_writer *u);
 /* The tag of the range whose write failed first (valid when a write or
  * drain returned an error since io_uw_begin). */
 size_t io_uw_error_tag(const struct io_uring_writer *u);

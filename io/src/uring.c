@@ -106,6 +106,11 @@ int io_uw_begin(struct io_uring_writer *u, int fd_direct, int fd_buf)
 	return rc;
 }
 
+int io_uw_direct(const struct io_uring_writer *u)
+{
+	return u->fd_direct >= 0;
+}
+
 unsigned io_uw_inflight(const struct io_uring_writer *u)
 {
 	return u->inflight;
@@ -338,7 +343,7 @@ int io_uw_write_pieces(struct io_uring_writer *u, const struct io_piece *pc, siz
 	for (size_t i = 0; i < n; i++)
 		end += pc[i].len;
 	if (n == 0 || u->poisoned || u->fd_direct < 0) {
-		/* Buffered: each piece at its offset, nothing gained by merging. */
+		/* Buffered: each piece at its offset, nothing to gain by merging. */
 		uint64_t at = off;
 		for (size_t i = 0; i < n; i++) {
 			uint32_t ignore = 0;

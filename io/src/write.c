@@ -311,7 +311,8 @@ static int by_offset(const void *a, const void *b)
  * such frames goes as one range, the padding read back from the file (HDF5
  * may have put metadata there) and written again as it is, so a run of
  * small frames makes io_bytes-sized O_DIRECT writes, not one small write
- * and one page-cache tail per frame. *e: the io_uring writer's -errno; *bad:
+ * and one page-cache tail per frame. Without O_DIRECT nothing is gained by
+ * merging: each frame goes alone and no padding is read. *e: the io_uring writer's -errno; *bad:
  * the first frame failing its CRC32C (SIZE_MAX: none) and *bad_got what it
  * gave. Returns 0, or a negative code with err set when it failed itself
  * (memory, reading the padding).
@@ -337,12 +338,13 @@ static int write_frames(struct snap_io_writer *w, int fd, const char *final, con
 		w->room = d->n;
 	}
 	qsort(d->v, d->n, sizeof *d->v, by_offset);
+	int merge = io_uw_direct(w->uw);
 	for (size_t j = 0, k; j < d->n && !*e && *bad == SIZE_MAX; j = k) {
 		size_t np = 0;
 		uint64_t at = d->v[j].off;
 		for (k = j; k < d->n; k++) {
 			const struct io_deferred *x = &d->v[k];
-			if (k > j && (x->off < at || x->off - at >= SNAP_IO_ALIGN))
+			if (k > j && (!merge || x->off < at || x->off - at >= SNAP_IO_ALIGN))
 				break;
 			if (x->off > at) {
 				size_t gap = (size_t)(x->off - at);

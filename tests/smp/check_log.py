@@ -123,7 +123,9 @@ def main():
                                "--log "),
                               # per-node flush directories name a mesh node: only with --ec
                               ([snapsmp, "--store", store, "--flush-dir", os.path.join(tmp, "node%n")], {},
-                               "needs --ec")):
+                               "needs --ec"),
+                              ([snapsmp, "--store", store, "--flush-direct", "2"], {}, "--flush-direct 2"),
+                              ([snapsmp, "--store", store], {"SNAP_FLUSH_DIRECT": "yes"}, "SNAP_FLUSH_DIRECT")):
         r = subprocess.run(argv, env=dict(env, **extra), capture_output=True, text=True, timeout=60)
         check(r.returncode == 2 and word in r.stderr, f"{argv[3:]} {extra}: exit {r.returncode}: {r.stderr!r}")
 
