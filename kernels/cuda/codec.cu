@@ -2,11 +2,10 @@
 /*
  * codec.cu - CUDA twin of src/codec.c: stream framing on the GPU.
  *
- * Compress: (REL only) per-block min/max and a one-thread parameter kernel;
- * one thread block per stream block encodes into a worst-case slot in
- * scratch and records its size; a single-block scan turns sizes into the
- * block table, header and offsets; a copy kernel packs the slots into the
- * stream. Decompress: a scan kernel re-validates the header and table and
+ * Compress: (REL only) per-block min/max and a parameter kernel; then one
+ * kernel, one thread block per stream block, that encodes in shared memory
+ * and writes the block at its offset, found by a decoupled look-back
+ * (k_encode). Decompress: a scan kernel re-validates the header and table and
  * computes offsets; one thread block per stream block decodes.
  * Nothing here allocates; all launches go on the caller's stream.
  */
@@ -16,7 +15,8 @@
 #include "lossless.cuh"
 #include "lossy.cuh"
 
-/* Parameters the device decides (REL bound, LOSSLESS fallback). */
+/* Parameters of a compression: decided on the host (lossless, abs) or by
+ * k_params on the device (rel, which needs the range). */
 struct snapk_params {
 	int codec;
 	int pad;
@@ -24,8 +24,11 @@ struct snapk_params {
 	double param;
 };
 
+/* Scratch: the device-decided parameters, per-block ranges (rel), then two
+ * counters and the look-back state of each block, zeroed before a launch. */
 struct snapk_layout {
-	size_t params, lohi, sizes, offs, slots, total, full;
+	size_t params, lohi, ctr, total;
+	uint32_t full; /* a block's largest frame */
 };
 
 static int layout_of(const struct snap_codec_params *p, size_t count,
@@ -40,13 +43,11 @@ static int layout_of(const struct snap_codec_params *p, size_t count,
 	if (n > UINT32_MAX)
 		return SNAP_EINVAL;
 	*nb = (uint32_t)n;
-	L->full = SNAPC_BLOCK_SLACK + (size_t)B * dt->esize;
+	L->full = SNAPC_BLOCK_SLACK + B * dt->esize;
 	L->params = 0;
 	L->lohi = 256;
-	L->sizes = L->lohi + ((8 * n + 255) & ~(size_t)255);
-	L->offs = L->sizes + ((4 * n + 255) & ~(size_t)255);
-	L->slots = L->offs + ((8 * n + 255) & ~(size_t)255);
-	L->total = L->slots + n * L->full;
+	L->ctr = L->lohi + ((8 * n + 255) & ~(size_t)255);
+	L->total = L->ctr + 16 + 8 * n;
 	return 0;
 }
 
@@ -59,6 +60,12 @@ extern "C" size_t snap_codec_cuda_scratch_size(const struct snap_codec_params *p
 	return layout_of(p, count, &L, &nb, &dt, &l2) ? 0 : L.total;
 }
 
+/* Element i of an array at any alignment. */
+__device__ static __forceinline__ uint32_t k_ld(const uint8_t *src, uint64_t i, uint32_t es)
+{
+	return snapc_ldel(src, i, es);
+}
+
 __global__ static void k_range(const uint8_t *src, uint64_t count, uint32_t log2B,
 			       struct snapc_dt dt, float *lohi)
 {
@@ -68,7 +75,7 @@ __global__ static void k_range(const uint8_t *src, uint64_t count, uint32_t log2
 	float lo = 0, hi = 0;
 	int any = 0;
 	for (uint64_t i = i0 + threadIdx.x; i < i1; i += blockDim.x) {
-		float x = snapc_to_f32(snapc_ldel(src, i, dt.esize), dt.esize, dt.E);
+		float x = snapc_to_f32(k_ld(src, i, dt.esize), dt.esize, dt.E);
 		if (!(fabsf(x) <= 3.40282347e38f))
 			continue;
 		if (!any) { lo = hi = x; any = 1; }
@@ -90,115 +97,196 @@ __global__ static void k_range(const uint8_t *src, uint64_t count, uint32_t log2
 	}
 }
 
-/* The codec and quantizer, decided as plan_compress() does on the host. */
-__global__ static void k_params(int codec, double bound, const float *lohi,
-				uint32_t nb, struct snapk_params *P)
+/* The rule plan_compress() applies on the host: a bound too small for a
+ * float step falls back to lossless. */
+__host__ __device__ static void finish_params(struct snapk_params *p)
 {
+	if (p->codec != SNAP_CODEC_LOSSLESS && snapc_step(p->q.bound, &p->q))
+		p->codec = SNAP_CODEC_LOSSLESS;
+	if (p->codec == SNAP_CODEC_LOSSLESS) {
+		memset(&p->q, 0, sizeof(p->q));
+		p->param = 0;
+	}
+}
+
+/* REL: the bound relative to the finite range of the whole array. */
+__global__ static void k_params(double bound, const float *lohi, uint32_t nb,
+				struct snapk_params *P)
+{
+	__shared__ float slo[1024], shi[1024];
+	__shared__ int sany[1024];
+	float lo = 0, hi = 0;
+	int any = 0;
+	for (uint32_t b = threadIdx.x; b < nb; b += blockDim.x) {
+		float l = lohi[2 * b], h = lohi[2 * b + 1];
+		if (l != l) continue;
+		if (!any) { lo = l; hi = h; any = 1; }
+		lo = fminf(lo, l);
+		hi = fmaxf(hi, h);
+	}
+	slo[threadIdx.x] = lo; shi[threadIdx.x] = hi; sany[threadIdx.x] = any;
+	__syncthreads();
+	if (threadIdx.x != 0)
+		return;
+	any = 0;
+	for (uint32_t t = 0; t < blockDim.x; t++) {
+		if (!sany[t]) continue;
+		if (!any) { lo = slo[t]; hi = shi[t]; any = 1; }
+		lo = fminf(lo, slo[t]);
+		hi = fmaxf(hi, shi[t]);
+	}
 	struct snapk_params p;
 	memset(&p, 0, sizeof(p));
-	p.codec = codec;
-	if (codec == SNAP_CODEC_LOSSY_ABS) {
-		p.q.bound = p.param = bound;
-	} else if (codec == SNAP_CODEC_LOSSY_REL) {
-		float lo = 0, hi = 0;
-		int any = 0;
-		for (uint32_t b = 0; b < nb; b++) {
-			float l = lohi[2 * b], h = lohi[2 * b + 1];
-			if (l != l) continue;
-			if (!any) { lo = l; hi = h; any = 1; }
-			lo = fminf(lo, l);
-			hi = fmaxf(hi, h);
-		}
-		p.q.bound = bound * ((double)hi - (double)lo);
-		p.param = bound;
-	}
-	if (p.codec != SNAP_CODEC_LOSSLESS) {
-		double b = p.q.bound;
-		if (snapc_step(b, &p.q))
-			p.codec = SNAP_CODEC_LOSSLESS;
-	}
-	if (p.codec == SNAP_CODEC_LOSSLESS) {
-		memset(&p.q, 0, sizeof(p.q));
-		p.param = 0;
-	}
+	p.codec = SNAP_CODEC_LOSSY_REL;
+	p.q.bound = bound * ((double)hi - (double)lo);
+	p.param = bound;
+	finish_params(&p);
 	*P = p;
 }
 
-__global__ static void __launch_bounds__(SNAPK_THREADS)
-k_encode(const uint8_t *src, uint64_t count, uint32_t log2B, struct snapc_dt dt,
-	 const struct snapk_params *P, uint8_t *slots, size_t full, uint32_t *sizes)
+/* The stream header; its payload length is known once every block has its
+ * place. */
+__device__ static void put_header(uint8_t *dst, const struct snapk_params *P, int dtype, uint32_t log2B,
+				  uint64_t count, uint32_t nb, uint64_t payload, uint64_t *out_len)
 {
-	uint32_t b = blockIdx.x;
-	uint64_t i0 = (uint64_t)b << log2B;
-	uint32_t n = (uint32_t)min(count - i0, (uint64_t)1 << log2B);
-	const uint8_t *s = src + i0 * dt.esize;
-	uint8_t *out = slots + (size_t)b * full;
-	if (P->codec == SNAP_CODEC_LOSSLESS) {
-		ll_encode_block(s, n, dt, out, &sizes[b]);
-	} else {
-		struct snapc_lyq q = P->q;
-		ly_encode_block(s, n, dt, &q, out, &sizes[b]);
-	}
+	uint64_t u;
+	snapc_st32(dst, SNAPC_MAGIC);
+	dst[4] = SNAP_CODEC_VERSION;
+	dst[5] = (uint8_t)P->codec;
+	dst[6] = (uint8_t)dtype;
+	dst[7] = (uint8_t)log2B;
+	snapc_st64(dst + 8, count);
+	memcpy(&u, &P->q.bound, 8);
+	snapc_st64(dst + 16, u);
+	memcpy(&u, &P->param, 8);
+	snapc_st64(dst + 24, u);
+	snapc_st64(dst + 32, payload);
+	snapc_st32(dst + 40, nb);
+	snapc_st32(dst + 44, 0);
+	*out_len = SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)nb + payload;
 }
 
-/* Exclusive scan of the block sizes; writes table, header and length. */
-__global__ static void k_frame(const uint32_t *sizes, uint32_t nb, uint64_t *offs,
-			       uint8_t *dst, const struct snapk_params *P, int dtype,
-			       uint32_t log2B, uint64_t count, uint64_t *out_len)
+__global__ static void k_empty(uint8_t *dst, const struct snapk_params *dP, struct snapk_params hP,
+			       int dtype, uint32_t log2B, uint64_t *out_len)
 {
-	__shared__ uint64_t sc[1024];
-	__shared__ uint64_t carry;
-	uint32_t t = threadIdx.x;
-	if (t == 0)
-		carry = 0;
+	put_header(dst, dP ? dP : &hP, dtype, log2B, 0, 0, 0, out_len);
+}
+
+/* Look-back state of a block: flag in the top two bits, bytes below. */
+#define LB_AGG (1ull << 62)  /* this block's own length */
+#define LB_PRE (2ull << 62)  /* the length of every block up to and including it */
+#define LB_VAL(x) ((x) & ((1ull << 62) - 1))
+
+/*
+ * One stream block per thread block, in a single pass: stage the input in
+ * shared memory (coalesced reads), encode it into a frame in shared memory,
+ * find its offset by a decoupled look-back over the blocks before it, and
+ * copy the frame to its place in the stream with aligned word stores
+ * (coalesced; the stream may be pinned host memory across PCIe). Blocks
+ * take their stream index from a counter, so every block a block waits for
+ * has started and will finish. The last block to finish writes the header.
+ */
+__global__ static void __launch_bounds__(SNAPK_ENC_MAX)
+k_encode(const uint8_t *src, uint64_t count, uint32_t log2B, struct snapc_dt dt, int dtype,
+	 const struct snapk_params *dP, struct snapk_params hP, uint32_t full,
+	 uint8_t *dst, uint32_t nb, unsigned long long *ctr, uint64_t *out_len)
+{
+	extern __shared__ uint32_t dyn[];
+	__shared__ uint32_t s_b, s_last;
+	__shared__ unsigned long long s_off;
+	const uint32_t tid = threadIdx.x, nt = blockDim.x, es = dt.esize;
+	const struct snapk_params *P = dP ? dP : &hP;
+	volatile unsigned long long *state = ctr + 2;
+
+	if (tid == 0)
+		s_b = (uint32_t)atomicAdd(&ctr[0], 1ull);
 	__syncthreads();
-	for (uint32_t b0 = 0; b0 < nb; b0 += blockDim.x) {
-		uint32_t b = b0 + t;
-		uint64_t v = b < nb ? sizes[b] : 0;
-		sc[t] = v;
-		__syncthreads();
-		for (uint32_t d = 1; d < blockDim.x; d <<= 1) {
-			uint64_t add = t >= d ? sc[t - d] : 0;
-			__syncthreads();
-			sc[t] += add;
-			__syncthreads();
-		}
-		if (b < nb) {
-			offs[b] = carry + sc[t] - v;
-			snapc_st32(dst + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b, (uint32_t)v);
-		}
-		__syncthreads();
-		if (t == blockDim.x - 1)
-			carry += sc[t];
-		__syncthreads();
-	}
-	if (t == 0) {
-		uint64_t u;
-		snapc_st32(dst, SNAPC_MAGIC);
-		dst[4] = SNAP_CODEC_VERSION;
-		dst[5] = (uint8_t)P->codec;
-		dst[6] = (uint8_t)dtype;
-		dst[7] = (uint8_t)log2B;
-		snapc_st64(dst + 8, count);
-		memcpy(&u, &P->q.bound, 8);
-		snapc_st64(dst + 16, u);
-		memcpy(&u, &P->param, 8);
-		snapc_st64(dst + 24, u);
-		snapc_st64(dst + 32, carry);
-		snapc_st32(dst + 40, nb);
-		snapc_st32(dst + 44, 0);
-		*out_len = SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)nb + carry;
-	}
-}
+	const uint32_t b = s_b;
+	const uint64_t i0 = (uint64_t)b << log2B;
+	const uint32_t n = (uint32_t)min(count - i0, (uint64_t)1 << log2B);
+	const uint8_t *s = src + i0 * es;
+	uint32_t *stage = dyn, *o = dyn + snapk_si((uint32_t)1 << log2B);
+	const uint32_t ow = (full + 3) / 4 + 1;
 
-__global__ static void k_gather(const uint8_t *slots, size_t full, const uint32_t *sizes,
-				const uint64_t *offs, uint8_t *dst, uint64_t H)
-{
-	uint32_t b = blockIdx.x;
-	const uint8_t *s = slots + (size_t)b * full;
-	uint8_t *d = dst + H + offs[b];
-	for (uint32_t i = threadIdx.x; i < sizes[b]; i += blockDim.x)
-		d[i] = s[i];
+	for (uint32_t w = tid; w < ow; w += nt)
+		o[w] = 0;
+	uint32_t done = 0;
+	if (((uintptr_t)s & 15) == 0) {
+		const uint32_t per = 16 / es, nv = n / per;
+		const uint4 *s4 = (const uint4 *)s;
+		for (uint32_t v = tid; v < nv; v += nt) {
+			uint4 x = __ldg(s4 + v);
+			uint32_t wd[4] = { x.x, x.y, x.z, x.w }, i = v * per;
+			if (es == 4) {
+				for (uint32_t t = 0; t < 4; t++)
+					stage[snapk_si(i + t)] = wd[t];
+			} else {
+				for (uint32_t t = 0; t < 4; t++) {
+					stage[snapk_si(i + 2 * t)] = wd[t] & 0xffffu;
+					stage[snapk_si(i + 2 * t + 1)] = wd[t] >> 16;
+				}
+			}
+		}
+		done = nv * per;
+	}
+	for (uint32_t i = done + tid; i < n; i += nt)
+		stage[snapk_si(i)] = k_ld(s, i, es);
+	__syncthreads();
+
+	uint32_t len = P->codec == SNAP_CODEC_LOSSLESS ? ll_encode_block(stage, n, dt, o)
+						       : ly_encode_block(stage, n, dt, &P->q, o);
+	__syncthreads(); /* the frame is complete */
+
+	if (tid == 0) {
+		unsigned long long off = 0;
+		if (b == 0) {
+			__threadfence();
+			state[0] = LB_PRE | len;
+		} else {
+			state[b] = LB_AGG | len;
+			for (uint32_t j = b - 1;; j--) {
+				unsigned long long x;
+				while (!((x = state[j]) >> 62))
+					;
+				off += LB_VAL(x);
+				if ((x >> 62) == 2)
+					break;
+			}
+			__threadfence();
+			state[b] = LB_PRE | (off + len);
+		}
+		s_off = off;
+	}
+	__syncthreads();
+
+	const uint64_t H = SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)nb;
+	uint8_t *d = dst + H + s_off;
+	const uint32_t head = min(len, (uint32_t)((4 - ((uintptr_t)d & 3)) & 3));
+	const uint32_t nw = (len - head) / 4, sh = 8 * (head & 3);
+	const uint8_t *ob = (const uint8_t *)o;
+	uint32_t *dw = (uint32_t *)(d + head);
+	for (uint32_t w = tid; w < nw; w += nt) {
+		uint32_t a = o[(head >> 2) + w], c = o[(head >> 2) + w + 1];
+		dw[w] = __funnelshift_r(a, c, sh);
+	}
+	if (tid < head)
+		d[tid] = ob[tid];
+	for (uint32_t i = head + 4 * nw + tid; i < len; i += nt)
+		d[i] = ob[i];
+	if (tid == 0)
+		snapc_st32(dst + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b, len);
+
+	/* The last block out writes the header: every block before it has
+	 * published its prefix, so the last block's is the payload length. */
+	__threadfence();
+	__syncthreads();
+	if (tid == 0)
+		s_last = atomicAdd(&ctr[1], 1ull) == nb - 1;
+	__syncthreads();
+	if (s_last && tid == 0) {
+		__threadfence();
+		put_header(dst, P, dtype, log2B, count, nb, LB_VAL(state[nb - 1]), out_len);
+	}
 }
 
 extern "C" int snap_codec_cuda_compress(const struct snap_codec_params *p,
@@ -221,24 +309,36 @@ extern "C" int snap_codec_cuda_compress(const struct snap_codec_params *p,
 		return SNAP_EINVAL;
 	cudaStream_t st = (cudaStream_t)stream;
 	uint8_t *sc = (uint8_t *)d_scratch;
-	struct snapk_params *P = (struct snapk_params *)(sc + L.params);
-	float *lohi = (float *)(sc + L.lohi);
-	uint32_t *sizes = (uint32_t *)(sc + L.sizes);
-	uint64_t *offs = (uint64_t *)(sc + L.offs);
 	const uint8_t *src = (const uint8_t *)d_src;
-
-	if (p->codec == SNAP_CODEC_LOSSY_REL && nb)
-		k_range<<<nb, 256, 0, st>>>(src, count, log2B, dt, lohi);
-	k_params<<<1, 1, 0, st>>>(p->codec, p->bound, lohi, nb, P);
-	if (nb)
-		k_encode<<<nb, SNAPK_THREADS, 0, st>>>(src, count, log2B, dt, P,
-						       sc + L.slots, L.full, sizes);
-	k_frame<<<1, 1024, 0, st>>>(sizes, nb, offs, (uint8_t *)d_dst, P, p->dtype,
-				    log2B, count, d_out_len);
-	if (nb)
-		k_gather<<<nb, 256, 0, st>>>(sc + L.slots, L.full, sizes, offs,
-					     (uint8_t *)d_dst,
-					     SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)nb);
+	uint8_t *dst = (uint8_t *)d_dst;
+	struct snapk_params hp, *dP = NULL;
+	memset(&hp, 0, sizeof(hp));
+	hp.codec = p->codec;
+	if (p->codec == SNAP_CODEC_LOSSY_ABS)
+		hp.q.bound = hp.param = p->bound;
+	if (p->codec == SNAP_CODEC_LOSSY_REL) {
+		dP = (struct snapk_params *)(sc + L.params);
+		float *lohi = (float *)(sc + L.lohi);
+		if (nb)
+			k_range<<<nb, 256, 0, st>>>(src, count, log2B, dt, lohi);
+		k_params<<<1, 1024, 0, st>>>(p->bound, lohi, nb, dP);
+	} else {
+		finish_params(&hp);
+	}
+	if (!nb) {
+		k_empty<<<1, 1, 0, st>>>(dst, dP, hp, p->dtype, log2B, d_out_len);
+		return cudaGetLastError() == cudaSuccess ? 0 : SNAP_EIO;
+	}
+	unsigned long long *ctr = (unsigned long long *)(sc + L.ctr);
+	if (cudaMemsetAsync(ctr, 0, 16 + 8 * (size_t)nb, st) != cudaSuccess)
+		return SNAP_EIO;
+	uint32_t B = 1u << log2B, threads = max(32u, B / SNAPC_GROUP);
+	size_t shm = 4 * ((size_t)snapk_si(B) + (L.full + 3) / 4 + 1);
+	if (shm > 48 * 1024 &&
+	    cudaFuncSetAttribute(k_encode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) != cudaSuccess)
+		return SNAP_EIO;
+	k_encode<<<nb, threads, shm, st>>>(src, count, log2B, dt, p->dtype, dP, hp, L.full, dst, nb, ctr,
+					    d_out_len);
 	return cudaGetLastError() == cudaSuccess ? 0 : SNAP_EIO;
 }
 

@@ -2,124 +2,95 @@
 /*
  * lossy.cuh - CUDA twin of src/lossy.c: one thread block per stream block,
  * one thread per 32-value group. Quanta come from the shared snapc_quant();
- * the block-level choices (base, base width, raw fallback) and the placement
- * of codes and outliers are exclusive scans over the groups, so the bytes
- * are those of the C twin.
+ * the block-level choices (base, base width, raw fallback) are reductions
+ * and the placement of codes and outliers exclusive scans over the groups,
+ * so the bytes are those of the C twin. The encoder reads the block staged
+ * in shared memory and writes its frame there (common.cuh).
  */
 #ifndef SNAP_CUDA_LOSSY_CUH
 #define SNAP_CUDA_LOSSY_CUH
 
 #include "common.cuh"
 
-__device__ static void ly_group_q(const uint8_t *src, uint32_t g, uint32_t n,
-				  struct snapc_dt dt, const struct snapc_lyq *qp,
-				  int32_t *q, uint32_t *m_out)
+/* Encodes the n staged values of one stream block into the zeroed frame
+ * words o; one thread per 32-value group (blockDim.x >= groups). Returns
+ * the block's byte length to every thread. */
+__device__ static uint32_t ly_encode_block(const uint32_t *stage, uint32_t n, struct snapc_dt dt,
+					   const struct snapc_lyq *qp, uint32_t *o)
 {
-	uint32_t i0 = g * SNAPC_GROUP, m = min(SNAPC_GROUP, n - i0);
-	for (uint32_t j = 0; j < m; j++)
-		q[j] = snapc_quant(snapc_ldel(src, i0 + j, dt.esize), qp, dt.esize, dt.E);
-	*m_out = m;
-}
-
-__device__ static void ly_encode_block(const uint8_t *src, uint32_t n,
-				       struct snapc_dt dt, const struct snapc_lyq *qp,
-				       uint8_t *out, uint32_t *size_out)
-{
-	__shared__ int32_t gmin[SNAPK_MAXCHUNK];
-	__shared__ uint32_t gw[SNAPK_MAXCHUNK], gcoff[SNAPK_MAXCHUNK], gooff[SNAPK_MAXCHUNK];
-	__shared__ uint32_t s_raw, s_wb, s_nout, s_sumw;
+	__shared__ uint32_t tmp[32];
+	__shared__ int32_t s_base;
+	__shared__ uint32_t s_maxoff;
 	const uint32_t es = dt.esize, ng = (n + SNAPC_GROUP - 1) / SNAPC_GROUP;
-	const uint32_t tid = threadIdx.x, nt = blockDim.x;
+	const uint32_t g = threadIdx.x, i0 = g * SNAPC_GROUP;
+	const uint32_t m = g < ng ? min(SNAPC_GROUP, n - i0) : 0;
+	const uint32_t *v = stage + 33 * g;
+	int32_t q[SNAPC_GROUP], lo = INT32_MAX, hi = INT32_MIN;
+	uint32_t no = 0;
 
-	for (uint32_t g = tid; g < ng; g += nt) {
-		int32_t q[SNAPC_GROUP], lo = INT32_MAX, hi = INT32_MIN;
-		uint32_t m, no = 0;
-		ly_group_q(src, g, n, dt, qp, q, &m);
-		for (uint32_t j = 0; j < m; j++) {
-			if (q[j] == SNAPC_QOUT) { no++; continue; }
-			lo = min(lo, q[j]);
-			hi = max(hi, q[j]);
-		}
-		gmin[g] = lo <= hi ? lo : SNAPC_QOUT;
-		gw[g] = lo <= hi ? snapc_bits((uint32_t)(hi - lo)) : 0;
-		gooff[g] = no;
+	if (g == 0) {
+		s_base = INT32_MAX;
+		s_maxoff = 0;
 	}
+#pragma unroll
+	for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
+		q[j] = j < m ? snapc_quant(v[j], qp, es, dt.E) : SNAPC_QOUT;
+		if (j >= m)
+			continue;
+		if (q[j] == SNAPC_QOUT) { no++; continue; }
+		lo = min(lo, q[j]);
+		hi = max(hi, q[j]);
+	}
+	const uint32_t w = lo <= hi ? snapc_bits((uint32_t)(hi - lo)) : 0;
 	__syncthreads();
-	if (tid == 0) {
-		int32_t base = INT32_MAX;
-		uint32_t nout = 0, sumw = 0, maxoff = 0;
-		for (uint32_t g = 0; g < ng; g++)
-			if (gmin[g] != SNAPC_QOUT)
-				base = min(base, gmin[g]);
-		if (base == INT32_MAX)
-			base = 0;
-		for (uint32_t g = 0; g < ng; g++) {
-			if (gmin[g] == SNAPC_QOUT)
-				gmin[g] = base;
-			maxoff = max(maxoff, (uint32_t)(gmin[g] - base));
-			gcoff[g] = 4 * sumw;
-			sumw += gw[g];
-			uint32_t no = gooff[g];
-			gooff[g] = nout;
-			nout += no;
-		}
-		uint32_t wb = snapc_bits(maxoff);
-		uint64_t size = snapc_lossy_size(ng, wb, sumw, nout, es);
-		uint64_t raw = SNAPC_LY_HDR + (uint64_t)n * es;
-		s_raw = size >= raw;
-		s_wb = wb; s_nout = nout; s_sumw = sumw;
-		*size_out = (uint32_t)(size >= raw ? raw : size);
-		for (uint32_t i = 0; i < SNAPC_LY_HDR; i++)
-			out[i] = 0;
-		if (size >= raw) {
-			out[0] = 1;
-		} else {
-			out[1] = (uint8_t)wb;
-			snapc_st32(out + 4, nout);
-			snapc_st32(out + 8, (uint32_t)base);
-			uint8_t *p = out + SNAPC_LY_HDR;
-			for (uint32_t g = 0; g < ng; g++)
-				p[g] = (uint8_t)gw[g];
-			p += ng;
-			uint32_t buf[SNAPC_GROUP];
-			for (uint32_t g0 = 0; g0 < ng; g0 += SNAPC_GROUP) {
-				uint32_t m = min(SNAPC_GROUP, ng - g0);
-				for (uint32_t j = 0; j < m; j++)
-					buf[j] = (uint32_t)(gmin[g0 + j] - base);
-				snapc_pack32(buf, m, wb, p + g0 * wb / 8);
-			}
-		}
-	}
+	if (lo <= hi)
+		atomicMin(&s_base, lo);
 	__syncthreads();
-	if (s_raw) {
-		for (uint32_t i = tid; i < n * es; i += nt)
-			out[SNAPC_LY_HDR + i] = src[i];
-		return;
+	/* A group of outliers only takes the base, as in the C twin. */
+	const int32_t base = s_base == INT32_MAX ? 0 : s_base;
+	const int32_t gmin = lo <= hi ? lo : base;
+	if (m)
+		atomicMax(&s_maxoff, (uint32_t)(gmin - base));
+	uint32_t sumw, nout;
+	const uint32_t cw = snapk_exscan(w, tmp, &sumw);    /* syncs: s_maxoff is final */
+	uint32_t oo = snapk_exscan(no, tmp, &nout);
+	const uint32_t wb = snapc_bits(s_maxoff);
+	const uint64_t size = snapc_lossy_size(ng, wb, sumw, nout, es);
+	const uint64_t raw = SNAPC_LY_HDR + (uint64_t)n * es;
+	if (size >= raw) {
+		if (g == 0)
+			snapk_or(o, 0, 1, 8);
+		for (uint32_t j = 0; j < m; j++)
+			snapk_or(o, 8 * ((uint64_t)SNAPC_LY_HDR + (uint64_t)(i0 + j) * es), v[j], 8 * es);
+		return (uint32_t)raw;
 	}
-	const uint32_t wb = s_wb;
-	uint8_t *codes = out + SNAPC_LY_HDR + ng + (ng * wb + 7) / 8;
-	uint8_t *oi = codes + 4 * s_sumw, *ov = oi + 2 * s_nout;
-	for (uint32_t g = tid; g < ng; g += nt) {
-		int32_t q[SNAPC_GROUP];
-		uint32_t m, buf[SNAPC_GROUP], o = gooff[g], i0 = g * SNAPC_GROUP;
-		ly_group_q(src, g, n, dt, qp, q, &m);
-		for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
-			if (j >= m || q[j] == SNAPC_QOUT) {
-				buf[j] = 0;
-				if (j < m) {
-					uint32_t i = i0 + j;
-					oi[2 * o] = (uint8_t)i;
-					oi[2 * o + 1] = (uint8_t)(i >> 8);
-					for (uint32_t b = 0; b < es; b++)
-						ov[es * o + b] = src[es * i + b];
-					o++;
-				}
-			} else {
-				buf[j] = (uint32_t)(q[j] - gmin[g]);
-			}
+	if (g == 0) {
+		snapk_or(o, 8, wb, 8);
+		snapk_or(o, 32, nout, 32);
+		snapk_or(o, 64, (uint32_t)base, 32);
+	}
+	if (!m)
+		return (uint32_t)size;
+	const uint64_t gws = SNAPC_LY_HDR, bases = gws + ng, codes = bases + ((uint64_t)ng * wb + 7) / 8;
+	const uint64_t oi = codes + 4 * (uint64_t)sumw, ov = oi + 2 * (uint64_t)nout;
+	snapk_or(o, 8 * (gws + g), w, 8);
+	snapk_or(o, 8 * bases + (uint64_t)g * wb, (uint32_t)(gmin - base), wb);
+	struct snapk_bw bw = { 8 * (codes + 4 * (uint64_t)cw), 0, 0 };
+#pragma unroll
+	for (uint32_t j = 0; j < SNAPC_GROUP; j++) {
+		bool in = q[j] != SNAPC_QOUT;
+		if (w)
+			snapk_put(o, &bw, in ? (uint32_t)(q[j] - gmin) : 0, w);
+		if (!in && j < m) {
+			uint32_t i = i0 + j;
+			snapk_or(o, 8 * (oi + 2 * (uint64_t)oo), i & 0xffffu, 16);
+			snapk_or(o, 8 * (ov + (uint64_t)es * oo), v[j], 8 * es);
+			oo++;
 		}
-		snapc_pack32_full(buf, gw[g], codes + gcoff[g]);
 	}
+	if (w)
+		snapk_flush(o, &bw);
+	return (uint32_t)size;
 }
 
 /* wb-bit field number g of a packed array (bits LSB first). */

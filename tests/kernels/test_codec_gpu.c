@@ -4,7 +4,8 @@
  * the C twin's output, and corrupted streams must be refused on the GPU too.
  * Also prints GPU throughput on the real weights when given a file.
  * Exits 77 (ctest SKIP) when no usable GPU is present.
- * Usage: test_codec_gpu [weights.f32] */
+ * Usage: test_codec_gpu [--quick] [weights.f32]
+ * --quick: three lengths only, for runs under compute-sanitizer. */
 #include <cuda_runtime_api.h>
 
 #include "snap/codec.h"
@@ -95,9 +96,24 @@ static void twin(int dt, int gen, size_t n, uint32_t B, int codec, double bound)
 	uint8_t *sc = malloc(cap);
 	CHECK(snap_codec_compress(&p, in, n, sc, cap, &lc) == 0, "cpu compress");
 	uint8_t *sg = gpu_compress(&p, in, n, &lg, NULL);
-	CHECK(lc == lg && memcmp(sc, sg, lc) == 0,
-	      "dt=%d gen=%s n=%zu B=%u codec=%d: GPU stream differs (%zu vs %zu bytes)",
-	      dt, tu_gen_name[gen], n, B, codec, lg, lc);
+	size_t at = 0;
+	while (at < lc && at < lg && sc[at] == sg[at])
+		at++;
+	CHECK(lc == lg && at == lc,
+	      "dt=%d gen=%s n=%zu B=%u codec=%d: GPU stream differs (%zu vs %zu bytes), first at byte %zu"
+	      " (GPU 0x%02x, C 0x%02x)", dt, tu_gen_name[gen], n, B, codec, lg, lc, at,
+	      at < lg ? sg[at] : 0, at < lc ? sc[at] : 0);
+	static int dumped;
+	const char *dump = getenv("SNAP_TEST_DUMP"); /* the first differing pair, for a look off the GPU machine */
+	if ((lc != lg || at != lc) && dump && !dumped++) {
+		char path[4096];
+		snprintf(path, sizeof(path), "%s/gpu-%d-%d-%zu-%u-%d.bin", dump, dt, gen, n, B, codec);
+		FILE *fp = fopen(path, "wb");
+		if (fp) { fwrite(sg, 1, lg, fp); fclose(fp); }
+		snprintf(path, sizeof(path), "%s/c.bin", dump);
+		fp = fopen(path, "wb");
+		if (fp) { fwrite(sc, 1, lc, fp); fclose(fp); }
+	}
 	uint8_t *oc = malloc(n * es + 1), *og = malloc(n * es + 1);
 	CHECK(snap_codec_decompress(sg, lg, oc, n * es, NULL) == 0, "cpu decodes gpu stream");
 	int rc = gpu_decompress(sc, lc, og, n * es, NULL);
@@ -190,11 +206,19 @@ int main(int argc, char **argv)
 		printf("SKIP: no usable CUDA device\n");
 		return 77;
 	}
+	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
+	if (quick) {
+		argc--;
+		argv++;
+	}
 	null_dst();
-	const size_t lens[] = { 0, 1, 33, 255, 257, 4095, 4097, 3 * 4096 + 17, 100000 };
+	const size_t all[] = { 0, 1, 33, 255, 257, 4095, 4097, 3 * 4096 + 17, 100000 };
+	const size_t few[] = { 255, 4097, 3 * 4096 + 17 };
+	const size_t *lens = quick ? few : all;
+	size_t nlens = quick ? sizeof(few) / sizeof(*few) : sizeof(all) / sizeof(*all);
 	for (int d = 0; d < 3; d++)
 		for (int g = 0; g < GEN_COUNT; g++)
-			for (size_t li = 0; li < sizeof(lens) / sizeof(*lens); li++) {
+			for (size_t li = 0; li < nlens; li++) {
 				size_t n = lens[li];
 				uint32_t B = n < 300 ? 256 : 0;
 				twin(dtypes[d], g, n, B, SNAP_CODEC_LOSSLESS, 0);
