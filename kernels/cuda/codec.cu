@@ -6,7 +6,8 @@
  * kernel, one thread block per stream block, that encodes in shared memory
  * and writes the block at its offset, found by a decoupled look-back
  * (k_encode). Decompress: a scan kernel re-validates the header and table and
- * computes offsets; one thread block per stream block decodes.
+ * computes offsets; one thread block per stream block decodes, staged in
+ * shared memory both ways.
  * Nothing here allocates; all launches go on the caller's stream.
  */
 #include <cuda_runtime.h>
@@ -237,25 +238,39 @@ k_encode(const uint8_t *src, uint64_t count, uint32_t log2B, struct snapc_dt dt,
 						       : ly_encode_block(stage, n, dt, &P->q, o);
 	__syncthreads(); /* the frame is complete */
 
-	if (tid == 0) {
+	/* Look-back by the first warp, 32 predecessors at a time: wait until
+	 * each has published, add lengths down to the nearest prefix. */
+	if (tid < 32) {
+		const uint32_t lane = tid;
 		unsigned long long off = 0;
 		if (b == 0) {
-			__threadfence();
-			state[0] = LB_PRE | len;
+			if (lane == 0)
+				state[0] = LB_PRE | len;
 		} else {
-			state[b] = LB_AGG | len;
-			for (uint32_t j = b - 1;; j--) {
-				unsigned long long x;
-				while (!((x = state[j]) >> 62))
-					;
-				off += LB_VAL(x);
-				if ((x >> 62) == 2)
+			if (lane == 0)
+				state[b] = LB_AGG | len;
+			for (int64_t top = (int64_t)b - 1;; top -= 32) {
+				int64_t j = top - lane;
+				unsigned long long x = LB_PRE; /* before block 0: nothing */
+				if (j >= 0)
+					while (!((x = state[j]) >> 62))
+						;
+				uint32_t pre = __ballot_sync(0xffffffffu, (x >> 62) == 2);
+				uint32_t stop = pre ? (uint32_t)__ffs(pre) - 1 : 31;
+				unsigned long long v = lane <= stop ? LB_VAL(x) : 0;
+				for (uint32_t d = 16; d; d >>= 1)
+					v += __shfl_down_sync(0xffffffffu, v, d);
+				off += __shfl_sync(0xffffffffu, v, 0);
+				if (pre)
 					break;
 			}
-			__threadfence();
-			state[b] = LB_PRE | (off + len);
+			if (lane == 0) {
+				__threadfence();
+				state[b] = LB_PRE | (off + len);
+			}
 		}
-		s_off = off;
+		if (lane == 0)
+			s_off = off;
 	}
 	__syncthreads();
 
@@ -349,17 +364,17 @@ extern "C" size_t snap_codec_cuda_decode_scratch_size(const struct snap_codec_in
 	return info ? 8 * ((size_t)info->nblocks + 1) : 0;
 }
 
-/* Device-side re-check of what the host validated, then block offsets. */
+/* Device-side re-check of what the host validated, then block offsets: an
+ * exclusive scan of the block table, 1024 entries at a time. */
 __global__ static void k_dframe(const uint8_t *s, uint64_t src_len, struct snap_codec_info I,
 				uint32_t log2B, size_t esize, uint64_t *offs, int *status)
 {
 	__shared__ int bad;
-	uint32_t t = threadIdx.x;
+	__shared__ uint32_t tmp[32];
+	const uint32_t t = threadIdx.x;
 	if (t == 0) {
 		uint64_t u;
-		double b;
 		memcpy(&u, &I.bound, 8);
-		memcpy(&b, &u, 8);
 		bad = src_len < SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)I.nblocks ||
 		      snapc_ld32(s) != SNAPC_MAGIC || s[4] != SNAP_CODEC_VERSION ||
 		      s[5] != I.codec || s[6] != I.dtype || s[7] != log2B ||
@@ -372,42 +387,85 @@ __global__ static void k_dframe(const uint8_t *s, uint64_t src_len, struct snap_
 		if (t == 0) *status = SNAP_ECORRUPT;
 		return;
 	}
-	if (t == 0) {
-		/* Sequential: the table is small next to the payload. */
-		uint64_t off = SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)I.nblocks;
-		uint32_t minb = I.codec == SNAP_CODEC_LOSSLESS ? SNAPC_LL_HDR : SNAPC_LY_HDR;
-		for (uint32_t b = 0; b < I.nblocks; b++) {
-			uint32_t bl = snapc_ld32(s + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b);
+	const uint32_t minb = I.codec == SNAP_CODEC_LOSSLESS ? SNAPC_LL_HDR : SNAPC_LY_HDR;
+	uint64_t off = SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)I.nblocks;
+	for (uint32_t b0 = 0; b0 < I.nblocks; b0 += blockDim.x) {
+		uint32_t b = b0 + t, bl = 0;
+		if (b < I.nblocks) {
+			bl = snapc_ld32(s + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b);
 			uint64_t i0 = (uint64_t)b << log2B;
 			uint64_t n = min(I.count - i0, (uint64_t)1 << log2B);
 			if (bl < minb || bl > SNAPC_BLOCK_SLACK + n * esize) {
-				*status = SNAP_ECORRUPT;
-				return;
+				atomicOr(&bad, 1);
+				bl = 0;
 			}
-			offs[b] = off;
-			off += bl;
 		}
-		if (off != I.stream_len || off > src_len ||
-		    off - SNAP_CODEC_HEADER_BYTES - 4 * (uint64_t)I.nblocks != snapc_ld64(s + 32))
-			*status = SNAP_ECORRUPT;
+		uint32_t total, at = snapk_exscan(bl, tmp, &total);
+		if (b < I.nblocks)
+			offs[b] = off + at;
+		off += total;
 	}
+	if (t == 0 && (bad || off != I.stream_len || off > src_len ||
+		       off - SNAP_CODEC_HEADER_BYTES - 4 * (uint64_t)I.nblocks != snapc_ld64(s + 32)))
+		*status = SNAP_ECORRUPT;
 }
 
+/*
+ * One stream block per thread block: stage its bytes in shared memory with
+ * aligned word loads, decode into staged values, then write them out with
+ * coalesced stores (the first version read bytes and wrote elements one
+ * thread per chunk, 32 cache lines per warp access).
+ */
 __global__ static void __launch_bounds__(SNAPK_THREADS)
 k_decode(const uint8_t *s, struct snap_codec_info I, uint32_t log2B, struct snapc_dt dt,
 	 float step, const uint64_t *offs, uint8_t *dst, int *status)
 {
+	extern __shared__ uint32_t dyn[];
 	if (*status)
 		return;
-	uint32_t b = blockIdx.x;
-	uint64_t i0 = (uint64_t)b << log2B;
-	uint32_t n = (uint32_t)min(I.count - i0, (uint64_t)1 << log2B);
-	uint32_t len = snapc_ld32(s + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b);
-	uint8_t *d = dst + i0 * dt.esize;
-	if (I.codec == SNAP_CODEC_LOSSLESS)
-		ll_decode_block(s + offs[b], len, n, dt, d, status);
-	else
-		ly_decode_block(s + offs[b], len, n, dt, step, d, status);
+	const uint32_t b = blockIdx.x, tid = threadIdx.x, nt = blockDim.x, es = dt.esize;
+	const uint64_t i0 = (uint64_t)b << log2B;
+	const uint32_t n = (uint32_t)min(I.count - i0, (uint64_t)1 << log2B);
+	const uint32_t len = snapc_ld32(s + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b);
+	uint32_t *out = dyn, *in = dyn + snapk_si((uint32_t)1 << log2B);
+	/* The words holding the block's bytes, as they lie; its first byte is
+	 * then at byte (p & 3) of the copy. k_dframe bounded len. */
+	const uint8_t *p = s + offs[b];
+	const uint32_t *pw = (const uint32_t *)((uintptr_t)p & ~(uintptr_t)3);
+	const uint32_t lead = (uint32_t)((uintptr_t)p & 3), end = lead + len, nw = (end + 3) / 4;
+	for (uint32_t w = tid; w < nw; w += nt) {
+		if (4 * w + 4 <= end) {
+			in[w] = pw[w];
+		} else { /* the last word: no read past the stream */
+			uint32_t x = 0;
+			for (uint32_t k = 4 * w; k < end; k++)
+				x |= (uint32_t)((const uint8_t *)pw)[k] << (8 * (k - 4 * w));
+			in[w] = x;
+		}
+	}
+	__syncthreads();
+	const uint8_t *src = (const uint8_t *)in + lead;
+	int rc = I.codec == SNAP_CODEC_LOSSLESS ? ll_decode_block(src, len, n, dt, out, status)
+						: ly_decode_block(src, len, n, dt, step, out, status);
+	__syncthreads();
+	if (rc)
+		return;
+	uint8_t *d = dst + i0 * es;
+	uint32_t done = 0;
+	if (((uintptr_t)d & 15) == 0) {
+		const uint32_t per = 16 / es, nv = n / per;
+		uint4 *d4 = (uint4 *)d;
+		for (uint32_t v = tid; v < nv; v += nt) {
+			uint32_t i = v * per, wd[4];
+			for (uint32_t t = 0; t < 4; t++)
+				wd[t] = es == 4 ? out[snapk_si(i + t)]
+						: out[snapk_si(i + 2 * t)] | out[snapk_si(i + 2 * t + 1)] << 16;
+			d4[v] = make_uint4(wd[0], wd[1], wd[2], wd[3]);
+		}
+		done = nv * per;
+	}
+	for (uint32_t i = done + tid; i < n; i += nt)
+		snapc_stel(d, i, es, out[snapk_si(i)]);
 }
 
 extern "C" int snap_codec_cuda_decompress(const struct snap_codec_info *info,
@@ -436,10 +494,17 @@ extern "C" int snap_codec_cuda_decompress(const struct snap_codec_info *info,
 	uint32_t log2B = snapc_bits(info->block_elems) - 1;
 	cudaStream_t st = (cudaStream_t)stream;
 	uint64_t *offs = (uint64_t *)d_scratch;
-	k_dframe<<<1, 32, 0, st>>>((const uint8_t *)d_src, src_len, *info, log2B, dt.esize,
-				   offs, d_status);
-	if (info->nblocks)
-		k_decode<<<info->nblocks, SNAPK_THREADS, 0, st>>>((const uint8_t *)d_src, *info,
-			log2B, dt, q.step, offs, (uint8_t *)d_dst, d_status);
+	k_dframe<<<1, 1024, 0, st>>>((const uint8_t *)d_src, src_len, *info, log2B, dt.esize,
+				     offs, d_status);
+	if (info->nblocks) {
+		uint32_t B = 1u << log2B;
+		size_t shm = 4 * ((size_t)snapk_si(B) + (SNAPC_BLOCK_SLACK + B * dt.esize + 3 + 3) / 4);
+		if (shm > 48 * 1024 &&
+		    cudaFuncSetAttribute(k_decode, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)shm) !=
+			    cudaSuccess)
+			return SNAP_EIO;
+		k_decode<<<info->nblocks, SNAPK_THREADS, shm, st>>>((const uint8_t *)d_src, *info, log2B, dt,
+								    q.step, offs, (uint8_t *)d_dst, d_status);
+	}
 	return cudaGetLastError() == cudaSuccess ? 0 : SNAP_EIO;
 }

@@ -101,17 +101,20 @@ __device__ static uint32_t ll_encode_block(const uint32_t *stage, uint32_t n, st
 	return SNAPC_LL_HDR + T + code_bytes + nesc + (n * R + 7) / 8;
 }
 
-__device__ static void ll_decode_block(const uint8_t *src, uint32_t len, uint32_t n,
-				       struct snapc_dt dt, uint8_t *dst, int *status)
+/* Decodes one block (src: its bytes staged in shared memory) into the
+ * staged values out (snapk_si order). Returns 0 when the block is sound, to
+ * every thread; else reports SNAP_ECORRUPT through status. */
+__device__ static int ll_decode_block(const uint8_t *src, uint32_t len, uint32_t n,
+				      struct snapc_dt dt, uint32_t *out, int *status)
 {
 	__shared__ uint32_t chunk_esc[SNAPK_MAXCHUNK + 1];
 	__shared__ int s_bad;
-	const uint32_t E = dt.E, M = dt.M, R = M + 1, es = dt.esize;
+	const uint32_t E = dt.E, M = dt.M, R = M + 1;
 	const uint32_t mmask = (1u << M) - 1;
 	const uint32_t nc = (n + SNAPC_GROUP - 1) / SNAPC_GROUP;
 	const uint32_t tid = threadIdx.x, nt = blockDim.x;
 
-	if (len < SNAPC_LL_HDR) { if (tid == 0) snapk_fail(status, -5); return; }
+	if (len < SNAPC_LL_HDR) { if (tid == 0) snapk_fail(status, -5); return -1; }
 	const uint32_t k = src[0], T = src[1], nesc = snapc_ld32(src + 4);
 	bool bad = k > E || src[2] || src[3];
 	bad = bad || (k == E ? T != 0 : k == 0 ? T != 1 : (T < 1 || T > (1u << k) - 1));
@@ -120,7 +123,7 @@ __device__ static void ll_decode_block(const uint8_t *src, uint32_t len, uint32_
 	bad = bad || len != SNAPC_LL_HDR + T + code_bytes + nesc + ((uint64_t)n * R + 7) / 8;
 	for (uint32_t i = 0; !bad && i < T; i++)
 		bad = (src[SNAPC_LL_HDR + i] >> E) != 0;
-	if (bad) { if (tid == 0) snapk_fail(status, -5); return; }
+	if (bad) { if (tid == 0) snapk_fail(status, -5); return -1; }
 	const uint8_t *tab = src + SNAPC_LL_HDR, *codes = tab + T;
 	const uint8_t *escp = codes + code_bytes, *rest = escp + nesc;
 	const uint32_t esc = k ? (1u << k) - 1 : 0;
@@ -135,7 +138,7 @@ __device__ static void ll_decode_block(const uint8_t *src, uint32_t len, uint32_
 		for (uint32_t j = 0; j < m && k && k != E; j++) {
 			ne += cb[j] == esc;
 			if (cb[j] >= T && cb[j] != esc)
-				s_bad = 1;
+				atomicOr(&s_bad, 1);
 		}
 		chunk_esc[c] = ne;
 	}
@@ -143,7 +146,7 @@ __device__ static void ll_decode_block(const uint8_t *src, uint32_t len, uint32_
 	if (tid == 0 && snapk_exscan1(chunk_esc, nc) != nesc)
 		s_bad = 1;
 	__syncthreads();
-	if (s_bad) { if (tid == 0) snapk_fail(status, -5); return; }
+	if (s_bad) { if (tid == 0) snapk_fail(status, -5); return -1; }
 	for (uint32_t c = tid; c < nc; c += nt) {
 		uint32_t c0 = c * SNAPC_GROUP, m = min(SNAPC_GROUP, n - c0);
 		uint32_t cb[SNAPC_GROUP], rb[SNAPC_GROUP];
@@ -162,12 +165,15 @@ __device__ static void ll_decode_block(const uint8_t *src, uint32_t len, uint32_
 				e = *ep++;
 			if (e >> E) {
 				snapk_fail(status, -5);
+				atomicOr(&s_bad, 1);
 				e = 0;
 			}
 			uint32_t r = rb[j];
-			snapc_stel(dst, c0 + j, es, ((r >> M) << (M + E)) | (e << M) | (r & mmask));
+			out[snapk_si(c0 + j)] = ((r >> M) << (M + E)) | (e << M) | (r & mmask);
 		}
 	}
+	__syncthreads();
+	return s_bad ? -1 : 0;
 }
 
 #endif

@@ -103,30 +103,33 @@ __device__ static uint32_t ly_field(const uint8_t *p, uint32_t g, uint32_t wb)
 	return wb ? (uint32_t)(v >> (bit & 7)) & (uint32_t)((1ull << wb) - 1) : 0;
 }
 
-__device__ static void ly_decode_block(const uint8_t *src, uint32_t len, uint32_t n,
-				       struct snapc_dt dt, float step, uint8_t *dst,
-				       int *status)
+/* Decodes one block (src: its bytes staged in shared memory) into the
+ * staged values out (snapk_si order). Returns 0 when the block is sound, to
+ * every thread; else reports SNAP_ECORRUPT through status. */
+__device__ static int ly_decode_block(const uint8_t *src, uint32_t len, uint32_t n,
+				      struct snapc_dt dt, float step, uint32_t *out,
+				      int *status)
 {
 	__shared__ uint32_t gcoff[SNAPK_MAXCHUNK];
 	__shared__ int s_bad;
 	const uint32_t es = dt.esize, E = dt.E, ng = (n + SNAPC_GROUP - 1) / SNAPC_GROUP;
 	const uint32_t tid = threadIdx.x, nt = blockDim.x;
 
-	if (len < SNAPC_LY_HDR || src[2] || src[3]) { if (tid == 0) snapk_fail(status, -5); return; }
+	if (len < SNAPC_LY_HDR || src[2] || src[3]) { if (tid == 0) snapk_fail(status, -5); return -1; }
 	const uint32_t mode = src[0], wb = src[1], nout = snapc_ld32(src + 4);
 	const int32_t base = (int32_t)snapc_ld32(src + 8);
 	if (mode == 1) {
 		if (wb || nout || base || len != SNAPC_LY_HDR + n * es) {
 			if (tid == 0) snapk_fail(status, -5);
-			return;
+			return -1;
 		}
-		for (uint32_t i = tid; i < n * es; i += nt)
-			dst[i] = src[SNAPC_LY_HDR + i];
-		return;
+		for (uint32_t i = tid; i < n; i += nt)
+			out[snapk_si(i)] = snapc_ldel(src + SNAPC_LY_HDR, i, es);
+		return 0;
 	}
 	if (mode != 0 || wb > 31 || nout > n || len < SNAPC_LY_HDR + ng) {
 		if (tid == 0) snapk_fail(status, -5);
-		return;
+		return -1;
 	}
 	const uint8_t *gw = src + SNAPC_LY_HDR;
 	if (tid == 0) {
@@ -140,7 +143,7 @@ __device__ static void ly_decode_block(const uint8_t *src, uint32_t len, uint32_
 		s_bad = bad || len != snapc_lossy_size(ng, wb, sumw, nout, es);
 	}
 	__syncthreads();
-	if (s_bad) { if (tid == 0) snapk_fail(status, -5); return; }
+	if (s_bad) { if (tid == 0) snapk_fail(status, -5); return -1; }
 	const uint8_t *bases = gw + ng, *codes = bases + (ng * wb + 7) / 8;
 	const uint8_t *oi = src + len - (uint64_t)nout * (2 + es), *ov = oi + 2 * nout;
 	for (uint32_t g = tid; g < ng; g += nt) {
@@ -148,7 +151,7 @@ __device__ static void ly_decode_block(const uint8_t *src, uint32_t len, uint32_
 		int64_t gb = (int64_t)base + ly_field(bases, g, wb);
 		snapc_unpack32(codes + gcoff[g], SNAPC_GROUP, gw[g], c);
 		for (uint32_t j = 0; j < m; j++)
-			snapc_stel(dst, i0 + j, es, snapc_dequant(gb + c[j], step, es, E));
+			out[snapk_si(i0 + j)] = snapc_dequant(gb + c[j], step, es, E);
 	}
 	__syncthreads();
 	for (uint32_t o = tid; o < nout; o += nt) {
@@ -156,11 +159,13 @@ __device__ static void ly_decode_block(const uint8_t *src, uint32_t len, uint32_
 		uint32_t prev = o ? ((uint32_t)oi[2 * o - 2] | (uint32_t)oi[2 * o - 1] << 8) : 0;
 		if (i >= n || (o && i <= prev)) {
 			snapk_fail(status, -5);
+			atomicOr(&s_bad, 1);
 			continue;
 		}
-		for (uint32_t b = 0; b < es; b++)
-			dst[es * i + b] = ov[es * o + b];
+		out[snapk_si(i)] = snapc_ldel(ov, o, es);
 	}
+	__syncthreads();
+	return s_bad ? -1 : 0;
 }
 
 #endif

@@ -4,8 +4,9 @@
  * the C twin's output, and corrupted streams must be refused on the GPU too.
  * Also prints GPU throughput on the real weights when given a file.
  * Exits 77 (ctest SKIP) when no usable GPU is present.
- * Usage: test_codec_gpu [--quick] [weights.f32]
- * --quick: three lengths only, for runs under compute-sanitizer. */
+ * Usage: test_codec_gpu [--quick|--tiny] [weights.f32]
+ * --quick: three lengths only, for runs under compute-sanitizer's memcheck;
+ * --tiny: one length and two corruptions per case, for its racecheck. */
 #include <cuda_runtime_api.h>
 
 #include "snap/codec.h"
@@ -14,6 +15,7 @@
 #include "../cuda_check.h"
 
 static const int dtypes[] = { SNAP_DTYPE_F32, SNAP_DTYPE_BF16, SNAP_DTYPE_F16 };
+static int flips = 20; /* corrupted copies decoded per case */
 
 /* Compress on the GPU; returns the stream (malloc'd) and its length. */
 static uint8_t *gpu_compress(const struct snap_codec_params *p, const void *in,
@@ -120,7 +122,7 @@ static void twin(int dt, int gen, size_t n, uint32_t B, int codec, double bound)
 	CHECK(rc == 0 && memcmp(oc, og, n * es) == 0,
 	      "dt=%d gen=%s n=%zu codec=%d: GPU decode differs (rc %d)", dt, tu_gen_name[gen], n, codec, rc);
 	/* Corruptions the C decoder refuses must be refused on the GPU. */
-	for (int r = 0; r < 20 && lc > 60; r++) {
+	for (int r = 0; r < flips && lc > 60; r++) {
 		uint8_t *m = malloc(lc);
 		memcpy(m, sc, lc);
 		m[48 + tu_next() % (lc - 48)] ^= (uint8_t)(1 + tu_next() % 255);
@@ -207,15 +209,19 @@ int main(int argc, char **argv)
 		return 77;
 	}
 	int quick = argc > 1 && strcmp(argv[1], "--quick") == 0;
-	if (quick) {
+	int tiny = argc > 1 && strcmp(argv[1], "--tiny") == 0;
+	if (quick || tiny) {
 		argc--;
 		argv++;
 	}
 	null_dst();
 	const size_t all[] = { 0, 1, 33, 255, 257, 4095, 4097, 3 * 4096 + 17, 100000 };
 	const size_t few[] = { 255, 4097, 3 * 4096 + 17 };
-	const size_t *lens = quick ? few : all;
-	size_t nlens = quick ? sizeof(few) / sizeof(*few) : sizeof(all) / sizeof(*all);
+	const size_t one[] = { 4097 };
+	const size_t *lens = tiny ? one : quick ? few : all;
+	size_t nlens = tiny ? 1 : quick ? sizeof(few) / sizeof(*few) : sizeof(all) / sizeof(*all);
+	if (tiny)
+		flips = 2;
 	for (int d = 0; d < 3; d++)
 		for (int g = 0; g < GEN_COUNT; g++)
 			for (size_t li = 0; li < nlens; li++) {
