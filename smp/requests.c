@@ -151,7 +151,7 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	uint32_t slot = snap_get_u32(r);
 	uint64_t step = snap_get_u64(r);
 	uint32_t ncrc = snap_get_u32(r);
-	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 8) {
+	if (r->bad || snap_rbuf_left(r) != (size_t)ncrc * 8 + 8) {
 		/* EPROTO closes the connection, which frees the slots it was writing. */
 		snap_fmt(err, SMP_ERRLEN, "malformed COMMIT (%u chunks announced, %zu bytes follow)", ncrc, snap_rbuf_left(r));
 		return SNAP_EPROTO;
@@ -161,6 +161,7 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 		return SNAP_ENOMEM;
 	for (uint32_t i = 0; i < 2 * ncrc; i++)
 		crc[i] = snap_get_u32(r);
+	c->pinned = snap_get_u64(r);
 	int rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
 					     m->cfg->verify_commit, err, SMP_ERRLEN)
 		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
@@ -288,6 +289,15 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 		snap_put_u64(&out, m->store->mem_used);
 		snap_put_u32(&out, m->store->nslots);
 		snap_put_u32(&out, (uint32_t)getpid());
+		/* Pinned by the trainers connected now: part of mem_used, not more. */
+		uint64_t pinned = 0;
+		uint32_t pinners = 0;
+		for (struct conn *k = m->conns; k; k = k->next) {
+			pinned += k->pinned;
+			pinners += k->pinned != 0;
+		}
+		snap_put_u64(&out, pinned);
+		snap_put_u32(&out, pinners);
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, SMP_ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;

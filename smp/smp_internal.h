@@ -60,6 +60,7 @@ struct conn {
 	uint32_t pid;
 	int dead;
 	uint64_t restore_ticket;       /* mesh: RESTORE of the newest step waits for a fresh view */
+	uint64_t pinned;               /* bytes of its slots the trainer pinned (CUDA), as of its last COMMIT */
 	/* a FLUSH request waiting for its step to be persisted */
 	int waiting;
 	char wait_job[SNAP_JOB_MAX + 1];

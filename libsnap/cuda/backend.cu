@@ -4,12 +4,15 @@
  * (the contract is libsnap/src/gpu.h).
  *
  * A save moves device memory into the rank's slot, a shared-memory file the
- * trainer mapped and pinned once (cudaHostRegister). Everything goes on one
- * non-blocking copy stream ordered after the trainer's stream by an event:
- * raw chunks as cudaMemcpyAsync D2H, codec chunks as the compression kernels
- * (kernels/cuda) writing their frame straight into the pinned slot through
- * its device mapping, so only the compressed bytes cross PCIe. An event per
- * chunk tells the copy threads when to CRC it; a done event is what the
+ * trainer mapped and pinned once (cudaHostRegister), on non-blocking streams
+ * ordered after the trainer's stream by an event. Raw chunks go as
+ * cudaMemcpyAsync D2H on the copy stream. Codec chunks go as the compression
+ * kernels (kernels/cuda) writing their frame straight into the pinned slot
+ * through its device mapping, so only the compressed bytes cross PCIe; they
+ * take turns over a few codec streams, each with its scratch, since one
+ * 4 MiB chunk's kernels fill only part of a large GPU. An event per chunk
+ * tells the copy threads when to CRC it; the save's end joins the codec
+ * streams into the copy stream, and its done event is what the
  * stream-ordered fence waits on.
  *
  * Restores use lanes (a stream and device scratch each), one per thread
@@ -42,16 +45,27 @@ struct pin {
 	uint64_t len;
 };
 
+#define CODEC_STREAMS 4
+
+/* A stream for codec chunks and the compressor scratch it reuses in order. */
+struct cstream {
+	cudaStream_t st;
+	cudaEvent_t join;
+	void *scratch;
+	size_t scratch_len;
+	int used;               /* ran a chunk of the current save */
+};
+
 struct snap_gpu {
 	int device;
 	cudaStream_t copy;
 	cudaEvent_t start, done;
+	struct cstream cs[CODEC_STREAMS];
+	unsigned next_cs;       /* round robin over cs, from each save's start */
 	cudaEvent_t *ev;        /* one per chunk of the current layout */
 	uint32_t nev;
 	uint64_t *lens;         /* pinned + mapped: compressed length per chunk */
 	uint64_t *d_lens;
-	void *scratch;          /* compressor scratch; the copy stream orders its reuse */
-	size_t scratch_len;
 	struct pin *pins;
 	unsigned npins, cappins;
 	uint64_t pinned;
@@ -120,6 +134,10 @@ static int g_open(struct snap_gpu **gp, int device, char *err, size_t errlen)
 	CUDA_TRY(cudaStreamCreateWithFlags(&g->copy, cudaStreamNonBlocking), "cudaStreamCreate");
 	CUDA_TRY(cudaEventCreateWithFlags(&g->start, cudaEventDisableTiming), "cudaEventCreate");
 	CUDA_TRY(cudaEventCreateWithFlags(&g->done, cudaEventDisableTiming), "cudaEventCreate");
+	for (int k = 0; k < CODEC_STREAMS; k++) {
+		CUDA_TRY(cudaStreamCreateWithFlags(&g->cs[k].st, cudaStreamNonBlocking), "cudaStreamCreate");
+		CUDA_TRY(cudaEventCreateWithFlags(&g->cs[k].join, cudaEventDisableTiming), "cudaEventCreate");
+	}
 	return 0;
 }
 
@@ -143,7 +161,15 @@ static void g_close(struct snap_gpu *g)
 	free(g->ev);
 	if (g->lens)
 		cudaFreeHost(g->lens);
-	cudaFree(g->scratch);
+	for (int k = 0; k < CODEC_STREAMS; k++) {
+		if (g->cs[k].st) {
+			cudaStreamSynchronize(g->cs[k].st);
+			cudaStreamDestroy(g->cs[k].st);
+		}
+		if (g->cs[k].join)
+			cudaEventDestroy(g->cs[k].join);
+		cudaFree(g->cs[k].scratch);
+	}
 	for (unsigned i = 0; i < g->npins; i++)
 		cudaHostUnregister(g->pins[i].base);
 	free(g->pins);
@@ -232,6 +258,9 @@ static int g_save_begin(struct snap_gpu *g, void *stream, uint32_t nchunks, char
 	cudaStream_t ts = stream ? (cudaStream_t)stream : cudaStreamLegacy;
 	CUDA_TRY(cudaEventRecord(g->start, ts), "cudaEventRecord on the trainer's stream");
 	CUDA_TRY(cudaStreamWaitEvent(g->copy, g->start, 0), "cudaStreamWaitEvent");
+	for (int k = 0; k < CODEC_STREAMS; k++)
+		g->cs[k].used = 0;
+	g->next_cs = 0;
 	return 0;
 }
 
@@ -247,29 +276,41 @@ static int g_compress(struct snap_gpu *g, uint32_t i, const struct snap_codec_pa
 		      uint64_t count, void *dst, uint64_t cap, char *err, size_t errlen)
 {
 	CUDA_TRY(cudaSetDevice(g->device), "cudaSetDevice");
+	struct cstream *c = &g->cs[g->next_cs++ % CODEC_STREAMS];
+	if (!c->used) {
+		/* Its first chunk of this save: after the trainer's work. */
+		CUDA_TRY(cudaStreamWaitEvent(c->st, g->start, 0), "cudaStreamWaitEvent");
+		c->used = 1;
+	}
 	size_t need = snap_codec_cuda_scratch_size(p, count);
-	if (need > g->scratch_len) {
+	if (need > c->scratch_len) {
 		/* Only on the first saves: kernels of this stream may still use it. */
-		CUDA_TRY(cudaStreamSynchronize(g->copy), "cudaStreamSynchronize");
-		cudaFree(g->scratch);
-		g->scratch = NULL;
-		g->scratch_len = 0;
-		CUDA_TRY(cudaMalloc(&g->scratch, need), "cudaMalloc of codec scratch");
-		g->scratch_len = need;
+		CUDA_TRY(cudaStreamSynchronize(c->st), "cudaStreamSynchronize");
+		cudaFree(c->scratch);
+		c->scratch = NULL;
+		c->scratch_len = 0;
+		CUDA_TRY(cudaMalloc(&c->scratch, need), "cudaMalloc of codec scratch");
+		c->scratch_len = need;
 	}
 	void *d_dst;
 	CUDA_TRY(cudaHostGetDevicePointer(&d_dst, dst, 0), "cudaHostGetDevicePointer of the slot");
-	int rc = snap_codec_cuda_compress(p, src, count, d_dst, cap, g->scratch, g->scratch_len, &g->d_lens[i],
-					  g->copy);
+	int rc = snap_codec_cuda_compress(p, src, count, d_dst, cap, c->scratch, c->scratch_len, &g->d_lens[i],
+					  c->st);
 	if (rc)
 		return fail(err, errlen, rc, "compression kernels: %s", snap_strerror(rc));
-	CUDA_TRY(cudaEventRecord(g->ev[i], g->copy), "cudaEventRecord");
+	CUDA_TRY(cudaEventRecord(g->ev[i], c->st), "cudaEventRecord");
 	return 0;
 }
 
 static int g_save_end(struct snap_gpu *g, char *err, size_t errlen)
 {
 	CUDA_TRY(cudaSetDevice(g->device), "cudaSetDevice");
+	for (int k = 0; k < CODEC_STREAMS; k++) {
+		if (!g->cs[k].used)
+			continue;
+		CUDA_TRY(cudaEventRecord(g->cs[k].join, g->cs[k].st), "cudaEventRecord");
+		CUDA_TRY(cudaStreamWaitEvent(g->copy, g->cs[k].join, 0), "cudaStreamWaitEvent");
+	}
 	CUDA_TRY(cudaEventRecord(g->done, g->copy), "cudaEventRecord");
 	return 0;
 }

@@ -175,6 +175,11 @@ static int send_commit(snap_ctx *ctx, struct save_rec *rec)
 		snap_put_u32(&w, rec->crc[i]);
 	for (uint32_t i = 0; i < ctx->layout.ncrc; i++)
 		snap_put_u32(&w, rec->len[i]);
+	/* What this process holds pinned for its GPU regions, so snaptool
+	 * status can show it beside the budget it lies within. */
+	uint64_t pinned = 0;
+	snap_pinned(ctx, &pinned);
+	snap_put_u64(&w, pinned);
 	if (w.oom) {
 		snap_fmt(rec->err, SNAP_CLIENT_ERRLEN, "commit of step %" PRIu64 ": out of memory", rec->step);
 		return SNAP_ENOMEM;

@@ -218,6 +218,7 @@ static void test_lying_lengths(const struct smp_proc *p)
 			snap_put_u32(&w, 0);
 		for (uint32_t t = 0; t < lay.ncrc; t++)
 			snap_put_u32(&w, lies[k][t]);
+		snap_put_u64(&w, 0);   /* bytes pinned */
 		CHECK(send_msg(s, SNAP_MSG_COMMIT, w.p, (uint32_t)w.len) == SNAP_EPROTO);
 		snap_wbuf_free(&w);
 		close(s);
@@ -231,6 +232,80 @@ static void test_lying_lengths(const struct smp_proc *p)
 	CHECK_RC(snap_latest(ctx, &latest), SNAP_ENOENT);
 	snap_close(ctx);
 	check_reference(p, "lying chunk lengths");
+}
+
+/* STATUS as snaptool asks it: the pinned bytes and how many report some. */
+static int status_pinned(const struct smp_proc *p, uint64_t *pinned, uint32_t *pinners)
+{
+	int s = raw_connect(p);
+	struct snap_msg_hdr h;
+	void *pl = NULL;
+	int rc = s < 0 || snap_wire_send(s, SNAP_MSG_STATUS, 0, NULL, 0, -1) ||
+		 snap_wire_recv(s, &h, &pl, NULL, 2000) || h.status != 0;
+	if (s >= 0)
+		close(s);
+	if (!rc) {
+		struct snap_rbuf r;
+		snap_rbuf_init(&r, pl, h.len);
+		snap_get_u64(&r);
+		snap_get_u64(&r);
+		snap_get_u32(&r);
+		snap_get_u32(&r);
+		*pinned = snap_get_u64(&r);
+		*pinners = snap_get_u32(&r);
+		rc = r.bad || snap_rbuf_left(&r) != 0;
+	}
+	free(pl);
+	return rc;
+}
+
+/*
+ * A COMMIT carries the bytes the trainer holds pinned for GPU copies;
+ * STATUS sums them over the connected trainers (snaptool status shows it)
+ * and drops a trainer once it hangs up.
+ */
+static void test_pinned_status(const struct smp_proc *p)
+{
+	static float x[2048];
+	struct snap_region regs[2] = {
+		{ .name = "z", .ptr = x, .bytes = sizeof(x), .dtype = SNAP_DTYPE_F32, .codec = SNAP_CODEC_LOSSLESS },
+		{ .name = "raw", .ptr = x, .bytes = 100, .dtype = SNAP_DTYPE_U8 },
+	};
+	struct snap_layout lay;
+	char err[256];
+	CHECK_RC(snap_layout_build(&lay, regs, 2, 4096, err, sizeof(err)), 0);
+	const uint64_t want = 123456789;
+	int s = raw_connect(p);
+	CHECK(hello(s, "pin", 0, 1) == 0);
+	struct snap_wbuf w = { 0 };
+	snap_layout_encode(&w, &lay);
+	CHECK(send_msg(s, SNAP_MSG_REGISTER, w.p, (uint32_t)w.len) == 0);
+	snap_wbuf_free(&w);
+	uint8_t step[8] = { 1 };
+	CHECK(send_msg(s, SNAP_MSG_ACQUIRE, step, 8) == 0);
+	snap_put_u32(&w, 0);
+	snap_put_u64(&w, 1);
+	snap_put_u32(&w, lay.ncrc);
+	for (uint32_t t = 0; t < lay.ncrc; t++)
+		snap_put_u32(&w, 0);
+	for (uint32_t t = 0; t < lay.ncrc; t++)
+		snap_put_u32(&w, 100); /* frames of 100 bytes, the raw chunk whole */
+	snap_put_u64(&w, want);
+	CHECK(send_msg(s, SNAP_MSG_COMMIT, w.p, (uint32_t)w.len) == 0);
+	snap_wbuf_free(&w);
+	uint64_t pinned = 0;
+	uint32_t pinners = 0;
+	CHECK(status_pinned(p, &pinned, &pinners) == 0);
+	if (pinned != want || pinners != 1)
+		fprintf(stderr, "STATUS: %llu bytes pinned by %u, want %llu by 1\n", (unsigned long long)pinned,
+			pinners, (unsigned long long)want);
+	CHECK(pinned == want && pinners == 1);
+	close(s);
+	/* The daemon sees the hang-up in its own time: ask until it has. */
+	for (int i = 0; i < 6000 && status_pinned(p, &pinned, &pinners) == 0 && pinners; i++)
+		usleep(10000);
+	CHECK(pinned == 0 && pinners == 0);
+	snap_layout_free(&lay);
 }
 
 static void test_random_payloads(const struct smp_proc *p)
@@ -361,6 +436,7 @@ int main(void)
 	test_framing(&p);
 	test_out_of_order(&p);
 	test_lying_lengths(&p);
+	test_pinned_status(&p);
 	test_random_payloads(&p);
 	test_planted_fd(&p);
 	test_foreign_uid(&p);

@@ -66,7 +66,12 @@ static uint32_t step_ranks(struct snap_store *s, struct store_job *j, uint64_t s
 }
 
 /* Ask the store's running snapsmp for its budget: 0, or -1 when none answers. */
-static int daemon_budget(const char *sock_path, uint64_t *limit, uint64_t *used, uint32_t *slots, uint32_t *pid)
+struct daemon_view {
+	uint64_t limit, used, pinned;
+	uint32_t slots, pid, pinners;
+};
+
+static int daemon_budget(const char *sock_path, struct daemon_view *v)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(sock_path) >= sizeof(a.sun_path))
@@ -89,10 +94,12 @@ static int daemon_budget(const char *sock_path, uint64_t *limit, uint64_t *used,
 	}
 	struct snap_rbuf r;
 	snap_rbuf_init(&r, p, h.len);
-	*limit = snap_get_u64(&r);
-	*used = snap_get_u64(&r);
-	*slots = snap_get_u32(&r);
-	*pid = snap_get_u32(&r);
+	v->limit = snap_get_u64(&r);
+	v->used = snap_get_u64(&r);
+	v->slots = snap_get_u32(&r);
+	v->pid = snap_get_u32(&r);
+	v->pinned = snap_get_u64(&r);
+	v->pinners = snap_get_u32(&r);
 	free(p);
 	return r.bad ? -1 : 0;
 }
@@ -119,28 +126,35 @@ int cmd_status(int argc, char **argv)
 	if ((rc = st_open_store(&o, &s)))
 		return rc;
 	/* The budget is the running daemon's (--mem-limit), not our default. */
-	uint64_t dlimit = 0, dused = 0;
-	uint32_t dslots = 0, dpid = 0;
-	int live = daemon_budget(o.cfg.client.socket, &dlimit, &dused, &dslots, &dpid) == 0;
+	struct daemon_view d = { 0 };
+	int live = daemon_budget(o.cfg.client.socket, &d) == 0;
 	if (live)
-		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", dpid,
-			   o.cfg.client.socket, dused / 1048576.0, dlimit / 1048576.0, dslots);
+		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", d.pid,
+			   o.cfg.client.socket, d.used / 1048576.0, d.limit / 1048576.0, d.slots);
 	else
 		st_verbose(&o, "no snapsmp answers on %s", o.cfg.client.socket);
 	if (o.json) {
 		printf("{\"store\":");
 		st_json_str(s->root);
 		printf(",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->mem_used);
-		live ? printf("%" PRIu64, dlimit) : printf("null");
+		live ? printf("%" PRIu64, d.limit) : printf("null");
 		printf(",\"daemon_mem_used\":");
-		live ? printf("%" PRIu64, dused) : printf("null");
+		live ? printf("%" PRIu64, d.used) : printf("null");
 		printf(",\"daemon_pid\":");
-		live ? printf("%u", dpid) : printf("null");
+		live ? printf("%u", d.pid) : printf("null");
+		printf(",\"pinned\":");
+		live ? printf("%" PRIu64, d.pinned) : printf("null");
+		printf(",\"pinned_by\":");
+		live ? printf("%u", d.pinners) : printf("null");
 		printf(",\"jobs\":[");
 	} else if (live) {
 		printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "
-		       "%.1f MiB (--mem-limit)\n", s->root, s->mem_used / 1048576.0, dused / 1048576.0, dpid,
-		       dlimit / 1048576.0);
+		       "%.1f MiB (--mem-limit)\n", s->root, s->mem_used / 1048576.0, d.used / 1048576.0, d.pid,
+		       d.limit / 1048576.0);
+		/* What trainers pin is the slots themselves, registered with CUDA
+		 * (plus a table of frame lengths each): inside the budget above. */
+		printf("pinned for GPU copies by %u connected process%s: %.1f MiB (their slots, registered with CUDA)\n",
+		       d.pinners, d.pinners == 1 ? "" : "es", d.pinned / 1048576.0);
 	} else {
 		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
 		       s->mem_used / 1048576.0, o.cfg.client.socket);

@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define SNAP_WIRE_MAGIC 0x50414E53u     /* "SNAP" little-endian */
-#define SNAP_WIRE_VERSION 2           /* 2: layouts carry codec bounds, COMMIT chunk lengths */
+#define SNAP_WIRE_VERSION 3           /* 2: layouts carry codec bounds, COMMIT chunk lengths; 3: COMMIT and STATUS the pinned bytes */
 #define SNAP_WIRE_HDR 16
 #define SNAP_WIRE_MAX (64u << 20)
 
@@ -23,12 +23,12 @@ enum snap_msg_type {
 	SNAP_MSG_HELLO = 1,     /* str job, u32 rank, u32 world, u32 pid, u64 gen[, str launch] -> u32 slots, u64 mem_limit, u64 mem_used, u64 gen */
 	SNAP_MSG_REGISTER = 2,  /* layout -> (empty) */
 	SNAP_MSG_ACQUIRE = 3,   /* u64 step -> u32 slot, u64 bytes + fd (read-write) */
-	SNAP_MSG_COMMIT = 4,    /* u32 slot, u64 step, u32 ncrc, u32 crc[ncrc], u32 len[ncrc] -> (empty) */
+	SNAP_MSG_COMMIT = 4,    /* u32 slot, u64 step, u32 ncrc, u32 crc[ncrc], u32 len[ncrc], u64 pinned -> (empty) */
 	SNAP_MSG_LATEST = 5,    /* (empty) -> u64 step */
 	SNAP_MSG_RESTORE = 6,   /* u64 step (UINT64_MAX = latest) -> manifest bytes + fd (read-only) */
 	SNAP_MSG_FLUSH = 7,     /* str job, u64 step, u8 wait -> [u64 step, u64 bytes, u64 ns]; no HELLO needed */
 	SNAP_MSG_RECOMMIT = 8,  /* as COMMIT, for a slot acquired from a daemon that died -> (empty) */
-	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid; no HELLO needed */
+	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid, u64 pinned, u32 pinners; no HELLO needed */
 	/* Captured files (integration/preload, smp/files.c); no HELLO needed, FATTACH first. */
 	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */
 	SNAP_MSG_FCREATE = 17,  /* str path, u32 mode, u8 excl -> u32 errno, u64 id (files/data/<id> created empty) */
