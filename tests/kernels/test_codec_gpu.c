@@ -10,6 +10,7 @@
 #include <cuda_runtime_api.h>
 
 #include "snap/codec.h"
+#include "seeds.h"
 #include "testutil.h"
 
 #include "../cuda_check.h"
@@ -174,6 +175,48 @@ static void real_data(const char *path)
 	free(f); free(in); free(o);
 }
 
+/* The fuzzers' seed streams: the GPU decodes each as the C twin does, the
+ * GPU re-encodes the decoded values into the C twin's bytes, and mutated
+ * copies (1-4 random bytes changed, as the fuzz driver does) get the same
+ * verdict and the same values from both. */
+static void seed_twins(int mutations)
+{
+	static uint8_t s[1 << 20], m[1 << 20];
+	for (int i = 0; i < NSEEDS; i++) {
+		size_t len = seed_stream(i, s, sizeof(s));
+		struct snap_codec_info info;
+		CHECK(len > 0 && snap_codec_inspect(s, len, &info) == 0, "seed %d: no stream", i);
+		if (!len)
+			continue;
+		size_t es = snap_dtype_size(info.dtype), nb = info.count * es;
+		uint8_t *oc = malloc(nb + 1), *og = malloc(nb + 1);
+		CHECK(snap_codec_decompress(s, len, oc, nb, NULL) == 0, "seed %d: C decode", i);
+		int rc = gpu_decompress(s, len, og, nb, NULL);
+		CHECK(rc == 0 && memcmp(oc, og, nb) == 0, "seed %d: GPU decode differs (rc %d)", i, rc);
+		int codec = info.codec == SNAP_CODEC_LOSSY_REL ? SNAP_CODEC_LOSSY_REL : info.codec;
+		double bound = info.codec == SNAP_CODEC_LOSSLESS ? 0 : info.param;
+		struct snap_codec_params p = { codec, info.dtype, bound, info.block_elems };
+		size_t cap = snap_codec_bound(&p, info.count), lc = 0, lg = 0;
+		uint8_t *sc = malloc(cap ? cap : 1);
+		CHECK(snap_codec_compress(&p, oc, info.count, sc, cap, &lc) == 0, "seed %d: C re-encode", i);
+		uint8_t *sg = gpu_compress(&p, oc, info.count, &lg, NULL);
+		CHECK(lc == lg && memcmp(sc, sg, lc) == 0, "seed %d: GPU re-encode differs (%zu vs %zu bytes)", i, lg,
+		      lc);
+		for (int r = 0; r < mutations; r++) {
+			memcpy(m, s, len);
+			for (int k = 1 + (int)(tu_next() % 4); k > 0; k--)
+				m[tu_next() % len] ^= (uint8_t)(1 + tu_next() % 255);
+			int crc = snap_codec_decompress(m, len, oc, nb, NULL);
+			int grc = gpu_decompress(m, len, og, nb, NULL);
+			CHECK((crc == 0) == (grc == 0), "seed %d mutation %d: C rc %d, GPU rc %d", i, r, crc, grc);
+			struct snap_codec_info mi;
+			if (crc == 0 && grc == 0 && snap_codec_inspect(m, len, &mi) == 0) /* what both wrote */
+				CHECK(memcmp(oc, og, mi.count * snap_dtype_size(mi.dtype)) == 0, "seed %d mutation %d: outputs differ", i, r);
+		}
+		free(oc); free(og); free(sc); free(sg);
+	}
+}
+
 /* Argument errors agree with the C side: a NULL destination for a nonempty
  * stream is SNAP_EINVAL on both (host-side checks, nothing is launched). */
 static void null_dst(void)
@@ -232,6 +275,7 @@ int main(int argc, char **argv)
 				twin(dtypes[d], g, n, 16384, SNAP_CODEC_LOSSY_REL, 1e-2);
 				twin(dtypes[d], g, n, B, SNAP_CODEC_LOSSY_ABS, 0.5);
 			}
+	seed_twins(tiny ? 2 : quick ? 20 : 200);
 	if (argc > 1)
 		real_data(argv[1]);
 	if (tu_failures) {

@@ -40,7 +40,14 @@ ap.add_argument("--optim", default="adamw", choices=["adamw", "sgd"])
 ap.add_argument("--seq", type=int, default=32)
 ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--seed", type=int, default=1234)
+ap.add_argument("--device", default="cpu", help="cuda: model, optimizer state and batches on the GPU")
 args = ap.parse_args()
+dev = torch.device(args.device)
+if dev.type == "cuda":
+    # Bit-identical losses across a resume need deterministic kernels
+    # (the embedding's backward, cuBLAS's reductions).
+    os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(True)
 
 # "%r" in --log: one log per rank when a launcher passes every rank the same
 # arguments (torchrun).
@@ -75,13 +82,13 @@ class LM(nn.Module):
 
     def forward(self, x, noise):
         h = self.tok(x) + self.pos[: x.shape[1]] + noise
-        mask = torch.triu(torch.full((x.shape[1], x.shape[1]), float("-inf")), 1)
+        mask = torch.triu(torch.full((x.shape[1], x.shape[1]), float("-inf"), device=x.device), 1)
         for l in self.layers:
             h = l(h, src_mask=mask)
         return self.head(self.norm(h))
 
 
-model = LM(args.d_model, args.seq)
+model = LM(args.d_model, args.seq).to(dev)
 if args.optim == "adamw":
     opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
 else:
@@ -117,6 +124,7 @@ for step in range(start, args.steps + 1):
     y = torch.stack([data[s + 1:s + args.seq + 1] for s in starts])
     noise = torch.from_numpy(np.random.standard_normal((args.batch, args.seq, args.d_model)).astype(np.float32))
     noise = noise * (0.01 * (0.5 + random.random()))
+    x, y, noise = x.to(dev), y.to(dev), noise.to(dev)
     model.train()
     loss = F.cross_entropy(model(x, noise).reshape(-1, 256), y.reshape(-1))
     opt.zero_grad()

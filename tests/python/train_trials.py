@@ -29,7 +29,12 @@ The layout changes during the run (Adam's state appears after the initial
 save, the pickled history outgrows its room), so the context is re-opened
 mid-run; losing committed steps to that would break the bounds above.
 
+With --device cuda the ranks train on the GPU (all on device 0): the model,
+Adam's state and the CUDA generator are GPU regions, saved on the trainer's
+stream and fenced inside optimizer.step.
+
 usage: train_trials.py --build BUILD --src SRC [--ranks 2] [--steps 40] [--trials 8] [--seed 1] [--mismatch]
+                       [--device cpu|cuda]
 """
 import argparse
 import json
@@ -52,6 +57,7 @@ ap.add_argument("--steps", type=int, default=40)
 ap.add_argument("--trials", type=int, default=8)
 ap.add_argument("--seed", type=int, default=1)
 ap.add_argument("--mismatch", action="store_true")
+ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
 args = ap.parse_args()
 rng = random.Random(args.seed)
 here = os.path.dirname(os.path.abspath(__file__))
@@ -102,7 +108,7 @@ class Launch:
         for r in range(self.world):
             log, err = os.path.join(self.dir, f"r{r}.log"), os.path.join(self.dir, f"r{r}.err")
             cmd = [sys.executable, os.path.join(here, "train.py"), "--steps", str(args.steps), "--log", log,
-                   "--data", *data, *extra] + (["--libsnap"] if libsnap else [])
+                   "--data", *data, "--device", args.device, *extra] + (["--libsnap"] if libsnap else [])
             with open(err, "w") as e:
                 self.procs.append(subprocess.Popen(cmd, env=dict(env0, RANK=str(r)), stdout=e, stderr=e))
             self.logs.append(log)
@@ -178,6 +184,13 @@ def snaptool_latest():
 
 def main():
     global waiter
+    if args.device == "cuda":
+        probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                               capture_output=True, text=True)
+        if probe.returncode != 0 or probe.stdout.strip() in ("", "0"):
+            print(f"SKIP: --device cuda, but this Python's torch sees no CUDA device "
+                  f"({(probe.stdout + probe.stderr).strip()[-200:]}): the GPU trials are not run here")
+            return 77
     shutil.rmtree(store, ignore_errors=True)
     shutil.rmtree(logroot, ignore_errors=True)
     os.makedirs(logroot)
