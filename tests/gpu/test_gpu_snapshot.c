@@ -35,8 +35,7 @@
 #include "snap/base.h"
 #include "snap/manifest.h"
 #include "snap/codec.h"
-#include "snap/buf.h"
-#include "snap/wire.h"
+#include "../smp/status.h"
 #include "gpu_data.h"
 
 
@@ -83,36 +82,6 @@ static int device_holds(struct job *j, uint64_t s)
 }
 
 /* The trainer loop on the GPU, stream-ordered, then restore checks. */
-/* The pinned bytes snapsmp's STATUS reply reports (what snaptool status prints). */
-static int daemon_pinned(const struct smp_proc *p, uint64_t *pinned, uint32_t *pinners)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(p->socket) >= sizeof(a.sun_path))
-		return -1;
-	memcpy(a.sun_path, p->socket, strlen(p->socket) + 1);
-	int s = socket(AF_UNIX, SOCK_STREAM, 0);
-	struct snap_msg_hdr h;
-	void *pl = NULL;
-	int rc = s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) ||
-		 snap_wire_send(s, SNAP_MSG_STATUS, 0, NULL, 0, -1) || snap_wire_recv(s, &h, &pl, NULL, 5000) ||
-		 h.status != 0;
-	if (s >= 0)
-		close(s);
-	if (!rc) {
-		struct snap_rbuf r;
-		snap_rbuf_init(&r, pl, h.len);
-		snap_get_u64(&r);
-		snap_get_u64(&r);
-		snap_get_u32(&r);
-		snap_get_u32(&r);
-		*pinned = snap_get_u64(&r);
-		*pinners = snap_get_u32(&r);
-		rc = r.bad;
-	}
-	free(pl);
-	return rc;
-}
-
 static void test_stream_order(const struct smp_proc *p, cudaStream_t st)
 {
 	struct job j = { 0 };
@@ -150,7 +119,7 @@ static void test_stream_order(const struct smp_proc *p, cudaStream_t st)
 	/* snapsmp knows it too (snaptool status shows it): the commit said so. */
 	uint64_t seen = 0;
 	uint32_t by = 0;
-	CHECK(daemon_pinned(p, &seen, &by) == 0);
+	CHECK(smp_status_pinned(p->socket, &seen, &by) == 0);
 	printf("pinned as snapsmp's STATUS reports it: %.1f MiB by %u process(es)\n", seen / 1048576.0, by);
 	CHECK(seen == pinned && by == 1);
 

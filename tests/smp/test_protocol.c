@@ -15,6 +15,7 @@
 #include "harness.h"
 #include "snap/manifest.h"
 #include "snap/wire.h"
+#include "status.h"
 
 static float state[4096];
 
@@ -182,6 +183,48 @@ static void test_out_of_order(const struct smp_proc *p)
 	check_reference(p, "out-of-order messages");
 }
 
+/* A codec region of two chunks and a 100-byte raw region. */
+static float lay_x[2048];
+static void two_regions(struct snap_layout *lay)
+{
+	struct snap_region regs[2] = {
+		{ .name = "z", .ptr = lay_x, .bytes = sizeof(lay_x), .dtype = SNAP_DTYPE_F32, .codec = SNAP_CODEC_LOSSLESS },
+		{ .name = "raw", .ptr = lay_x, .bytes = 100, .dtype = SNAP_DTYPE_U8 },
+	};
+	char err[256];
+	CHECK_RC(snap_layout_build(lay, regs, 2, 4096, err, sizeof(err)), 0);
+	CHECK(lay->ncrc == 3); /* the length lists below have three entries */
+}
+
+/* A rank of `job` that registered lay and holds slot 0 for step 1 sends a
+ * COMMIT of it with these stored lengths (zero checksums, which the daemon
+ * takes on trust without --verify-commit) and pinned bytes; returns the
+ * reply's status and leaves the connection in *sock. */
+static int commit_with(const struct smp_proc *p, const char *job, const struct snap_layout *lay,
+		       const uint32_t *lens, uint64_t pinned, int *sock)
+{
+	int s = raw_connect(p);
+	*sock = s;
+	CHECK(hello(s, job, 0, 1) == 0);
+	struct snap_wbuf w = { 0 };
+	snap_layout_encode(&w, lay);
+	CHECK(send_msg(s, SNAP_MSG_REGISTER, w.p, (uint32_t)w.len) == 0);
+	snap_wbuf_free(&w);
+	uint8_t step[8] = { 1 };
+	CHECK(send_msg(s, SNAP_MSG_ACQUIRE, step, 8) == 0);   /* the first free slot: 0 */
+	snap_put_u32(&w, 0);
+	snap_put_u64(&w, 1);
+	snap_put_u32(&w, lay->ncrc);
+	for (uint32_t t = 0; t < lay->ncrc; t++)
+		snap_put_u32(&w, 0);
+	for (uint32_t t = 0; t < lay->ncrc; t++)
+		snap_put_u32(&w, lens[t]);
+	snap_put_u64(&w, pinned);
+	int rc = send_msg(s, SNAP_MSG_COMMIT, w.p, (uint32_t)w.len);
+	snap_wbuf_free(&w);
+	return rc;
+}
+
 /*
  * A COMMIT whose stored lengths lie about a codec region's frames: longer
  * than the frame's room, shorter than a stream header, or a raw chunk not
@@ -189,38 +232,16 @@ static void test_out_of_order(const struct smp_proc *p)
  */
 static void test_lying_lengths(const struct smp_proc *p)
 {
-	static float x[2048];
-	struct snap_region regs[2] = {
-		{ .name = "z", .ptr = x, .bytes = sizeof(x), .dtype = SNAP_DTYPE_F32, .codec = SNAP_CODEC_LOSSLESS },
-		{ .name = "raw", .ptr = x, .bytes = 100, .dtype = SNAP_DTYPE_U8 },
-	};
 	struct snap_layout lay;
-	char err[256];
-	CHECK_RC(snap_layout_build(&lay, regs, 2, 4096, err, sizeof(err)), 0);
+	two_regions(&lay);
 	uint32_t lies[3][3] = {
 		{ (uint32_t)lay.regions[0].frame_cap + 1, 100, 100 },   /* beyond the frame's room */
 		{ 100, 10, 100 },                                       /* shorter than a header */
 		{ 100, 100, 99 },                                       /* a raw chunk cut short */
 	};
 	for (int k = 0; k < 3; k++) {
-		int s = raw_connect(p);
-		CHECK(hello(s, "lie", 0, 1) == 0);
-		struct snap_wbuf w = { 0 };
-		snap_layout_encode(&w, &lay);
-		CHECK(send_msg(s, SNAP_MSG_REGISTER, w.p, (uint32_t)w.len) == 0);
-		snap_wbuf_free(&w);
-		uint8_t step[8] = { 1 };
-		CHECK(send_msg(s, SNAP_MSG_ACQUIRE, step, 8) == 0);   /* the first free slot: 0 */
-		snap_put_u32(&w, 0);
-		snap_put_u64(&w, 1);
-		snap_put_u32(&w, lay.ncrc);
-		for (uint32_t t = 0; t < lay.ncrc; t++)
-			snap_put_u32(&w, 0);
-		for (uint32_t t = 0; t < lay.ncrc; t++)
-			snap_put_u32(&w, lies[k][t]);
-		snap_put_u64(&w, 0);   /* bytes pinned */
-		CHECK(send_msg(s, SNAP_MSG_COMMIT, w.p, (uint32_t)w.len) == SNAP_EPROTO);
-		snap_wbuf_free(&w);
+		int s;
+		CHECK(commit_with(p, "lie", &lay, lies[k], 0, &s) == SNAP_EPROTO);
 		close(s);
 	}
 	snap_layout_free(&lay);
@@ -234,31 +255,6 @@ static void test_lying_lengths(const struct smp_proc *p)
 	check_reference(p, "lying chunk lengths");
 }
 
-/* STATUS as snaptool asks it: the pinned bytes and how many report some. */
-static int status_pinned(const struct smp_proc *p, uint64_t *pinned, uint32_t *pinners)
-{
-	int s = raw_connect(p);
-	struct snap_msg_hdr h;
-	void *pl = NULL;
-	int rc = s < 0 || snap_wire_send(s, SNAP_MSG_STATUS, 0, NULL, 0, -1) ||
-		 snap_wire_recv(s, &h, &pl, NULL, 2000) || h.status != 0;
-	if (s >= 0)
-		close(s);
-	if (!rc) {
-		struct snap_rbuf r;
-		snap_rbuf_init(&r, pl, h.len);
-		snap_get_u64(&r);
-		snap_get_u64(&r);
-		snap_get_u32(&r);
-		snap_get_u32(&r);
-		*pinned = snap_get_u64(&r);
-		*pinners = snap_get_u32(&r);
-		rc = r.bad || snap_rbuf_left(&r) != 0;
-	}
-	free(pl);
-	return rc;
-}
-
 /*
  * A COMMIT carries the bytes the trainer holds pinned for GPU copies;
  * STATUS sums them over the connected trainers (snaptool status shows it)
@@ -266,43 +262,22 @@ static int status_pinned(const struct smp_proc *p, uint64_t *pinned, uint32_t *p
  */
 static void test_pinned_status(const struct smp_proc *p)
 {
-	static float x[2048];
-	struct snap_region regs[2] = {
-		{ .name = "z", .ptr = x, .bytes = sizeof(x), .dtype = SNAP_DTYPE_F32, .codec = SNAP_CODEC_LOSSLESS },
-		{ .name = "raw", .ptr = x, .bytes = 100, .dtype = SNAP_DTYPE_U8 },
-	};
 	struct snap_layout lay;
-	char err[256];
-	CHECK_RC(snap_layout_build(&lay, regs, 2, 4096, err, sizeof(err)), 0);
+	two_regions(&lay);
+	const uint32_t honest[3] = { 100, 100, 100 }; /* frames of 100 bytes, the raw chunk whole */
 	const uint64_t want = 123456789;
-	int s = raw_connect(p);
-	CHECK(hello(s, "pin", 0, 1) == 0);
-	struct snap_wbuf w = { 0 };
-	snap_layout_encode(&w, &lay);
-	CHECK(send_msg(s, SNAP_MSG_REGISTER, w.p, (uint32_t)w.len) == 0);
-	snap_wbuf_free(&w);
-	uint8_t step[8] = { 1 };
-	CHECK(send_msg(s, SNAP_MSG_ACQUIRE, step, 8) == 0);
-	snap_put_u32(&w, 0);
-	snap_put_u64(&w, 1);
-	snap_put_u32(&w, lay.ncrc);
-	for (uint32_t t = 0; t < lay.ncrc; t++)
-		snap_put_u32(&w, 0);
-	for (uint32_t t = 0; t < lay.ncrc; t++)
-		snap_put_u32(&w, 100); /* frames of 100 bytes, the raw chunk whole */
-	snap_put_u64(&w, want);
-	CHECK(send_msg(s, SNAP_MSG_COMMIT, w.p, (uint32_t)w.len) == 0);
-	snap_wbuf_free(&w);
+	int s;
+	CHECK(commit_with(p, "pin", &lay, honest, want, &s) == 0);
 	uint64_t pinned = 0;
 	uint32_t pinners = 0;
-	CHECK(status_pinned(p, &pinned, &pinners) == 0);
+	CHECK(smp_status_pinned(p->socket, &pinned, &pinners) == 0);
 	if (pinned != want || pinners != 1)
 		fprintf(stderr, "STATUS: %llu bytes pinned by %u, want %llu by 1\n", (unsigned long long)pinned,
 			pinners, (unsigned long long)want);
 	CHECK(pinned == want && pinners == 1);
 	close(s);
 	/* The daemon sees the hang-up in its own time: ask until it has. */
-	for (int i = 0; i < 6000 && status_pinned(p, &pinned, &pinners) == 0 && pinners; i++)
+	for (int i = 0; i < 6000 && smp_status_pinned(p->socket, &pinned, &pinners) == 0 && pinners; i++)
 		usleep(10000);
 	CHECK(pinned == 0 && pinners == 0);
 	snap_layout_free(&lay);
