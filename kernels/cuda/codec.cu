@@ -276,14 +276,14 @@ k_encode(const uint8_t *src, uint64_t count, uint32_t log2B, struct snapc_dt dt,
 
 	const uint64_t H = SNAP_CODEC_HEADER_BYTES + 4 * (uint64_t)nb;
 	uint8_t *d = dst + H + s_off;
+	/* head (< 4) bytes up to d's next word boundary, then whole words, each
+	 * cut from two frame words, then the tail. */
 	const uint32_t head = min(len, (uint32_t)((4 - ((uintptr_t)d & 3)) & 3));
-	const uint32_t nw = (len - head) / 4, sh = 8 * (head & 3);
+	const uint32_t nw = (len - head) / 4;
 	const uint8_t *ob = (const uint8_t *)o;
 	uint32_t *dw = (uint32_t *)(d + head);
-	for (uint32_t w = tid; w < nw; w += nt) {
-		uint32_t a = o[(head >> 2) + w], c = o[(head >> 2) + w + 1];
-		dw[w] = __funnelshift_r(a, c, sh);
-	}
+	for (uint32_t w = tid; w < nw; w += nt)
+		dw[w] = __funnelshift_r(o[w], o[w + 1], 8 * head);
 	if (tid < head)
 		d[tid] = ob[tid];
 	for (uint32_t i = head + 4 * nw + tid; i < len; i += nt)
@@ -291,8 +291,9 @@ k_encode(const uint8_t *src, uint64_t count, uint32_t log2B, struct snapc_dt dt,
 	if (tid == 0)
 		snapc_st32(dst + SNAP_CODEC_HEADER_BYTES + 4 * (size_t)b, len);
 
-	/* The last block out writes the header: every block before it has
-	 * published its prefix, so the last block's is the payload length. */
+	/* The last block out writes the header: every block published its
+	 * prefix before counting itself out, so block nb - 1's, the payload
+	 * length, is there. */
 	__threadfence();
 	__syncthreads();
 	if (tid == 0)
