@@ -195,9 +195,9 @@ void persist_collect(struct smp *m)
 				smp_say(m, "withdrew this node's earlier part of step %" PRIu64 " of job %s from %s (an "
 				    "earlier try, or incarnation, sealed it)", q->step, q->job, q->part_dir);
 			if (q->rc == 0 && q->nranks)
-				smp_say(m, "wrote %u rank file(s) of step %" PRIu64 " of job %s%s: %.1f MiB in %.2f s", q->nranks,
+				smp_say(m, "wrote %u rank file(s) of step %" PRIu64 " of job %s%s: %.1f MiB in %.2f s%s", q->nranks,
 				    q->step, q->job, q->part_dir[0] ? " and sealed them as this node's part" : "",
-				    q->bytes / 1048576.0, q->seconds);
+				    q->bytes / 1048576.0, q->seconds, how_written(q));
 			else if (q->rc)
 				smp_say(m, "flush of this node's ranks of step %" PRIu64 " of job %s failed: %s", q->step, q->job,
 				    q->err);

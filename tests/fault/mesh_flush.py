@@ -275,6 +275,12 @@ def main():
                     if not waiter.until(lambda: target in persisted_steps(dirs) and
                                         len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
                         fail(f"trial {t}: SIGUSR1 did not persist protected step {target}; see {mesh.log}")
+                    # Each node's line for its rank files says how they reached the disk.
+                    wrote = re.findall(rf"wrote \d+ rank file\(s\) of step {target} of job {JOB}.*", mesh.text())
+                    how = (", O_DIRECT", ", through the page cache", ", O_DIRECT for some rank files")
+                    if not wrote or not all(w.endswith(how) for w in wrote):
+                        fail(f"trial {t}: nodes' rank-file lines for step {target} do not say how they were "
+                             f"written: {wrote[:3]}; see {mesh.log}")
                     if len(re.findall(withdrew, mesh.text())) < sealed_before:
                         fail(f"trial {t}: {sealed_before} parts of step {target} were sealed by the failed try, "
                              f"{len(re.findall(withdrew, mesh.text()))} withdrawn; see {mesh.log}")
