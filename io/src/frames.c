@@ -139,8 +139,10 @@ int io_frames_write(hid_t f, const char *final, const char *dsname, const struct
 		io_defer_expect(defer, g->frame[k], len, i, k);
 		errno = 0;
 		if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, off, len, g->frame[k]) < 0) {
-			rc = io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : errno == ENOMEM ? SNAP_ENOMEM : SNAP_EIO,
-					"%s: writing frame %u of dataset \"%s\" failed", final, k, dsname);
+			int e = errno; /* ENOMEM: the driver could not record the write */
+			rc = io_fail_h5(err, e == ENOSPC ? SNAP_ENOSPC : e == ENOMEM ? SNAP_ENOMEM : SNAP_EIO,
+					"%s: writing frame %u of dataset \"%s\" failed%s", final, k, dsname,
+					e == ENOMEM ? " (out of memory)" : "");
 		} else if (!io_defer_taken(defer)) {
 			uint32_t c = snap_io_crc32c(g->frame[k], len);
 			if (c != g->frame_crc[k])

@@ -130,7 +130,8 @@ hid_t io_h5_type(int dtype);
 
 /* Bulk writes of memory to file offsets. */
 struct io_uring_writer;
-struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes);
+/* NULL with *e = -ENOMEM (out of memory) or io_uring_queue_init's -errno. */
+struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes, int *e);
 void io_uw_free(struct io_uring_writer *u);
 /* Starts a file: fd_direct may be -1 (no O_DIRECT); fd_buf is a plain fd.
  * A writer whose submit or wait failed earlier is poisoned: this rebuilds

@@ -78,7 +78,8 @@ int io_rank_create(const char *tmp, const char *final, unsigned mode, const stru
 	H5Pclose(fapl);
 	if (f < 0) {
 		int e = errno;
-		return io_fail_h5(err, e ? io_errno_code(e) : SNAP_EIO, "%s: cannot create temp file %s", final, tmp);
+		return io_fail_h5(err, e ? io_errno_code(e) : SNAP_EIO, "%s: cannot create temp file %s%s%s", final, tmp,
+				  e ? ": " : "", e ? strerror(e) : "");
 	}
 	uint64_t u[2] = {id->step, SNAP_IO_FORMAT_VERSION};
 	if (io_attr_str(f, "format", SNAP_IO_FORMAT_NAME) < 0 || io_attr_u64(f, "format_version", &u[1], 1) < 0 ||

@@ -43,13 +43,14 @@ struct io_uring_writer {
  * gives up with writes still in flight. */
 #define DRAIN_TRIES 1000
 
-struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes)
+struct io_uring_writer *io_uw_new(unsigned qd, size_t io_bytes, int *e)
 {
 	struct io_uring_writer *u = calloc(1, sizeof *u);
+	*e = -ENOMEM;
 	if (!u)
 		return NULL;
 	u->reqs = calloc(qd, sizeof *u->reqs);
-	if (!u->reqs || io_uring_queue_init(qd, &u->ring, 0) < 0) {
+	if (!u->reqs || (*e = io_uring_queue_init(qd, &u->ring, 0)) < 0) {
 		free(u->reqs);
 		free(u);
 		return NULL;

@@ -63,10 +63,15 @@ struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struc
 		return NULL;
 	}
 	w->o = o;
-	w->uw = io_uw_new(o.queue_depth, o.io_bytes);
+	int e;
+	w->uw = io_uw_new(o.queue_depth, o.io_bytes, &e);
 	if (!w->uw) {
 		free(w);
-		io_fail(err, SNAP_EUNSUPPORTED, "io_uring setup failed (queue depth %u)", o.queue_depth);
+		if (e == -ENOMEM)
+			io_fail(err, SNAP_ENOMEM, "out of memory");
+		else
+			io_fail(err, SNAP_EUNSUPPORTED, "io_uring setup failed (queue depth %u): %s", o.queue_depth,
+				strerror(-e));
 		return NULL;
 	}
 	return w;

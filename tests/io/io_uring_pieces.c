@@ -56,7 +56,8 @@ static int trials(const char *path, int direct)
 		close(fd);
 		return 0;
 	}
-	struct io_uring_writer *u = io_uw_new(4, 8192);
+	int e;
+	struct io_uring_writer *u = io_uw_new(4, 8192, &e);
 	CHECK(u && io_uw_begin(u, fdd, fd) == 0);
 	for (int t = 0; t < 300; t++) {
 		struct io_piece pc[MAXP];
