@@ -146,8 +146,12 @@ static void g_close(struct snap_gpu *g)
 	if (!g)
 		return;
 	cudaSetDevice(g->device);
+	/* Nothing may still write the length table or the slots. */
 	if (g->copy)
 		cudaStreamSynchronize(g->copy);
+	for (int k = 0; k < CODEC_STREAMS; k++)
+		if (g->cs[k].st)
+			cudaStreamSynchronize(g->cs[k].st);
 	for (struct lane *l = g->all_lanes, *n; l; l = n) {
 		n = l->next_all;
 		cudaStreamDestroy(l->st);
@@ -162,10 +166,8 @@ static void g_close(struct snap_gpu *g)
 	if (g->lens)
 		cudaFreeHost(g->lens);
 	for (int k = 0; k < CODEC_STREAMS; k++) {
-		if (g->cs[k].st) {
-			cudaStreamSynchronize(g->cs[k].st);
+		if (g->cs[k].st)
 			cudaStreamDestroy(g->cs[k].st);
-		}
 		if (g->cs[k].join)
 			cudaEventDestroy(g->cs[k].join);
 		cudaFree(g->cs[k].scratch);
