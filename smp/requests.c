@@ -293,6 +293,8 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 		uint64_t pinned = 0;
 		uint32_t pinners = 0;
 		for (struct conn *k = m->conns; k; k = k->next) {
+			if (k->dead)
+				continue;
 			pinned += k->pinned;
 			pinners += k->pinned != 0;
 		}
