@@ -43,23 +43,12 @@ static struct io_t_frames F;
 
 static int write_step(struct snap_io_writer *w, const char *dir, uint64_t step, struct snap_io_err *err)
 {
-	uint64_t g[1] = {NV}, o[1] = {0}, gr[1] = {1000};
-	struct snap_io_region reg[2] = {io_t_region("w", SNAP_DTYPE_F32, 1, g, o, g, V),
-					io_t_region("r", SNAP_DTYPE_F32, 1, gr, o, gr, R)};
-	io_t_frames_attach(&reg[0], &F);
-	return snap_io_write_rank(w, dir, JOB, step, 0, 1, reg, 2, NULL, err);
+	return io_t_write_fr(w, dir, JOB, step, &F, R, err);
 }
 
 static void check_step(const char *dir, uint64_t step)
 {
-	static float w[NV], r[1000];
-	struct snap_io_err err = {0};
-	size_t bad;
-	OK(snap_io_step_seal(dir, JOB, step, 1, &err), &err);
-	OK(snap_io_verify_step(dir, JOB, step, &bad, &err), &err);
-	struct snap_io_dest d[2] = {{.name = "w", .buf = w, .bytes = sizeof w}, {.name = "r", .buf = r, .bytes = sizeof r}};
-	OK(snap_io_read_rank(dir, JOB, step, 0, d, 2, &err), &err);
-	CHECK(memcmp(w, F.decoded, sizeof w) == 0 && memcmp(r, R, sizeof r) == 0);
+	io_t_check_fr(dir, JOB, step, &F, R);
 }
 
 int main(int argc, char **argv)

@@ -142,4 +142,33 @@ static inline void io_t_frames_free(struct io_t_frames *f)
 	memset(f, 0, sizeof *f);
 }
 
+/* The fault sweeps' step (io_pread_faults, io_alloc_faults): region "w",
+ * f32 values stored as the frames f, and region "r", 1000 raw f32. */
+static inline int io_t_write_fr(struct snap_io_writer *w, const char *dir, const char *job, uint64_t step,
+				const struct io_t_frames *f, const float *r, struct snap_io_err *err)
+{
+	uint64_t g[1] = {f->count}, o[1] = {0}, gr[1] = {1000};
+	struct snap_io_region reg[2] = {io_t_region("w", SNAP_DTYPE_F32, 1, g, o, g, f->decoded),
+					io_t_region("r", SNAP_DTYPE_F32, 1, gr, o, gr, r)};
+	io_t_frames_attach(&reg[0], f);
+	return snap_io_write_rank(w, dir, job, step, 0, 1, reg, 2, NULL, err);
+}
+
+/* That step seals, verifies, and reads back bit-exact (the frames decoded). */
+static inline void io_t_check_fr(const char *dir, const char *job, uint64_t step, const struct io_t_frames *f,
+				 const float *r)
+{
+	float *w = malloc(f->count * 4), rb[1000];
+	struct snap_io_err err = {0};
+	size_t bad;
+	CHECK(w);
+	OK(snap_io_step_seal(dir, job, step, 1, &err), &err);
+	OK(snap_io_verify_step(dir, job, step, &bad, &err), &err);
+	struct snap_io_dest d[2] = {{.name = "w", .buf = w, .bytes = f->count * 4},
+				    {.name = "r", .buf = rb, .bytes = sizeof rb}};
+	OK(snap_io_read_rank(dir, job, step, 0, d, 2, &err), &err);
+	CHECK(memcmp(w, f->decoded, f->count * 4) == 0 && memcmp(rb, r, sizeof rb) == 0);
+	free(w);
+}
+
 #endif
