@@ -3,6 +3,7 @@
  * files_int.h - what the preload's captured-file files share (not installed):
  *
  *   files.c   the descriptor table, open, growth, the fall back, commit, fork
+ *   filecrc.c the chunk checksums a commit sends, read from the file
  *   nsread.c  the store's namespace read directly, and changed by this
  *             process itself when no snapsmp runs
  *   nsops.c   stat, access, rename, unlink, truncate and listings, merged
@@ -36,6 +37,9 @@ PL_HIDDEN int plf_ns_path(const char *abs, char *out, size_t cap);
 PL_HIDDEN struct pl_file *plf_find_writing(const char *abs);
 PL_HIDDEN int plf_split_dir(const char *abs, char *dir, size_t cap);
 PL_HIDDEN int plf_copy_range(int from, int to, uint64_t len);
+
+/* filecrc.c: crc[0..n) of the file's chunk-byte chunks; 0, or -1 if a read failed. */
+PL_HIDDEN int plf_file_crcs(int fd, uint64_t size, uint32_t chunk, uint32_t n, uint32_t *crc);
 
 /* nsread.c */
 PL_HIDDEN extern pthread_mutex_t plf_ver_mu;   /* the verified-files cache */
