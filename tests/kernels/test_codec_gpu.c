@@ -193,9 +193,8 @@ static void seed_twins(int mutations)
 		CHECK(snap_codec_decompress(s, len, oc, nb, NULL) == 0, "seed %d: C decode", i);
 		int rc = gpu_decompress(s, len, og, nb, NULL);
 		CHECK(rc == 0 && memcmp(oc, og, nb) == 0, "seed %d: GPU decode differs (rc %d)", i, rc);
-		int codec = info.codec == SNAP_CODEC_LOSSY_REL ? SNAP_CODEC_LOSSY_REL : info.codec;
 		double bound = info.codec == SNAP_CODEC_LOSSLESS ? 0 : info.param;
-		struct snap_codec_params p = { codec, info.dtype, bound, info.block_elems };
+		struct snap_codec_params p = { info.codec, info.dtype, bound, info.block_elems };
 		size_t cap = snap_codec_bound(&p, info.count), lc = 0, lg = 0;
 		uint8_t *sc = malloc(cap ? cap : 1);
 		CHECK(snap_codec_compress(&p, oc, info.count, sc, cap, &lc) == 0, "seed %d: C re-encode", i);
