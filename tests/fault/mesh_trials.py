@@ -31,6 +31,7 @@ the group and its lost nodes, refuse the restore (SNAP_ELOST), and leave the
 surviving stores byte-identical.
 """
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -73,6 +74,32 @@ def groups_of(nodes, k, m):
     elif r:
         gs[-1].extend(range(full * n, nodes))
     return gs
+
+
+def mpi_jobid(pids):
+    """Open MPI's job id, from a running rank's environment (None if unread)."""
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/environ", "rb") as f:
+                for kv in f.read().split(b"\0"):
+                    if kv.startswith(b"OMPI_MCA_ess_base_jobid="):
+                        return int(kv.split(b"=", 1)[1])
+        except (OSError, ValueError):
+            pass
+    return None
+
+
+def remove_mpi_segments(jobid):
+    """A SIGKILLed Open MPI job leaves its shared-memory segments behind
+    (/dev/shm/vader_segment.HOST.UID.JOBID.RANK; only a clean exit removes
+    them): a CI run of the fault tests used to leave about a thousand."""
+    if jobid is None:
+        return
+    for p in glob.glob(f"/dev/shm/vader_segment.*.{os.geteuid()}.{jobid:x}.*"):
+        try:
+            os.unlink(p)
+        except FileNotFoundError:
+            pass
 
 
 class Mesh:
@@ -145,6 +172,7 @@ class Mesh:
                 os.kill(self.proc.pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
+            jobid = mpi_jobid(self.session())
             self.signal_all(signal.SIGKILL)
             # wait until no process of the session is left (ranks hold store locks)
             deadline = time.time() + 10
@@ -152,6 +180,7 @@ class Mesh:
                 self.signal_all(signal.SIGKILL)
                 time.sleep(0.01)
             self.proc.kill()
+            remove_mpi_segments(jobid)
         if self.proc:
             self.proc.wait()
         if self.logf:
