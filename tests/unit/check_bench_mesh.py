@@ -1,28 +1,134 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""Smoke test of scripts/bench_mesh.py (erasure coding through the real
-daemons): a 2+1 mesh, 4 MiB per node, 5 steps. It must protect every step,
-rebuild the lost node, have every rank restore and check the step, and
-report every figure; no figure is compared with a target (a benchmark, not
-a timed test)."""
+"""`snaptool bench mesh` (snapbench mesh: erasure coding through the real
+daemons) at its smallest size, and what it must do when things go wrong.
+
+1. A 2+1 mesh, 4 MiB per node, 5 steps, --json: every step protected, the
+   lost node rebuilt, every rank's bytes checked by a new process, every
+   figure present and positive; no figure is compared with a target (a
+   benchmark, not a timed test). Nothing is left behind: no store under
+   --dir, no log, no process.
+2. Bad input is refused before anything starts, naming the option: a size
+   with an unknown suffix, too few steps, a mesh the group shape refuses, a
+   --dir that does not exist.
+3. SIGINT at a random moment of a run (after the daemons logged a step
+   protected, so the mesh and the trainers are up): exit 1 saying so, and
+   the mesh, the trainers, the stores and the log are all gone.
+usage: check_bench_mesh.py SNAPTOOL
+"""
 import json
 import os
+import random
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import tempfile
+import time
 
-build = sys.argv[1]
-script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "scripts", "bench_mesh.py")
-p = subprocess.run([sys.executable, script, build, "--shape", "2+1", "--size", "4M", "--steps", "5", "--json"],
-                   capture_output=True, text=True, timeout=600)
-if p.returncode != 0:
-    sys.exit(f"FAIL: bench_mesh exited {p.returncode}: {p.stdout[-2000:]} {p.stderr[-2000:]}")
-out = json.loads(p.stdout.strip().splitlines()[-1])
-want = ("protect_gbps", "protect_cold_gbps", "rebuild_gbps", "relaunch_to_serving_s", "relaunch_to_restored_s",
-        "protect_vs_mpi_move", "rebuild_vs_raw_decode")
-bad = [k for k in want if not (isinstance(out.get(k), (int, float)) and out[k] > 0)]
-bad += [f"library.{k}" for k, v in out.get("library", {}).items() if not v > 0] if out.get("library") else ["library"]
-if bad or out.get("steps") != 5 or out.get("lost_nodes") != [0] or out.get("protected_bytes", 0) < 3 * (4 << 20) \
-        or out.get("restored_bytes_checked") != 3 * (4 << 20) or len(out.get("protect_cold_s", [])) != 4:
-    sys.exit(f"FAIL: bench_mesh reported {out}; missing or not positive: {bad}")
-print(f"bench_mesh: protect {out['protect_gbps']:.2f} GB/s ({out['protect_vs_mpi_move']:.2f} of MPI move), "
-      f"rebuild {out['rebuild_gbps']:.2f} GB/s, every field present")
+snaptool = sys.argv[1]
+rng = random.Random(int(os.environ.get("SNAP_TEST_SEED", "57")))
+tmp = tempfile.mkdtemp(prefix="benchmesh.")
+stores = os.path.join(tmp, "stores")
+os.mkdir(stores)
+env = dict(os.environ, TMPDIR=tmp, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+# Open MPI's allocations are reported as leaks by LeakSanitizer (as in tests/ec)
+env["ASAN_OPTIONS"] = ",".join(x for x in (os.environ.get("ASAN_OPTIONS"), "detect_leaks=0") if x)
+
+
+def fail(msg):
+    sys.exit(f"FAIL: {msg}")
+
+
+def leftovers(pid):
+    """What a run of snapbench `pid` might leave: its store folder, its log,
+    processes whose command line names either."""
+    base = os.path.join(stores, f"snapbench-mesh-{pid}")
+    log = os.path.join(tmp, f"snapbench-mesh-{pid}.log")
+    left = [p for p in (base, log) if os.path.exists(p)]
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if base in cmd:
+                left.append(f"pid {d}: {cmd}")
+    return left
+
+
+def bench(*args, timeout=600):
+    return subprocess.Popen([snaptool, "bench", "mesh", "--dir", stores, *args], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+try:
+    # 1. a whole run
+    p = bench("--k", "2", "--m", "1", "--size", "4M", "--steps", "5", "--json")
+    out, err = p.communicate(timeout=600)
+    if p.returncode != 0:
+        fail(f"bench mesh exited {p.returncode}: {out[-2000:]} {err[-2000:]}")
+    r = json.loads(out.strip().splitlines()[-1])
+    want = ("protect_gbps", "protect_cold_gbps", "protect_steady_s", "save_to_protected_s", "commit_s",
+            "rebuild_s", "rebuild_gbps", "relaunch_to_serving_s", "relaunch_to_restored_s", "restore_s",
+            "protect_vs_mpi_move", "rebuild_vs_raw_decode")
+    bad = [k for k in want if not (isinstance(r.get(k), (int, float)) and r[k] > 0)]
+    lib = r.get("library") or {}
+    bad += [f"library.{k}" for k in ("mpi_move_gbps", "raw_encode_gbps", "mesh_encode_gbps", "raw_decode_gbps",
+                                     "rebuild_gbps") if not (isinstance(lib.get(k), (int, float)) and lib[k] > 0)]
+    if bad or r.get("steps") != 5 or r.get("nodes") != 3 or r.get("lost_nodes") != [0] \
+            or r.get("protected_bytes", 0) < 3 * (4 << 20) or r.get("restored_bytes_checked") != 3 * (4 << 20) \
+            or len(r.get("protect_cold_s", [])) != 4:
+        fail(f"bench mesh reported {r}; missing or not positive: {bad}")
+    if r["save_to_protected_s"] < r["protect_steady_s"] * 0.5:
+        fail(f"save -> protected ({r['save_to_protected_s']}) cannot be well under the daemons' own protect time "
+             f"({r['protect_steady_s']})")
+    if leftovers(p.pid):
+        fail(f"a finished run left {leftovers(p.pid)}")
+    print(f"bench mesh: protect {r['protect_gbps']:.2f} GB/s ({r['protect_vs_mpi_move']:.2f} of MPI move), "
+          f"rebuild {r['rebuild_gbps']:.2f} GB/s, every field present, nothing left behind")
+
+    # 2. bad input, refused by name before anything starts
+    for args, code, says in ((["--size", "16Q"], 2, "--size 16Q"),
+                             (["--steps", "3"], 2, "--steps 3"),
+                             (["--k", "2", "--m", "1", "--nodes", "2"], 2, "--nodes 2 in groups of 2+1: need at least K+M"),
+                             (["--k", "0"], 2, "--k 0"),
+                             (["--dir", os.path.join(tmp, "absent")], 1, "absent")):
+        q = subprocess.run([snaptool, "bench", "mesh", *args], env=env, capture_output=True, text=True, timeout=60)
+        if q.returncode != code or says not in q.stderr:
+            fail(f"bench mesh {' '.join(args)}: exit {q.returncode} (want {code}), stderr {q.stderr!r} "
+                 f"(want it to name {says!r})")
+    print("bad input: 5 cases refused, each naming what is wrong")
+
+    # 3. SIGINT within a run: wait for the event (a step protected), then strike
+    p = bench("--k", "2", "--m", "1", "--size", "32M", "--steps", "30")
+    log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
+    deadline = time.monotonic() + 300
+    seen = False
+    while time.monotonic() < deadline and p.poll() is None:
+        try:
+            with open(log, errors="replace") as f:
+                seen = re.search(r"job bench step \d+ protected", f.read()) is not None
+        except FileNotFoundError:
+            pass
+        if seen:
+            break
+        time.sleep(0.01)
+    if not seen:
+        p.kill()
+        fail(f"no step was logged protected (exit {p.poll()}): {p.stderr.read() if p.poll() is not None else ''}")
+    time.sleep(rng.uniform(0, 0.2))
+    p.send_signal(signal.SIGINT)
+    out, err = p.communicate(timeout=120)
+    if p.returncode != 1 or "stopped by signal 2" not in err:
+        fail(f"after SIGINT: exit {p.returncode} (want 1), stderr {err!r}")
+    # the trainers are reaped and the mesh's session killed before it exits
+    left = leftovers(p.pid)
+    if left:
+        fail(f"after SIGINT the run left {left}")
+    print("SIGINT mid-run: exit 1, mesh, trainers, stores and log all gone")
+finally:
+    shutil.rmtree(tmp, ignore_errors=True)
+print("check_bench_mesh: OK")

@@ -19,12 +19,10 @@
  * $MPIEXEC or `mpiexec` in PATH; when run as root the Open MPI root
  * overrides are set for the child.
  */
-#include <errno.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -32,6 +30,7 @@
 
 #include "snap/base.h"
 #include "snap/ec.h"
+#include "bench_proc.h"
 #include "snapbench.h"
 
 /* Where snap_ec_bench is installed, from snapbench's directory (CMake sets it). */
@@ -82,56 +81,6 @@ static int find_helper(char *out, size_t len)
 			return 0;
 	}
 	return -1;
-}
-
-/* Run argv, capture stdout (bounded), return exit status or -1. */
-static int run_capture(char *const argv[], char *buf, size_t cap)
-{
-	int fd[2];
-	if (pipe(fd))
-		return -1;
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(fd[0]);
-		close(fd[1]);
-		return -1;
-	}
-	if (pid == 0) {
-		dup2(fd[1], 1);
-		close(fd[0]);
-		close(fd[1]);
-		execvp(argv[0], argv);
-		fprintf(stderr, "snapbench ec: cannot run %s: %s\n", argv[0], strerror(errno));
-		_exit(127);
-	}
-	close(fd[1]);
-	size_t used = 0;
-	for (;;) {
-		char tmp[4096];
-		ssize_t r = read(fd[0], tmp, sizeof(tmp));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			break;
-		size_t c = (size_t)r < cap - 1 - used ? (size_t)r : cap - 1 - used;
-		memcpy(buf + used, tmp, c);
-		used += c;
-	}
-	buf[used] = 0;
-	close(fd[0]);
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-static double jnum(const char *json, const char *key)
-{
-	char pat[64];
-	snprintf(pat, sizeof(pat), "\"%s\":", key);
-	const char *p = strstr(json, pat);
-	return p ? strtod(p + strlen(pat), NULL) : -1.0;
 }
 
 /* Decode rows for the erased slots of one stripe (survivors surv[0..k)). */
@@ -316,15 +265,15 @@ int cmd_bench_ec(int argc, char **argv)
 	char *const av[] = { (char *)mpiexec, "-np", a_np, "--oversubscribe", helper, "--k", a_k, "--m", a_m,
 			     "--size", a_size, "--chunk", a_chunk, "--reps", a_reps, NULL };
 	static char outbuf[1 << 16];
-	int st = run_capture(av, outbuf, sizeof(outbuf));
+	int st = bench_run_capture(av, outbuf, sizeof(outbuf));
 	const char *line = strchr(outbuf, '{');
 	if (st != 0 || !line || !strstr(line, "\"verified\":true")) {
 		fprintf(stderr, "snapbench ec: MPI helper failed (exit %d): %s\n", st, outbuf);
 		goto done;
 	}
 	double raw_enc = prot / best_raw, kern = prot / best_kern, raw_dec = prot / best_dec;
-	double move = jnum(line, "mpi_move_gbps"), mesh = jnum(line, "mesh_encode_gbps");
-	double reb = jnum(line, "rebuild_gbps"), alt = jnum(line, "alt_reduce_scatter_gbps");
+	double move = bench_jnum(line, "mpi_move_gbps"), mesh = bench_jnum(line, "mesh_encode_gbps");
+	double reb = bench_jnum(line, "rebuild_gbps"), alt = bench_jnum(line, "alt_reduce_scatter_gbps");
 	unsigned long ch = chunk ? chunk : (unsigned long)SNAP_EC_DEFAULT_CHUNK;
 	if (json) {
 		printf("{\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%llu,\"chunk\":%lu,\"reps\":%d,"

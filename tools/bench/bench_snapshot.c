@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_proc.h"
 #include "bench_util.h"
 #include "snap/proto.h"
 #include "snapbench.h"
@@ -135,10 +136,8 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 /* The private store lives in /dev/shm: never leave it behind. */
 static void remove_store(const char *store)
 {
-	char cmd[256];
-	snprintf(cmd, sizeof(cmd), "rm -rf '%s'", store);
-	if (system(cmd) != 0)
-		fprintf(stderr, "could not remove %s\n", store);
+	if (bench_rm_tree(store))
+		fprintf(stderr, "could not remove %s: %s\n", store, strerror(errno));
 }
 
 static double bench_memcpy(uint64_t bytes, int iters)

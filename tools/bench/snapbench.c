@@ -19,6 +19,7 @@ static const struct {
 	{ "snapshot", cmd_bench_snapshot, "save/commit through snapsmp vs memcpy vs torch.save" },
 	{ "codec", cmd_bench_codec, "our codecs vs lz4 vs ZFP on a tensor file" },
 	{ "ec", cmd_bench_ec, "erasure coding vs raw ISA-L and MPI" },
+	{ "mesh", cmd_bench_mesh, "erasure coding through the real daemons: protect, rebuild, restore" },
 	{ "flush", cmd_bench_flush, "flush to HDF5 vs fio vs h5py" },
 };
 
