@@ -53,6 +53,7 @@
 
 #include "bench_proc.h"
 #include "bench_util.h"
+#include "snap/base.h"
 #include "snap/ec.h"
 #include "snap/snap.h"
 #include "snapbench.h"
@@ -101,6 +102,9 @@ struct mesh {
 	int k, m, nodes;
 	char base[PATH_MAX];     /* node n's store: base/node<n> */
 	char log[PATH_MAX];      /* the daemons' stdout and stderr */
+	const char *dir;         /* --dir */
+	int huge;                /* snap_store_hugepages(dir) */
+	char fs[160];            /* and what decided it */
 	char smp[PATH_MAX];
 	const char *mpiexec;
 	uint64_t mem_limit;
@@ -821,8 +825,9 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	double prot = gb / steady, reb = gb / (R->rebuild_ms / 1e3);
 	if (json) {
 		printf("{\"shape\":\"%d+%d\",\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"steps\":%d,"
-		       "\"protected_bytes\":%" PRIu64 ",\"parity_bytes\":%" PRIu64 ",\"protect_cold_s\":[",
-		       ms->k, ms->m, ms->k, ms->m, ms->nodes, size, steps, R->data, R->parity);
+		       "\"store_hugepages\":%s,\"protected_bytes\":%" PRIu64 ",\"parity_bytes\":%" PRIu64
+		       ",\"protect_cold_s\":[", ms->k, ms->m, ms->k, ms->m, ms->nodes, size, steps,
+		       ms->huge == 1 ? "true" : "false", R->data, R->parity);
 		for (int i = 0; i < cold; i++)
 			printf("%s%.6f", i ? "," : "", R->prot_s[i]);
 		printf("],\"protect_steady_s\":%.6f,\"protect_gbps\":%.3f,\"protect_cold_gbps\":%.3f,"
@@ -845,6 +850,7 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	printf("mesh bench: %d nodes (%d+%d) of real snapsmp daemons on this host, %.1f MiB per node, "
 	       "%.3f GB of protected data per step; GB/s of protected data\n",
 	       ms->nodes, ms->k, ms->m, size / 1048576.0, gb);
+	printf("stores under %s: %s huge pages (%s)\n", ms->dir, ms->huge == 1 ? "with" : "without", ms->fs);
 	printf("  %-40s %8s %10s  %s\n", "", "GB/s", "seconds", "");
 	printf("  %-40s %8.2f %10.4f  the daemons' own time, slowest node\n", "protect, steady (median)", prot, steady);
 	printf("  %-40s %8.2f %10.4f  the slowest of steps 1-%d\n", "protect, cold", gb / cold_max, cold_max, cold);
@@ -908,7 +914,7 @@ int cmd_bench_mesh(int argc, char **argv)
 				   : nodes > MAX_NODES ? "too many" : err);
 		return SB_USAGE;
 	}
-	struct mesh ms = { .k = k, .m = m, .nodes = nodes };
+	struct mesh ms = { .k = k, .m = m, .nodes = nodes, .dir = dir };
 	static const char *const cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
 	bench_find_prog(ms.smp, sizeof(ms.smp), "SNAPSMP", "snapsmp", cand, 2);
 	ms.mpiexec = getenv("MPIEXEC") && *getenv("MPIEXEC") ? getenv("MPIEXEC") : "mpiexec";
@@ -926,6 +932,7 @@ int cmd_bench_mesh(int argc, char **argv)
 		fail("cannot create %s: %s", ms.base, strerror(errno));
 		return SB_FAIL;
 	}
+	ms.huge = snap_store_hugepages(ms.base, ms.fs, sizeof(ms.fs));
 	unlink(ms.log);
 	struct sigaction sa = { .sa_handler = on_signal }, old_int, old_term;
 	sigemptyset(&sa.sa_mask);
