@@ -121,6 +121,19 @@ static int node_path(const struct mesh *ms, int n, const char *leaf, char *out, 
 	return len < 0 || (size_t)len >= cap ? -1 : 0;
 }
 
+/* The start of /proc/PID/NAME into buf (NUL terminated); its length, 0 if unreadable. */
+static size_t read_proc(pid_t pid, const char *name, char *buf, size_t cap)
+{
+	char path[64];
+	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
+	FILE *f = fopen(path, "r");
+	size_t got = f ? fread(buf, 1, cap - 1, f) : 0;
+	if (f)
+		fclose(f);
+	buf[got] = 0;
+	return got;
+}
+
 /* Pids in mpiexec's session other than mpiexec itself, not zombies (Open MPI
  * moves its ranks into process groups of their own, but they stay in the
  * session). Returns how many were put in out (at most cap). */
@@ -129,17 +142,10 @@ static int session_pids(pid_t sid, pid_t *out, int cap)
 	int n = 0;
 	DIR *d = opendir("/proc");
 	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-		char path[300], st[512];
+		char st[512];
 		pid_t pid = (pid_t)atoi(e->d_name);
-		if (pid <= 0 || pid == sid)
+		if (pid <= 0 || pid == sid || !read_proc(pid, "stat", st, sizeof(st)))
 			continue;
-		snprintf(path, sizeof(path), "/proc/%s/stat", e->d_name);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		size_t got = fread(st, 1, sizeof(st) - 1, f);
-		fclose(f);
-		st[got] = 0;
 		char *rp = strrchr(st, ')'), state;
 		int ppid, pgrp, session;
 		if (rp && sscanf(rp + 2, "%c %d %d %d", &state, &ppid, &pgrp, &session) == 4 && session == sid &&
@@ -168,14 +174,8 @@ static int mesh_alive(struct mesh *ms)
 static unsigned long mpi_jobid(const pid_t *pids, int n)
 {
 	for (int i = 0; i < n; i++) {
-		char path[64], env[1 << 16];
-		snprintf(path, sizeof(path), "/proc/%d/environ", (int)pids[i]);
-		FILE *f = fopen(path, "r");
-		if (!f)
-			continue;
-		size_t got = fread(env, 1, sizeof(env) - 1, f);
-		fclose(f);
-		env[got] = 0;
+		char env[1 << 16];
+		size_t got = read_proc(pids[i], "environ", env, sizeof(env));
 		for (size_t at = 0; at < got; at += strlen(env + at) + 1)
 			if (!strncmp(env + at, "OMPI_MCA_ess_base_jobid=", 24))
 				return strtoul(env + at + 24, NULL, 10);
