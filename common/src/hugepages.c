@@ -14,8 +14,9 @@
  *
  * A tmpfs mount takes huge=never|always|within_size|advise (the default is
  * never); /sys/kernel/mm/transparent_hugepage/shmem_enabled "force" or
- * "deny" overrides every mount. libsnap does not madvise its mappings, so
- * huge=advise gives it nothing.
+ * "deny" overrides every mount. huge=advise gives libsnap nothing: snapsmp
+ * reserves slot files with fallocate, outside any mapping, so an madvise
+ * on a later mapping would come too late.
  */
 #include <errno.h>
 #include <limits.h>
@@ -83,7 +84,8 @@ static int mount_huge(const char *path, char *out, size_t cap)
 		char fstype[64], super[2048];
 		out[0] = 0;
 		if (sscanf(sep + 3, "%63s %*s %2047s", fstype, super) == 2 && !strcmp(fstype, "tmpfs")) {
-			for (char *o = strtok(super, ","); o; o = strtok(NULL, ","))
+			char *save = NULL;
+			for (char *o = strtok_r(super, ",", &save); o; o = strtok_r(NULL, ",", &save))
 				if (!strncmp(o, "huge=", 5))
 					snprintf(out, cap, "%s", o + 5);
 		}

@@ -68,8 +68,7 @@ uint32_t snap_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
  * Whether files created under dir get transparent huge pages (hugepages.c
  * says why it matters): 1 yes (a tmpfs mounted huge=always|within_size, or
  * shmem_enabled=force), 0 a tmpfs without them, -1 not a tmpfs or dir
- * unreadable. desc gets the setting that decided, e.g. "tmpfs, huge=never
- * (no huge= option)".
+ * unreadable. desc gets the setting that decided, e.g. "tmpfs, huge=never".
  */
 int snap_store_hugepages(const char *dir, char *desc, size_t len);
 
