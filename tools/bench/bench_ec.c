@@ -31,19 +31,13 @@
 #include "snap/base.h"
 #include "snap/ec.h"
 #include "bench_proc.h"
+#include "bench_util.h"
 #include "snapbench.h"
 
 /* Where snap_ec_bench is installed, from snapbench's directory (CMake sets it). */
 #ifndef SNAP_BENCH_LIBEXEC
 #define SNAP_BENCH_LIBEXEC "../libexec/libsnap"
 #endif
-
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 static void usage(FILE *f)
 {
@@ -174,27 +168,27 @@ int cmd_bench_ec(int argc, char **argv)
 	/* (a) raw ISA-L: n stripes, all m rows at once, whole segments */
 	double best_raw = 1e30;
 	for (int r = 0; r < reps; r++) {
-		double t0 = mono();
+		double t0 = bench_mono();
 		for (int s = 0; s < n; s++) {
 			unsigned char *src[SNAP_EC_MAX_GROUP];
 			for (int t = 0; t < k; t++)
 				src[t] = data[(s + m + t) % n] + (uint64_t)t * seg;
 			ec_encode_data((int)seg, k, m, tbls, src, out + (size_t)s * m);
 		}
-		double t = mono() - t0;
+		double t = bench_mono() - t0;
 		best_raw = t < best_raw ? t : best_raw;
 	}
 	/* (b) our kernel, same data */
 	double best_kern = 1e30;
 	char err[256];
 	for (int r = 0; r < reps; r++) {
-		double t0 = mono();
+		double t0 = bench_mono();
 		if (snap_ec_encode_group_local(k, m, (uint32_t)chunk, (const void *const *)data, len,
 					       (void *const *)par, err, sizeof(err))) {
 			fprintf(stderr, "snapbench ec: %s\n", err);
 			goto done;
 		}
-		double t = mono() - t0;
+		double t = bench_mono() - t0;
 		best_kern = t < best_kern ? t : best_kern;
 	}
 	/* both must agree before either figure means anything */
@@ -212,7 +206,7 @@ int cmd_bench_ec(int argc, char **argv)
 	for (int i = 0; dec_ok && i < n; i++)
 		dec_ok = (dout[i] = calloc(1, seg)) != NULL;
 	for (int r = 0; dec_ok && r < reps; r++) {
-		double t0 = mono();
+		double t0 = bench_mono();
 		for (int s = 0; s < n; s++) {
 			int surv[SNAP_EC_MAX_GROUP], er[SNAP_EC_MAX_GROUP], ns = 0, ne = 0;
 			unsigned char *src[SNAP_EC_MAX_GROUP];
@@ -232,7 +226,7 @@ int cmd_bench_ec(int argc, char **argv)
 			ec_init_tables(k, ne, rows, dtbl);
 			ec_encode_data((int)seg, k, ne, dtbl, src, dout);
 		}
-		double t = mono() - t0;
+		double t = bench_mono() - t0;
 		best_dec = t < best_dec ? t : best_dec;
 	}
 	if (dout)

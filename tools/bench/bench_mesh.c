@@ -35,22 +35,17 @@
  * the run: the mesh and the trainers are killed and the stores removed.
  */
 #include <errno.h>
-#include <dirent.h>
-#include <fcntl.h>
-#include <glob.h>
 #include <inttypes.h>
-#include <limits.h>
-#include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_mesh.h"
 #include "bench_proc.h"
 #include "bench_util.h"
 #include "snap/base.h"
@@ -58,33 +53,20 @@
 #include "snap/snap.h"
 #include "snapbench.h"
 
-#define JOB "bench"
-#define SLOTS 3
-#define MAX_NODES 256
-#define MAX_STEPS 1000
-#define WAIT_S 600.0   /* for any one event: generous, a benchmark reports rather than races */
-
-static volatile sig_atomic_t stop_sig;
+volatile sig_atomic_t bm_stop;
 
 static void on_signal(int sig)
 {
-	stop_sig = sig;
+	bm_stop = sig;
 }
 
-static double mono(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
-
-static void nap_ms(int ms)
+void bm_nap_ms(int ms)
 {
 	struct timespec ts = { 0, ms * 1000000L };
 	nanosleep(&ts, NULL);
 }
 
-static void fail(const char *fmt, ...)
+void bm_fail(const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
@@ -93,580 +75,6 @@ static void fail(const char *fmt, ...)
 	fputc('\n', stderr);
 	va_end(ap);
 }
-
-/* ------------------------------------------------------------------ */
-/* The mesh: mpiexec in a session of its own                           */
-/* ------------------------------------------------------------------ */
-
-struct mesh {
-	int k, m, nodes;
-	char base[PATH_MAX];     /* node n's store: base/node<n> */
-	char log[PATH_MAX];      /* the daemons' stdout and stderr */
-	const char *dir;         /* --dir */
-	int huge;                /* snap_store_hugepages(dir) */
-	char fs[160];            /* and what decided it */
-	char smp[PATH_MAX];
-	const char *mpiexec;
-	uint64_t mem_limit;
-	pid_t pid;               /* mpiexec, leader of the session */
-	char *text;              /* what the log holds so far */
-	size_t len, cap;
-	off_t read_at;
-};
-
-/* 0, or -1 when it does not fit (--dir is checked against that up front). */
-static int node_path(const struct mesh *ms, int n, const char *leaf, char *out, size_t cap)
-{
-	int len = snprintf(out, cap, "%s/node%d%s%s", ms->base, n, leaf ? "/" : "", leaf ? leaf : "");
-	return len < 0 || (size_t)len >= cap ? -1 : 0;
-}
-
-/* The start of /proc/PID/NAME into buf (NUL terminated); its length, 0 if unreadable. */
-static size_t read_proc(pid_t pid, const char *name, char *buf, size_t cap)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/%s", (int)pid, name);
-	FILE *f = fopen(path, "r");
-	size_t got = f ? fread(buf, 1, cap - 1, f) : 0;
-	if (f)
-		fclose(f);
-	buf[got] = 0;
-	return got;
-}
-
-/* Pids in mpiexec's session other than mpiexec itself, not zombies (Open MPI
- * moves its ranks into process groups of their own, but they stay in the
- * session). Returns how many were put in out (at most cap). */
-static int session_pids(pid_t sid, pid_t *out, int cap)
-{
-	int n = 0;
-	DIR *d = opendir("/proc");
-	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-		char st[512];
-		pid_t pid = (pid_t)atoi(e->d_name);
-		if (pid <= 0 || pid == sid || !read_proc(pid, "stat", st, sizeof(st)))
-			continue;
-		char *rp = strrchr(st, ')'), state;
-		int ppid, pgrp, session;
-		if (rp && sscanf(rp + 2, "%c %d %d %d", &state, &ppid, &pgrp, &session) == 4 && session == sid &&
-		    state != 'Z' && n < cap)
-			out[n++] = pid;
-	}
-	if (d)
-		closedir(d);
-	return n;
-}
-
-static int mesh_alive(struct mesh *ms)
-{
-	int st;
-	if (ms->pid <= 0)
-		return 0;
-	if (waitpid(ms->pid, &st, WNOHANG) == ms->pid) {
-		ms->pid = 0;
-		return 0;
-	}
-	return 1;
-}
-
-/* Open MPI's job id of the mesh, read from a rank's environment while it
- * runs; 0 if none can be read. */
-static unsigned long mpi_jobid(const pid_t *pids, int n)
-{
-	for (int i = 0; i < n; i++) {
-		char env[1 << 16];
-		size_t got = read_proc(pids[i], "environ", env, sizeof(env));
-		for (size_t at = 0; at < got; at += strlen(env + at) + 1)
-			if (!strncmp(env + at, "OMPI_MCA_ess_base_jobid=", 24))
-				return strtoul(env + at + 24, NULL, 10);
-	}
-	return 0;
-}
-
-/* A SIGKILLed Open MPI job leaves its shared-memory segments behind
- * (/dev/shm/vader_segment.HOST.UID.JOBID.RANK; only a clean exit removes
- * them): remove this mesh's. */
-static void remove_mpi_segments(unsigned long jobid)
-{
-	char pat[128];
-	glob_t g;
-	if (!jobid)
-		return;
-	snprintf(pat, sizeof(pat), "/dev/shm/vader_segment.*.%u.%lx.*", (unsigned)geteuid(), jobid);
-	if (glob(pat, 0, NULL, &g) == 0)
-		for (size_t i = 0; i < g.gl_pathc; i++)
-			unlink(g.gl_pathv[i]);
-	globfree(&g);
-}
-
-/* SIGKILL of every node at once: mpiexec is stopped first, or seeing one
- * rank die it would SIGTERM the others, which would then shut down cleanly
- * instead of dying. Waits until no process of the session is left (the
- * nodes hold their stores' locks). */
-static void mesh_kill(struct mesh *ms)
-{
-	if (ms->pid <= 0)
-		return;
-	kill(ms->pid, SIGSTOP);
-	pid_t pids[4 * MAX_NODES];
-	double t0 = mono();
-	int n = session_pids(ms->pid, pids, 4 * MAX_NODES);
-	unsigned long jobid = mpi_jobid(pids, n);
-	for (; n > 0 && mono() - t0 < 30; n = session_pids(ms->pid, pids, 4 * MAX_NODES)) {
-		for (int i = 0; i < n; i++)
-			kill(pids[i], SIGKILL);
-		nap_ms(10);
-	}
-	kill(ms->pid, SIGKILL);
-	waitpid(ms->pid, NULL, 0);
-	ms->pid = 0;
-	remove_mpi_segments(jobid);
-}
-
-/* SIGTERM to the nodes (not mpiexec, which would SIGKILL them a second
- * later): each shuts down cleanly, and mpiexec exits once all have. */
-static int mesh_stop(struct mesh *ms)
-{
-	pid_t pids[4 * MAX_NODES];
-	int n = session_pids(ms->pid, pids, 4 * MAX_NODES);
-	for (int i = 0; i < n; i++)
-		kill(pids[i], SIGTERM);
-	double t0 = mono();
-	while (mesh_alive(ms) && mono() - t0 < WAIT_S)
-		nap_ms(10);
-	if (ms->pid > 0) {
-		mesh_kill(ms);
-		return -1;
-	}
-	return 0;
-}
-
-/* Start the mesh and wait until every node serves (a fresh socket: a
- * killed node leaves its old one, and a relaunch rebuilds before binding). */
-static int mesh_start(struct mesh *ms)
-{
-	char sock[PATH_MAX + 16];
-	for (int n = 0; n < ms->nodes; n++) {
-		if (!node_path(ms, n, "smp.sock", sock, sizeof(sock)))
-			unlink(sock);
-	}
-	int fd = open(ms->log, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		fail("cannot create the daemons' log %s: %s", ms->log, strerror(errno));
-		return -1;
-	}
-	char np[16], ec[32], store[PATH_MAX + 16], slots[16], mem[32];
-	snprintf(np, sizeof(np), "%d", ms->nodes);
-	snprintf(ec, sizeof(ec), "%d+%d", ms->k, ms->m);
-	snprintf(store, sizeof(store), "%s/node%%n", ms->base);
-	snprintf(slots, sizeof(slots), "%d", SLOTS);
-	snprintf(mem, sizeof(mem), "%" PRIu64, ms->mem_limit);
-	pid_t pid = fork();
-	if (pid < 0) {
-		close(fd);
-		fail("fork: %s", strerror(errno));
-		return -1;
-	}
-	if (pid == 0) {
-		setsid();
-		dup2(fd, 1);
-		dup2(fd, 2);
-		signal(SIGINT, SIG_DFL);
-		signal(SIGTERM, SIG_DFL);
-		/* the daemons take every setting from their flags, none from a
-		 * SNAP_* variable the caller happens to have (a flush directory) */
-		extern char **environ;
-		for (int again = 1; again;) {
-			again = 0;
-			for (char **e = environ; *e; e++)
-				if (!strncmp(*e, "SNAP_", 5)) {
-					char name[256];
-					size_t l = strcspn(*e, "=");
-					snprintf(name, sizeof(name), "%.*s", (int)l, *e);
-					unsetenv(name);
-					again = 1;
-					break;
-				}
-		}
-		if (geteuid() == 0) {
-			setenv("OMPI_ALLOW_RUN_AS_ROOT", "1", 0);
-			setenv("OMPI_ALLOW_RUN_AS_ROOT_CONFIRM", "1", 0);
-		}
-		/* more ranks than cores here: spinning ranks would starve the others */
-		setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
-		execlp(ms->mpiexec, ms->mpiexec, "-np", np, "--oversubscribe", ms->smp, "--ec", ec, "--store", store,
-		       "--slots", slots, "--mem-limit", mem, "--log-level", "info", "--log", "stderr", (char *)NULL);
-		fprintf(stderr, "snapbench mesh: cannot run %s: %s\n", ms->mpiexec, strerror(errno));
-		_exit(127);
-	}
-	close(fd);
-	ms->pid = pid;
-	double t0 = mono();
-	for (;;) {
-		int up = 0;
-		for (int n = 0; n < ms->nodes; n++) {
-			struct stat st;
-			up += !node_path(ms, n, "smp.sock", sock, sizeof(sock)) && stat(sock, &st) == 0 &&
-			      S_ISSOCK(st.st_mode);
-		}
-		if (up == ms->nodes)
-			return 0;
-		if (!mesh_alive(ms) || stop_sig || mono() - t0 > WAIT_S) {
-			if (!stop_sig)
-				fail("the mesh did not start (%d of %d nodes serving); see %s", up, ms->nodes, ms->log);
-			mesh_kill(ms);
-			return -1;
-		}
-		nap_ms(5);
-	}
-}
-
-/* Read what the log gained since the last call (complete lines only). */
-static int log_refresh(struct mesh *ms)
-{
-	int fd = open(ms->log, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	for (;;) {
-		if (ms->cap - ms->len < 65536) {
-			size_t cap = ms->cap ? 2 * ms->cap : 1 << 20;
-			char *t = realloc(ms->text, cap + 1);
-			if (!t) {
-				close(fd);
-				return -1;
-			}
-			ms->text = t;
-			ms->cap = cap;
-		}
-		ssize_t r = pread(fd, ms->text + ms->len, ms->cap - ms->len, ms->read_at);
-		if (r <= 0)
-			break;
-		ms->len += (size_t)r;
-		ms->read_at += r;
-	}
-	close(fd);
-	/* keep a partial last line for the next call */
-	size_t keep = ms->len;
-	while (keep > 0 && ms->text[keep - 1] != '\n')
-		keep--;
-	ms->read_at -= (off_t)(ms->len - keep);
-	ms->len = keep;
-	ms->text[ms->len] = 0;
-	return 0;
-}
-
-/* One node's "protected" line for step s. */
-struct prot {
-	uint64_t data, parity;
-	double ms;
-};
-
-/* Every node's line for step s, in order of appearance; returns how many. */
-static int find_protected(const struct mesh *ms, uint64_t s, struct prot *out, int cap)
-{
-	char pat[96];
-	int n = 0, plen = snprintf(pat, sizeof(pat), "job " JOB " step %" PRIu64 " protected (group ", s);
-	for (const char *p = ms->text ? strstr(ms->text, pat) : NULL; p && n < cap; p = strstr(p + plen, pat)) {
-		int g, k, m;
-		if (sscanf(p + plen, "%d, %d+%d, %" SCNu64 " data + %" SCNu64 " parity bytes here, %lf ms", &g, &k, &m,
-			   &out[n].data, &out[n].parity, &out[n].ms) == 6)
-			n++;
-	}
-	return n;
-}
-
-struct rebuilt {
-	double ms, files, exchange, publish;
-	uint64_t bytes;
-};
-
-static int find_rebuilt(const struct mesh *ms, uint64_t s, struct rebuilt *out, int cap)
-{
-	char pat[96];
-	int n = 0, plen = snprintf(pat, sizeof(pat), "job " JOB " step %" PRIu64 ": rebuilt this lost node; ", s);
-	for (const char *p = ms->text ? strstr(ms->text, pat) : NULL; p && n < cap; p = strstr(p + plen, pat)) {
-		uint64_t chunks, corrupt;
-		if (sscanf(p + plen, "%" SCNu64 " chunks rebuilt (%" SCNu64 " corrupt), %" SCNu64
-			   " bytes written, CRCs verified, %lf ms (files %lf, exchange %lf, publish %lf)", &chunks,
-			   &corrupt, &out[n].bytes, &out[n].ms, &out[n].files, &out[n].exchange, &out[n].publish) == 7)
-			n++;
-	}
-	return n;
-}
-
-/* ------------------------------------------------------------------ */
-/* Trainers: one process per node                                      */
-/* ------------------------------------------------------------------ */
-
-enum { T_READY = 1, T_DONE = 2, T_RESTORED = 3, T_FAILED = 4 };
-
-struct tmsg {       /* child -> parent, one write (atomic on a pipe) */
-	int rank, what, rc;
-	uint64_t step;
-	double secs;
-};
-
-/* What rank r holds at step s: different at every step and rank, so a
- * restore of the wrong step or node fails the check. */
-static void fill(uint64_t *w, uint64_t words, int r, uint64_t s)
-{
-	uint64_t x = ((uint64_t)r << 48) ^ (s << 32);
-	for (uint64_t i = 0; i < words; i++)
-		w[i] = x ^ (i * 0x9E3779B97F4A7C15ull);
-}
-
-static uint64_t check(const uint64_t *w, uint64_t words, int r, uint64_t s)
-{
-	uint64_t x = ((uint64_t)r << 48) ^ (s << 32);
-	for (uint64_t i = 0; i < words; i++)
-		if (w[i] != (x ^ (i * 0x9E3779B97F4A7C15ull)))
-			return i;
-	return words;
-}
-
-static void tsend(int fd, int rank, int what, int rc, uint64_t step, double secs)
-{
-	struct tmsg t = { rank, what, rc, step, secs };
-	if (write(fd, &t, sizeof(t)) != (ssize_t)sizeof(t))
-		_exit(1);
-}
-
-/*
- * One trainer. steps > 0: for each step fill, say READY, wait for the go
- * byte, save and wait for the commit, say DONE. steps == 0: restore the
- * newest step (a relaunched job), check it is `last` and every byte, say
- * RESTORED.
- */
-static int trainer(const struct mesh *ms, int rank, uint64_t size, int steps, uint64_t last, int gofd, int resfd)
-{
-	struct snap_config cfg;
-	snap_config_init(&cfg);
-	if (node_path(ms, rank, NULL, cfg.store, sizeof(cfg.store)))
-		return 1;
-	snprintf(cfg.job, sizeof(cfg.job), JOB);
-	cfg.rank = rank;
-	cfg.world_size = ms->nodes;
-	cfg.copy_threads = 1;           /* as many trainers as nodes share this machine's cores */
-	cfg.timeout_ms = 120000;
-	uint64_t words = size / 8;
-	uint64_t *buf = malloc(words * 8);
-	int quiet = 0;
-	snap_ctx *ctx = NULL;
-	int rc = buf ? snap_open(&cfg, &ctx) : SNAP_ENOMEM;
-	struct snap_region reg = { .name = "weights", .ptr = buf, .bytes = words * 8, .dtype = SNAP_DTYPE_U8 };
-	if (!rc)
-		rc = snap_register(ctx, &reg);
-	for (int s = 1; !rc && s <= steps; s++) {
-		fill(buf, words, rank, (uint64_t)s);
-		tsend(resfd, rank, T_READY, 0, (uint64_t)s, 0);
-		char go;
-		if (read(gofd, &go, 1) != 1) {   /* the run was stopped: say nothing */
-			quiet = 1;
-			rc = SNAP_ESTATE;
-			break;
-		}
-		double t0 = mono();
-		rc = snap_save(ctx, (uint64_t)s);
-		if (!rc)
-			rc = snap_wait(ctx);
-		if (!rc)
-			tsend(resfd, rank, T_DONE, 0, (uint64_t)s, mono() - t0);
-	}
-	if (!rc && !steps) {
-		uint64_t got = 0;
-		memset(buf, 0, words * 8);
-		double t0 = mono();
-		rc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
-		double t = mono() - t0;
-		uint64_t bad = rc ? 0 : check(buf, words, rank, last);
-		if (!rc && (got != last || bad != words)) {
-			fprintf(stderr, "snapbench mesh: rank %d restored step %" PRIu64 " (want %" PRIu64 "), first bad word %"
-				PRIu64 " of %" PRIu64 "\n", rank, got, last, bad, words);
-			tsend(resfd, rank, T_FAILED, 3, got, t);
-			snap_close(ctx);
-			return 3;
-		}
-		if (!rc)
-			tsend(resfd, rank, T_RESTORED, 0, got, t);
-	}
-	if (rc && !quiet) {
-		fprintf(stderr, "snapbench mesh: rank %d: %s\n", rank, ctx ? snap_errmsg(ctx) : snap_strerror(rc));
-		tsend(resfd, rank, T_FAILED, rc, 0, 0);
-	}
-	if (ctx)
-		snap_close(ctx);
-	free(buf);
-	return rc ? 1 : 0;
-}
-
-struct crew {
-	int n;
-	pid_t pid[MAX_NODES];
-	int go[MAX_NODES];       /* write ends, parent -> trainer */
-	int res;                 /* read end, every trainer -> parent */
-	/* read while waiting for something else: a fast trainer's READY for
-	 * the next step can come before a slow one's DONE for this one */
-	struct tmsg early[2 * MAX_NODES];
-	int nearly;
-};
-
-static void crew_end(struct crew *c, int kill_them)
-{
-	for (int i = 0; i < c->n; i++) {
-		if (c->go[i] >= 0)
-			close(c->go[i]);
-		c->go[i] = -1;
-		if (c->pid[i] > 0) {
-			if (kill_them)
-				kill(c->pid[i], SIGKILL);
-			waitpid(c->pid[i], NULL, 0);
-		}
-		c->pid[i] = 0;
-	}
-	if (c->res >= 0)
-		close(c->res);
-	c->res = -1;
-	c->n = 0;
-}
-
-/* Whether every trainer exited 0 (waits for them; their go pipes closed). */
-static int crew_join(struct crew *c)
-{
-	int ok = 1;
-	for (int i = 0; i < c->n; i++) {
-		if (c->go[i] >= 0)
-			close(c->go[i]);
-		c->go[i] = -1;
-		int st;
-		if (c->pid[i] > 0 && waitpid(c->pid[i], &st, 0) == c->pid[i])
-			ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
-		c->pid[i] = 0;
-	}
-	crew_end(c, 0);
-	return ok;
-}
-
-static int crew_start(struct crew *c, const struct mesh *ms, uint64_t size, int steps, uint64_t last)
-{
-	int res[2];
-	c->n = 0;
-	c->nearly = 0;
-	c->res = -1;
-	if (pipe2(res, O_CLOEXEC)) {
-		fail("pipe: %s", strerror(errno));
-		return -1;
-	}
-	c->res = res[0];
-	fflush(NULL);
-	for (int r = 0; r < ms->nodes; r++) {
-		int go[2];
-		if (pipe2(go, O_CLOEXEC)) {
-			fail("pipe: %s", strerror(errno));
-			break;
-		}
-		pid_t pid = fork();
-		if (pid == 0) {
-			signal(SIGINT, SIG_DFL);
-			signal(SIGTERM, SIG_DFL);
-			close(go[1]);
-			close(res[0]);
-			for (int i = 0; i < c->n; i++)
-				close(c->go[i]);
-			_exit(trainer(ms, r, size, steps, last, go[0], res[1]));
-		}
-		close(go[0]);
-		if (pid < 0) {
-			close(go[1]);
-			fail("fork: %s", strerror(errno));
-			break;
-		}
-		c->pid[c->n] = pid;
-		c->go[c->n++] = go[1];
-	}
-	close(res[1]);
-	if (c->n < ms->nodes) {
-		crew_end(c, 1);
-		return -1;
-	}
-	return 0;
-}
-
-/* Wait for one `what` message from every trainer about step s; secs gets
- * the largest `secs` they report. A failure, a trainer that died, the
- * mesh gone or a signal end the wait with -1. */
-static int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *secs)
-{
-	int got = 0;
-	double t0 = mono();
-	*secs = 0;
-	for (int i = 0; i < c->nearly;) {
-		if (c->early[i].what == what && c->early[i].step == s) {
-			got++;
-			*secs = c->early[i].secs > *secs ? c->early[i].secs : *secs;
-			c->early[i] = c->early[--c->nearly];
-		} else {
-			i++;
-		}
-	}
-	while (got < c->n) {
-		struct pollfd p = { c->res, POLLIN, 0 };
-		int r = poll(&p, 1, 100);
-		if (r > 0) {
-			struct tmsg t;
-			ssize_t n = read(c->res, &t, sizeof(t));
-			if (n != (ssize_t)sizeof(t)) {
-				fail("a trainer exited early (see its message above)");
-				return -1;
-			}
-			if (t.what == T_FAILED) {
-				fail("rank %d failed at step %" PRIu64 " (%s)", t.rank, s,
-				     t.rc == 3 ? "restored bytes differ" : snap_strerror(t.rc));
-				return -1;
-			}
-			if (t.what == what && t.step == s) {
-				got++;
-				*secs = t.secs > *secs ? t.secs : *secs;
-			} else if (c->nearly < 2 * MAX_NODES) {
-				c->early[c->nearly++] = t;
-			} else {
-				fail("unexpected message from rank %d", t.rank);
-				return -1;
-			}
-			continue;
-		}
-		if (r < 0 && errno != EINTR)
-			return -1;
-		if (stop_sig || !mesh_alive(ms) || mono() - t0 > WAIT_S) {
-			if (!stop_sig)
-				fail("%d of %d trainers reported step %" PRIu64 "; %s", got, c->n, s,
-				     mesh_alive(ms) ? "timed out" : "the mesh died");
-			return -1;
-		}
-	}
-	return 0;
-}
-
-/* Wait until every node logged step s protected. */
-static int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines)
-{
-	double t0 = mono();
-	for (;;) {
-		if (log_refresh(ms)) {
-			fail("cannot read %s", ms->log);
-			return -1;
-		}
-		if (find_protected(ms, s, lines, ms->nodes) >= ms->nodes)
-			return 0;
-		if (stop_sig || !mesh_alive(ms) || mono() - t0 > WAIT_S) {
-			if (!stop_sig)
-				fail("step %" PRIu64 " was not protected on every node; see %s", s, ms->log);
-			return -1;
-		}
-		nap_ms(2);
-	}
-}
-
-/* ------------------------------------------------------------------ */
 
 static void usage(FILE *f)
 {
@@ -689,7 +97,7 @@ static int parse_int(const char *opt, const char *v, int lo, int hi, int *out)
 	char *end;
 	long x = strtol(v, &end, 10);
 	if (*v == 0 || *end || x < lo || x > hi) {
-		fail("%s %s: expected a whole number from %d to %d", opt, v, lo, hi);
+		bm_fail("%s %s: expected a whole number from %d to %d", opt, v, lo, hi);
 		return -1;
 	}
 	*out = (int)x;
@@ -723,15 +131,15 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 		double d;
 		if (crew_collect(&c, ms, T_READY, (uint64_t)s, &d))
 			goto bad;
-		double t0 = mono();
+		double t0 = bench_mono();
 		for (int i = 0; i < c.n; i++)
 			if (write(c.go[i], "g", 1) != 1) {
-				fail("a trainer is gone");
+				bm_fail("a trainer is gone");
 				goto bad;
 			}
 		if (crew_collect(&c, ms, T_DONE, (uint64_t)s, &R->commit_s[s - 1]) || wait_protected(ms, (uint64_t)s, lines))
 			goto bad;
-		R->wall_s[s - 1] = mono() - t0;
+		R->wall_s[s - 1] = bench_mono() - t0;
 		R->prot_s[s - 1] = 0;
 		R->data = R->parity = 0;
 		for (int n = 0; n < ms->nodes; n++) {
@@ -741,7 +149,7 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 		}
 	}
 	if (!crew_join(&c)) {
-		fail("a trainer did not close cleanly (see above)");
+		bm_fail("a trainer did not close cleanly (see above)");
 		goto bad;
 	}
 
@@ -750,20 +158,20 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 	for (int n = 0; n < ms->m; n++) {
 		char dir[PATH_MAX + 16];
 		if (node_path(ms, n, NULL, dir, sizeof(dir)) || bench_rm_tree(dir)) {
-			fail("cannot remove %s: %s", dir, strerror(errno));
+			bm_fail("cannot remove %s: %s", dir, strerror(errno));
 			goto bad;
 		}
 	}
-	double t0 = mono();
+	double t0 = bench_mono();
 	if (mesh_start(ms))
 		goto bad;
-	R->serving = mono() - t0;
+	R->serving = bench_mono() - t0;
 	struct rebuilt rb[MAX_NODES];
 	if (log_refresh(ms))
 		goto bad;
 	int nrb = find_rebuilt(ms, (uint64_t)steps, rb, MAX_NODES);
 	if (nrb != ms->m) {
-		fail("%d of %d lost nodes logged their rebuild of step %d; see %s", nrb, ms->m, steps, ms->log);
+		bm_fail("%d of %d lost nodes logged their rebuild of step %d; see %s", nrb, ms->m, steps, ms->log);
 		goto bad;
 	}
 	R->rebuild_ms = R->files = R->exchange = R->publish = 0;
@@ -775,12 +183,12 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 	}
 	if (crew_start(&c, ms, size, 0, (uint64_t)steps) ||
 	    crew_collect(&c, ms, T_RESTORED, (uint64_t)steps, &R->restore_max) || !crew_join(&c)) {
-		fail("after the rebuild the trainers did not all restore step %d intact", steps);
+		bm_fail("after the rebuild the trainers did not all restore step %d intact", steps);
 		goto bad;
 	}
-	R->restored = mono() - t0;
+	R->restored = bench_mono() - t0;
 	if (mesh_stop(ms))
-		fail("the mesh did not shut down cleanly after SIGTERM; see %s", ms->log);
+		bm_fail("the mesh did not shut down cleanly after SIGTERM; see %s", ms->log);
 	return 0;
 bad:
 	crew_end(&c, 1);
@@ -804,7 +212,7 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	int st = bench_run_capture(av, out, sizeof(out));
 	const char *line = strchr(out, '{');
 	if (st != 0 || !line) {
-		fail("snapbench ec failed (exit %d)", st);
+		bm_fail("snapbench ec failed (exit %d)", st);
 		return -1;
 	}
 	R->lib_move = bench_jnum(line, "mpi_move_gbps");
@@ -892,12 +300,12 @@ int cmd_bench_mesh(int argc, char **argv)
 			bad = parse_int(a, v, SLOTS + 2, MAX_STEPS, &steps), i++;
 		} else if (v && !strcmp(a, "--size")) {
 			if ((bad = snap_parse_size(v, &size) || size < 8 || size > (64ull << 30)))
-				fail("--size %s: expected a size from 8 bytes to 64G, like 4096, 64K, 16M or 1G", v);
+				bm_fail("--size %s: expected a size from 8 bytes to 64G, like 4096, 64K, 16M or 1G", v);
 			i++;
 		} else if (v && !strcmp(a, "--dir")) {
 			dir = v, i++;
 		} else {
-			fail("unknown or incomplete option '%s'", a);
+			bm_fail("unknown or incomplete option '%s'", a);
 			bad = 1;
 		}
 		if (bad) {
@@ -909,7 +317,7 @@ int cmd_bench_mesh(int argc, char **argv)
 	struct snap_ec_group g;
 	char err[256];
 	if (nodes < k + m || nodes > MAX_NODES || snap_ec_group_of(nodes, k, m, 0, 0, &g, err, sizeof(err))) {
-		fail("--nodes %d in groups of %d+%d: %s", nodes, k, m,
+		bm_fail("--nodes %d in groups of %d+%d: %s", nodes, k, m,
 		     nodes < k + m ? "need at least K+M nodes (group 0, the one that loses nodes, is measured)"
 				   : nodes > MAX_NODES ? "too many" : err);
 		return SB_USAGE;
@@ -925,11 +333,11 @@ int cmd_bench_mesh(int argc, char **argv)
 	snprintf(ms.log, sizeof(ms.log), "%s/snapbench-mesh-%d.log", tmp, (int)getpid());
 	char probe[SNAP_PATH_MAX];
 	if (node_path(&ms, nodes - 1, "smp.sock", probe, sizeof(probe))) {
-		fail("--dir %s: too long: the node stores' socket paths must fit in %d bytes", dir, SNAP_PATH_MAX - 1);
+		bm_fail("--dir %s: too long: the node stores' socket paths must fit in %d bytes", dir, SNAP_PATH_MAX - 1);
 		return SB_USAGE;
 	}
 	if (mkdir(ms.base, 0700)) {
-		fail("cannot create %s: %s", ms.base, strerror(errno));
+		bm_fail("cannot create %s: %s", ms.base, strerror(errno));
 		return SB_FAIL;
 	}
 	ms.huge = snap_store_hugepages(ms.base, ms.fs, sizeof(ms.fs));
@@ -941,12 +349,12 @@ int cmd_bench_mesh(int argc, char **argv)
 	static struct result R;
 	int rc = run(&ms, size, steps, &R);
 	if (bench_rm_tree(ms.base))
-		fail("could not remove %s: %s", ms.base, strerror(errno));
+		bm_fail("could not remove %s: %s", ms.base, strerror(errno));
 	free(ms.text);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
-	if (stop_sig) {
-		fail("stopped by signal %d; the mesh and the trainers were killed, the stores removed", (int)stop_sig);
+	if (bm_stop) {
+		bm_fail("stopped by signal %d; the mesh and the trainers were killed, the stores removed", (int)bm_stop);
 		unlink(ms.log);
 		return SB_FAIL;
 	}
@@ -958,3 +366,4 @@ int cmd_bench_mesh(int argc, char **argv)
 	report(&ms, size, steps, &R, json);
 	return SB_OK;
 }
+

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * bench_util.h - what the benchmark programs share: the median of a run's
- * samples, finding the snapsmp (or another program) they start, and the
- * Python they run the alternatives with.
+ * bench_util.h - what the benchmark programs share: a monotonic clock,
+ * the median of a run's samples, finding the snapsmp (or another program)
+ * they start, and the Python they run the alternatives with.
  */
 #ifndef SNAP_BENCH_UTIL_H
 #define SNAP_BENCH_UTIL_H
@@ -11,7 +11,16 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
+
+/* Monotonic seconds. */
+static inline double bench_mono(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
 
 static inline int bench_cmp_dbl(const void *a, const void *b)
 {
