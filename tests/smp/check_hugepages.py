@@ -15,8 +15,8 @@ saying so, where mount(2) is refused):
   - a store below the mount point, in a subdirectory: the mount's setting;
   - a store that is not on a tmpfs (the build tree, when it is not): no line.
 
-Each daemon is started, the test waits for its "serving store" line (the
-event), then SIGTERMs it and requires exit 0.
+Each daemon is started, the test waits for its "serving store" line
+(inotify on the log's directory), then SIGTERMs it and requires exit 0.
 usage: check_hugepages.py SNAPSMP TMPDIR_ON_DISK
 """
 import os
@@ -24,7 +24,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from events import Waiter  # noqa: E402
 
 snapsmp, disk = sys.argv[1], sys.argv[2]
 top = tempfile.mkdtemp(prefix="hugepages.", dir="/tmp")
@@ -49,15 +51,18 @@ def start_line(store):
     log = os.path.join(top, "smp.log")
     with open(log, "w") as lf:
         p = subprocess.Popen([snapsmp, "--store", store, "--mem-limit", "64M"], stdout=lf, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 120
-    text = ""
-    while time.monotonic() < deadline and p.poll() is None:
+
+    def serving():
+        with open(log) as f:
+            return "serving store" in f.read()
+
+    w = Waiter()
+    w.watch(top)
+    up = w.until(serving, limit=120, procs=[p])
+    w.close()
+    if not up:
         with open(log) as f:
             text = f.read()
-        if "serving store" in text:
-            break
-        time.sleep(0.01)
-    if "serving store" not in text:
         p.kill()
         fail(f"snapsmp on {store} never served: {text}")
     p.terminate()

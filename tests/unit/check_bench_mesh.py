@@ -11,9 +11,10 @@ daemons) at its smallest size, and what it must do when things go wrong.
 2. Bad input is refused before anything starts, naming the option: a size
    with an unknown suffix, too few steps, a mesh the group shape refuses, a
    --dir that does not exist.
-3. SIGINT at a random moment of a run (after the daemons logged a step
-   protected, so the mesh and the trainers are up): exit 1 saying so, and
-   the mesh, the trainers, the stores and the log are all gone.
+3. Three runs SIGINTed, each at a log line picked at random (a step
+   committed everywhere, a step protected, the lost node rebuilt): exit 1
+   saying so, and the mesh, the trainers, the stores and the log are all
+   gone.
 usage: check_bench_mesh.py SNAPTOOL
 """
 import json
@@ -25,7 +26,9 @@ import signal
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from events import Waiter  # noqa: E402
 
 snaptool = sys.argv[1]
 rng = random.Random(int(os.environ.get("SNAP_TEST_SEED", "57")))
@@ -59,7 +62,7 @@ def leftovers(pid):
     return left
 
 
-def bench(*args, timeout=600):
+def bench(*args):
     return subprocess.Popen([snaptool, "bench", "mesh", "--dir", stores, *args], env=env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True)
 
@@ -102,33 +105,42 @@ try:
                  f"(want it to name {says!r})")
     print("bad input: 5 cases refused, each naming what is wrong")
 
-    # 3. SIGINT within a run: wait for the event (a step protected), then strike
-    p = bench("--k", "2", "--m", "1", "--size", "32M", "--steps", "30")
-    log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
-    deadline = time.monotonic() + 300
-    seen = False
-    while time.monotonic() < deadline and p.poll() is None:
-        try:
-            with open(log, errors="replace") as f:
-                seen = re.search(r"job bench step \d+ protected", f.read()) is not None
-        except FileNotFoundError:
-            pass
-        if seen:
-            break
-        time.sleep(0.01)
-    if not seen:
-        p.kill()
-        fail(f"no step was logged protected (exit {p.poll()}): {p.stderr.read() if p.poll() is not None else ''}")
-    time.sleep(rng.uniform(0, 0.2))
-    p.send_signal(signal.SIGINT)
-    out, err = p.communicate(timeout=120)
-    if p.returncode != 1 or "stopped by signal 2" not in err:
-        fail(f"after SIGINT: exit {p.returncode} (want 1), stderr {err!r}")
-    # the trainers are reaped and the mesh's session killed before it exits
-    left = leftovers(p.pid)
-    if left:
-        fail(f"after SIGINT the run left {left}")
-    print("SIGINT mid-run: exit 1, mesh, trainers, stores and log all gone")
+    # 3. SIGINT within a run, at an event picked at random: a step committed
+    # everywhere (its protect starting), a step protected (the next save
+    # starting), or the lost node rebuilt (the relaunched trainers starting).
+    # The test waits for that log line (inotify) and strikes at once.
+    steps = 8
+    for trial in range(3):
+        kind, step = rng.choice(("restorable", "protected", "rebuilt")), rng.randint(1, steps)
+        pat = {"restorable": rf"node \d+: job bench step {step} restorable",
+               "protected": rf"job bench step {step} protected",
+               "rebuilt": rf"job bench step {steps}: rebuilt this lost node"}[kind]
+        p = bench("--k", "2", "--m", "1", "--size", "16M", "--steps", str(steps))
+        log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
+
+        def seen():
+            try:
+                with open(log, errors="replace") as f:
+                    return re.search(pat, f.read()) is not None
+            except FileNotFoundError:
+                return False
+
+        w = Waiter()
+        w.watch(tmp)
+        hit = w.until(seen, limit=300, procs=[p])
+        w.close()
+        if not hit:
+            p.kill()
+            fail(f"trial {trial}: /{pat}/ never appeared (exit {p.wait()}): {p.stderr.read()}")
+        p.send_signal(signal.SIGINT)
+        out, err = p.communicate(timeout=120)
+        # the run may have finished between the line and the signal: then it exits 0
+        if not (p.returncode == 1 and "stopped by signal 2" in err) and p.returncode != 0:
+            fail(f"trial {trial}, SIGINT at /{pat}/: exit {p.returncode} (want 1), stderr {err!r}")
+        left = leftovers(p.pid)
+        if left:
+            fail(f"trial {trial}, SIGINT at /{pat}/: the run left {left}")
+        print(f"SIGINT at /{pat}/: exit {p.returncode}, mesh, trainers, stores and log all gone")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 print("check_bench_mesh: OK")
