@@ -248,6 +248,7 @@ static int serve_load(struct smp *m, char *err, size_t errlen)
 	smp_say(m, "serving store %s on %s (%u slots per rank, budget %" PRIu64 " bytes, %" PRIu64 " in use)%s%s",
 		cfg->client.store, cfg->client.socket, cfg->slots, cfg->mem_limit, m->store->mem_used,
 		cfg->flush_dir[0] ? ", flushing to " : "", cfg->flush_dir);
+	snap_mesh_unlock(m->mesh);
 	char why[160];
 	int huge = snap_store_hugepages(cfg->client.store, why, sizeof(why));
 	if (huge == 1)
@@ -257,7 +258,6 @@ static int serve_load(struct smp *m, char *err, size_t errlen)
 			"rebuild at relaunch, a relaunched trainer's restore) faults it in 4 KiB at a time; a tmpfs "
 			"mounted with -o huge=within_size made them 1.3-2x faster (docs/deploy.md, \"Huge pages\")",
 			cfg->client.store, why);
-	snap_mesh_unlock(m->mesh);
 	return 0;
 }
 
