@@ -65,6 +65,16 @@ uint32_t snap_crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t snap_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /*
+ * Copy n bytes from a block still in cache (a bounce buffer just read) to
+ * memory the caller will not read soon: non-temporal stores on x86-64,
+ * whose speed does not depend on dst's alignment (copy.c says why memcpy's
+ * does), memcpy elsewhere. Ordered before return like memcpy.
+ * snap_copy_stream_base is the plain C version the tests compare with.
+ */
+void snap_copy_stream(void *dst, const void *src, size_t n);
+void snap_copy_stream_base(void *dst, const void *src, size_t n);
+
+/*
  * Whether files created under dir get transparent huge pages (hugepages.c
  * says why it matters): 1 yes (a tmpfs mounted huge=always|within_size, or
  * shmem_enabled=force), 0 a tmpfs without them, -1 not a tmpfs or dir
