@@ -76,6 +76,21 @@ has ec "^  kernel_encode_gbps +$num +ec/ kernel, 1 process \(${num}% of raw\)"
 has ec "^  mesh_encode_gbps +$num +end-to-end protect \(${num}% of MPI move\)"
 has ec "^  rebuild_gbps +$num +rebuild of 1 lost members over MPI, verified"
 
+# Bad values for bench ec are refused by name, exit 2, before MPI starts
+# (they were read with atoi: "--k x" became 0 and met a generic message).
+i=0
+for bad in "--k x|--k x: expected a whole number from 1 to 254" \
+	"--m 0|--m 0: expected a whole number from 1 to 254" \
+	"--size 16Q|--size 16Q: expected a size from 1 byte to 16G" \
+	"--chunk 100|--chunk 100: expected a multiple of 64 bytes" \
+	"--reps 2x|--reps 2x: expected a whole number from 1 to 1000" \
+	"--k 200 --m 100|--k 200 --m 100: a group has at most 255 nodes"; do
+	i=$((i + 1))
+	# shellcheck disable=SC2086 # the options are meant to split
+	run "ecbad$i" 2 "$snaptool" bench ec ${bad%%|*}
+	grep -qF "snapbench ec: ${bad#*|}" "$t/ecbad$i.err" || fail "bench ec ${bad%%|*}: the error does not say '${bad#*|}'"
+done
+
 # --device cuda hands over to snap_bench_gpu (4M is its smallest size).
 rc=0
 "$snapbench" snapshot --device cuda --sizes 4M --iters 1 >"$t/gpu.out" 2>&1 || rc=$?
@@ -91,4 +106,4 @@ mkdir "$t/alone"
 cp "$snaptool" "$t/alone/snaptool"
 run alone 1 env PATH="$t/alone" "$t/alone/snaptool" bench codec --help
 grep -qF "$t/alone/snapbench" "$t/alone.err" || fail "the error does not name where it looked for snapbench"
-echo "check_bench: codec, snapshot, flush and ec ran through snaptool bench"
+echo "check_bench: codec, snapshot, flush and ec ran through snaptool bench; 6 bad ec options refused"

@@ -19,6 +19,7 @@
  * $MPIEXEC or `mpiexec` in PATH; when run as root the Open MPI root
  * overrides are set for the child.
  */
+#include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,6 +31,7 @@
 
 #include "snap/base.h"
 #include "snap/ec.h"
+#include "bench_opts.h"
 #include "bench_proc.h"
 #include "bench_util.h"
 #include "snapbench.h"
@@ -99,40 +101,40 @@ static int decode_rows(const uint8_t *gen, int k, const int *surv, const int *er
 int cmd_bench_ec(int argc, char **argv)
 {
 	int k = 4, m = 2, reps = 5, json = 0;
-	unsigned long long size = 16ull << 20;
-	unsigned long chunk = 0;
+	uint64_t size = 16ull << 20, chunk = 0;
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		int bad = 0;
 		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
 			usage(stdout);
 			return SB_OK;
 		} else if (!strcmp(a, "--json")) {
 			json = 1;
 		} else if (v && !strcmp(a, "--k")) {
-			k = atoi(v), i++;
+			bad = bench_opt_int("ec", a, v, 1, SNAP_EC_MAX_GROUP - 1, &k), i++;
 		} else if (v && !strcmp(a, "--m")) {
-			m = atoi(v), i++;
+			bad = bench_opt_int("ec", a, v, 1, SNAP_EC_MAX_GROUP - 1, &m), i++;
 		} else if (v && !strcmp(a, "--size")) {
-			uint64_t b;
-			if (snap_parse_size(v, &b)) {   /* "16M" was read as 16 bytes */
-				fprintf(stderr, "snapbench ec: --size %s: expected a size like 4096, 64K, 16M or 1G\n", v);
-				return SB_USAGE;
-			}
-			size = b, i++;
+			bad = bench_opt_size("ec", a, v, 1, 1ull << 34, "1 byte to 16G", &size), i++;
 		} else if (v && !strcmp(a, "--chunk")) {
-			chunk = strtoul(v, NULL, 0), i++;
+			bad = bench_opt_size("ec", a, v, SNAP_EC_MIN_CHUNK, SNAP_EC_MAX_CHUNK, "64 bytes to 256M", &chunk), i++;
+			if (!bad && chunk % 64) {
+				fprintf(stderr, "snapbench ec: --chunk %s: expected a multiple of 64 bytes\n", v);
+				bad = 1;
+			}
 		} else if (v && !strcmp(a, "--reps")) {
-			reps = atoi(v), i++;
+			bad = bench_opt_int("ec", a, v, 1, 1000, &reps), i++;
 		} else {
 			fprintf(stderr, "snapbench ec: unknown or incomplete option '%s'\n", a);
+			bad = 1;
+		}
+		if (bad) {
 			usage(stderr);
 			return SB_USAGE;
 		}
 	}
-	if (k < 1 || m < 1 || k + m > SNAP_EC_MAX_GROUP || size == 0 || size > (1ull << 34) || reps < 1 ||
-	    (chunk && (chunk < SNAP_EC_MIN_CHUNK || chunk > SNAP_EC_MAX_CHUNK || chunk % 64))) {
-		fprintf(stderr, "snapbench ec: need 1 <= k, 1 <= m, k+m <= %d, 0 < size <= 16 GiB, "
-				"reps >= 1, chunk a multiple of 64 in [64, 2^28]\n", SNAP_EC_MAX_GROUP);
+	if (k + m > SNAP_EC_MAX_GROUP) {
+		fprintf(stderr, "snapbench ec: --k %d --m %d: a group has at most %d nodes\n", k, m, SNAP_EC_MAX_GROUP);
 		return SB_USAGE;
 	}
 	int n = k + m;
@@ -253,8 +255,9 @@ int cmd_bench_ec(int argc, char **argv)
 	snprintf(a_np, sizeof(a_np), "%d", n);
 	snprintf(a_k, sizeof(a_k), "%d", k);
 	snprintf(a_m, sizeof(a_m), "%d", m);
-	snprintf(a_size, sizeof(a_size), "%llu", size);
-	snprintf(a_chunk, sizeof(a_chunk), "%lu", chunk ? chunk : (unsigned long)SNAP_EC_DEFAULT_CHUNK);
+	snprintf(a_size, sizeof(a_size), "%" PRIu64, size);
+	uint64_t ch = chunk ? chunk : SNAP_EC_DEFAULT_CHUNK;
+	snprintf(a_chunk, sizeof(a_chunk), "%" PRIu64, ch);
 	snprintf(a_reps, sizeof(a_reps), "%d", reps);
 	char *const av[] = { (char *)mpiexec, "-np", a_np, "--oversubscribe", helper, "--k", a_k, "--m", a_m,
 			     "--size", a_size, "--chunk", a_chunk, "--reps", a_reps, NULL };
@@ -268,17 +271,16 @@ int cmd_bench_ec(int argc, char **argv)
 	double raw_enc = prot / best_raw, kern = prot / best_kern, raw_dec = prot / best_dec;
 	double move = bench_jnum(line, "mpi_move_gbps"), mesh = bench_jnum(line, "mesh_encode_gbps");
 	double reb = bench_jnum(line, "rebuild_gbps"), alt = bench_jnum(line, "alt_reduce_scatter_gbps");
-	unsigned long ch = chunk ? chunk : (unsigned long)SNAP_EC_DEFAULT_CHUNK;
 	if (json) {
-		printf("{\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%llu,\"chunk\":%lu,\"reps\":%d,"
+		printf("{\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"chunk\":%" PRIu64 ",\"reps\":%d,"
 		       "\"raw_encode_gbps\":%.3f,\"kernel_encode_gbps\":%.3f,\"mpi_move_gbps\":%.3f,"
 		       "\"mesh_encode_gbps\":%.3f,\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,"
 		       "\"alt_reduce_scatter_gbps\":%.3f,\"kernel_vs_raw\":%.3f,\"mesh_vs_move\":%.3f}\n",
 		       k, m, n, size, ch, reps, raw_enc, kern, move, mesh, raw_dec, reb, alt, kern / raw_enc,
 		       mesh / move);
 	} else {
-		printf("ec bench: %d+%d, %d simulated nodes (MPI ranks on this host), %llu bytes/node, "
-		       "chunk %lu, best of %d\n", k, m, n, size, ch, reps);
+		printf("ec bench: %d+%d, %d simulated nodes (MPI ranks on this host), %" PRIu64 " bytes/node, "
+		       "chunk %" PRIu64 ", best of %d\n", k, m, n, size, ch, reps);
 		printf("  %-26s %9s  %s\n", "figure", "GB/s", "(GB of protected data per second)");
 		printf("  %-26s %9.3f  ISA-L ec_encode_data, 1 process, whole segments\n", "raw_encode_gbps", raw_enc);
 		printf("  %-26s %9.3f  ec/ kernel, 1 process (%.0f%% of raw)\n", "kernel_encode_gbps", kern,

@@ -46,6 +46,7 @@
 #include <unistd.h>
 
 #include "bench_mesh.h"
+#include "bench_opts.h"
 #include "bench_proc.h"
 #include "bench_util.h"
 #include "snap/base.h"
@@ -90,18 +91,6 @@ static void usage(FILE *f)
 		   "  --json     one JSON line instead of the table\n"
 		   "snapsmp is found beside snapbench (or $SNAPSMP), mpiexec is $MPIEXEC or on PATH.\n",
 		SLOTS + 2, SLOTS + 1);
-}
-
-static int parse_int(const char *opt, const char *v, int lo, int hi, int *out)
-{
-	char *end;
-	long x = strtol(v, &end, 10);
-	if (*v == 0 || *end || x < lo || x > hi) {
-		bm_fail("%s %s: expected a whole number from %d to %d", opt, v, lo, hi);
-		return -1;
-	}
-	*out = (int)x;
-	return 0;
 }
 
 struct result {
@@ -291,17 +280,15 @@ int cmd_bench_mesh(int argc, char **argv)
 		} else if (!strcmp(a, "--json")) {
 			json = 1;
 		} else if (v && !strcmp(a, "--k")) {
-			bad = parse_int(a, v, 1, SNAP_EC_MAX_GROUP - 1, &k), i++;
+			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &k), i++;
 		} else if (v && !strcmp(a, "--m")) {
-			bad = parse_int(a, v, 1, SNAP_EC_MAX_GROUP - 1, &m), i++;
+			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &m), i++;
 		} else if (v && !strcmp(a, "--nodes")) {
-			bad = parse_int(a, v, 2, MAX_NODES, &nodes), i++;
+			bad = bench_opt_int("mesh", a, v, 2, MAX_NODES, &nodes), i++;
 		} else if (v && !strcmp(a, "--steps")) {
-			bad = parse_int(a, v, SLOTS + 2, MAX_STEPS, &steps), i++;
+			bad = bench_opt_int("mesh", a, v, SLOTS + 2, MAX_STEPS, &steps), i++;
 		} else if (v && !strcmp(a, "--size")) {
-			if ((bad = snap_parse_size(v, &size) || size < 8 || size > (64ull << 30)))
-				bm_fail("--size %s: expected a size from 8 bytes to 64G, like 4096, 64K, 16M or 1G", v);
-			i++;
+			bad = bench_opt_size("mesh", a, v, 8, 64ull << 30, "8 bytes to 64G", &size), i++;
 		} else if (v && !strcmp(a, "--dir")) {
 			dir = v, i++;
 		} else {
