@@ -15,6 +15,11 @@ daemons) at its smallest size, and what it must do when things go wrong.
    committed everywhere, a step protected, the lost node rebuilt): exit 1
    saying so, and the mesh, the trainers, the stores and the log are all
    gone.
+4. A trainer, then a daemon, SIGKILLed at the log line of a step protected
+   (picked at random among the saves): exit 1 naming what died (a dead
+   trainer used to leave the run waiting 600 s for its report, or kill it
+   with SIGPIPE and leave the mesh running), the mesh, the other trainers
+   and the stores gone, the daemons' log kept and named.
 usage: check_bench_mesh.py SNAPTOOL
 """
 import json
@@ -141,6 +146,87 @@ try:
         if left:
             fail(f"trial {trial}, SIGINT at /{pat}/: the run left {left}")
         print(f"SIGINT at /{pat}/: exit {p.returncode}, mesh, trainers, stores and log all gone")
+
+    # 4. a trainer or a daemon SIGKILLed mid-run
+    def procs_of(pid):
+        """The run's trainers (its forked children named snapbench) and
+        daemons (snapsmp processes of its stores)."""
+        base = os.path.join(stores, f"snapbench-mesh-{pid}")
+        trainers, daemons = [], []
+        for d in os.listdir("/proc"):
+            if not d.isdigit():
+                continue
+            try:
+                with open(f"/proc/{d}/stat") as f:
+                    st = f.read()
+                with open(f"/proc/{d}/cmdline", "rb") as f:
+                    cmd = f.read().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            comm, ppid = st[st.index("(") + 1:st.rindex(")")], int(st[st.rindex(")") + 2:].split()[1])
+            if comm == "snapbench" and ppid == pid:
+                trainers.append(int(d))
+            elif comm == "snapsmp" and base in cmd:
+                daemons.append(int(d))
+        return trainers, daemons
+
+    def alive(pid):
+        """pid runs (not a zombie)."""
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except OSError:
+            return False
+
+    for victim in ("trainer", "daemon"):
+        step = rng.randint(1, steps - 2)
+        pat = rf"job bench step {step} protected"
+        p = bench("--k", "2", "--m", "1", "--size", "16M", "--steps", str(steps))
+        log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
+
+        def seen():
+            try:
+                with open(log, errors="replace") as f:
+                    return re.search(pat, f.read()) is not None
+            except FileNotFoundError:
+                return False
+
+        w = Waiter()
+        w.watch(tmp)
+        hit = w.until(seen, limit=300, procs=[p])
+        w.close()
+        if not hit:
+            p.kill()
+            fail(f"{victim} trial: /{pat}/ never appeared (exit {p.wait()}): {p.stderr.read()}")
+        trainers, daemons = procs_of(p.pid)
+        pool = trainers if victim == "trainer" else daemons
+        if len(pool) != 3:
+            p.kill()
+            fail(f"{victim} trial at /{pat}/: found {len(pool)} {victim}s of run {p.pid}, want 3")
+        os.kill(rng.choice(pool), signal.SIGKILL)
+        try:
+            out, err = p.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.communicate()
+            # the mesh (mpiexec names the stores) is in a session of its own
+            for pid in trainers + [int(x.split(":")[0][4:]) for x in leftovers(p.pid) if x.startswith("pid ")]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            fail(f"a {victim} SIGKILLed at /{pat}/: the run did not notice within 120 s")
+        says = (r"the trainer of rank \d+ (was killed by signal 9|is gone)" if victim == "trainer"
+                else r"the mesh died|rank \d+ failed at step \d+")
+        if p.returncode != 1 or not re.search(says, err) or f"the daemons' log is kept: {log}" not in err:
+            fail(f"a {victim} SIGKILLed at /{pat}/: exit {p.returncode} (want 1), stderr {err!r} "
+                 f"(want /{says}/ and the log named)")
+        left = leftovers(p.pid) + [f"trainer pid {t}" for t in trainers if alive(t)]
+        if left != [log]:
+            fail(f"a {victim} SIGKILLed at /{pat}/: left {left} (want the log {log} alone)")
+        os.unlink(log)
+        print(f"{victim} SIGKILLed at /{pat}/: exit 1, {re.search(says, err).group(0)!r}; "
+              "mesh, trainers and stores gone, log kept")
 finally:
     shutil.rmtree(tmp, ignore_errors=True)
 print("check_bench_mesh: OK")

@@ -122,8 +122,8 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 			goto bad;
 		double t0 = bench_mono();
 		for (int i = 0; i < c.n; i++)
-			if (write(c.go[i], "g", 1) != 1) {
-				bm_fail("a trainer is gone");
+			if (write(c.go[i], "g", 1) != 1) {   /* EPIPE: SIGPIPE is ignored during the run */
+				bm_fail("the trainer of rank %d is gone (%s) at step %d", i, strerror(errno), s);
 				goto bad;
 			}
 		if (crew_collect(&c, ms, T_DONE, (uint64_t)s, &R->commit_s[s - 1]) || wait_protected(ms, (uint64_t)s, lines))
@@ -137,10 +137,8 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 			R->parity += lines[n].parity;
 		}
 	}
-	if (!crew_join(&c)) {
-		bm_fail("a trainer did not close cleanly (see above)");
+	if (!crew_join(&c))
 		goto bad;
-	}
 
 	/* the loss: every node at once, then M nodes' stores */
 	mesh_kill(ms);
@@ -329,10 +327,14 @@ int cmd_bench_mesh(int argc, char **argv)
 	}
 	ms.huge = snap_store_hugepages(ms.base, ms.fs, sizeof(ms.fs));
 	unlink(ms.log);
-	struct sigaction sa = { .sa_handler = on_signal }, old_int, old_term;
+	struct sigaction sa = { .sa_handler = on_signal }, ign = { .sa_handler = SIG_IGN }, old_int, old_term, old_pipe;
 	sigemptyset(&sa.sa_mask);
+	sigemptyset(&ign.sa_mask);
 	sigaction(SIGINT, &sa, &old_int);
 	sigaction(SIGTERM, &sa, &old_term);
+	/* A trainer that died must not take the benchmark with it when it is
+	 * told to go: the mesh (in a session of its own) would outlive us. */
+	sigaction(SIGPIPE, &ign, &old_pipe);
 	static struct result R;
 	int rc = run(&ms, size, steps, &R);
 	if (bench_rm_tree(ms.base))
@@ -340,13 +342,16 @@ int cmd_bench_mesh(int argc, char **argv)
 	free(ms.text);
 	sigaction(SIGINT, &old_int, NULL);
 	sigaction(SIGTERM, &old_term, NULL);
+	sigaction(SIGPIPE, &old_pipe, NULL);
 	if (bm_stop) {
 		bm_fail("stopped by signal %d; the mesh and the trainers were killed, the stores removed", (int)bm_stop);
 		unlink(ms.log);
 		return SB_FAIL;
 	}
-	if (rc)
-		return SB_FAIL;   /* the log stays, named in the message */
+	if (rc) {
+		bm_fail("the daemons' log is kept: %s", ms.log);
+		return SB_FAIL;
+	}
 	unlink(ms.log);
 	if (library(&ms, size, &R))
 		return SB_FAIL;

@@ -302,7 +302,8 @@ int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines)
 			return 0;
 		if (bm_stop || !mesh_alive(ms) || bench_mono() - t0 > WAIT_S) {
 			if (!bm_stop)
-				bm_fail("step %" PRIu64 " was not protected on every node; see %s", s, ms->log);
+				bm_fail("step %" PRIu64 " was not protected on every node: %s; see %s", s,
+					mesh_alive(ms) ? "timed out" : "the mesh died", ms->log);
 			return -1;
 		}
 		bm_nap_ms(2);

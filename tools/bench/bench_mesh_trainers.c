@@ -123,7 +123,17 @@ void crew_end(struct crew *c, int kill_them)
 	c->n = 0;
 }
 
-/* Whether every trainer exited 0 (waits for them; their go pipes closed). */
+/* Says how the trainer of `rank` ended, when that was not exit 0. */
+static void say_ended(int rank, int st, const char *when)
+{
+	if (WIFSIGNALED(st))
+		bm_fail("the trainer of rank %d was killed by signal %d %s", rank, WTERMSIG(st), when);
+	else
+		bm_fail("the trainer of rank %d exited with status %d %s", rank, WEXITSTATUS(st), when);
+}
+
+/* Whether every trainer exited 0 (waits for them; their go pipes closed);
+ * says which did not. */
 int crew_join(struct crew *c)
 {
 	int ok = 1;
@@ -132,8 +142,10 @@ int crew_join(struct crew *c)
 			close(c->go[i]);
 		c->go[i] = -1;
 		int st;
-		if (c->pid[i] > 0 && waitpid(c->pid[i], &st, 0) == c->pid[i])
-			ok &= WIFEXITED(st) && WEXITSTATUS(st) == 0;
+		if (c->pid[i] > 0 && waitpid(c->pid[i], &st, 0) == c->pid[i] && !(WIFEXITED(st) && WEXITSTATUS(st) == 0)) {
+			say_ended(i, st, "before it finished");
+			ok = 0;
+		}
 		c->pid[i] = 0;
 	}
 	crew_end(c, 0);
@@ -185,17 +197,38 @@ int crew_start(struct crew *c, const struct mesh *ms, uint64_t size, int steps, 
 	return 0;
 }
 
+/* A trainer that died before it reported (reaped here, so nobody waits for
+ * it again): says which and how, and returns 1; else 0. The others keep the
+ * results pipe open, so its end of file never comes. A trainer that has
+ * reported may exit (the restoring ones do). */
+static int crew_lost_one(struct crew *c, const char *reported, uint64_t s)
+{
+	for (int i = 0; i < c->n; i++) {
+		int st;
+		if (reported[i] || c->pid[i] <= 0 || waitpid(c->pid[i], &st, WNOHANG) != c->pid[i])
+			continue;
+		c->pid[i] = 0;
+		char when[64];
+		snprintf(when, sizeof(when), "while step %" PRIu64 " was under way", s);
+		say_ended(i, st, when);
+		return 1;
+	}
+	return 0;
+}
+
 /* Wait for one `what` message from every trainer about step s; secs gets
  * the largest `secs` they report. A failure, a trainer that died, the
  * mesh gone or a signal end the wait with -1. */
 int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *secs)
 {
 	int got = 0;
+	char reported[MAX_NODES] = { 0 };
 	double t0 = bench_mono();
 	*secs = 0;
 	for (int i = 0; i < c->nearly;) {
 		if (c->early[i].what == what && c->early[i].step == s) {
 			got++;
+			reported[(unsigned)c->early[i].rank % MAX_NODES] = 1;
 			*secs = c->early[i].secs > *secs ? c->early[i].secs : *secs;
 			c->early[i] = c->early[--c->nearly];
 		} else {
@@ -219,6 +252,7 @@ int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *
 			}
 			if (t.what == what && t.step == s) {
 				got++;
+				reported[(unsigned)t.rank % MAX_NODES] = 1;
 				*secs = t.secs > *secs ? t.secs : *secs;
 			} else if (c->nearly < 2 * MAX_NODES) {
 				c->early[c->nearly++] = t;
@@ -229,6 +263,8 @@ int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *
 			continue;
 		}
 		if (r < 0 && errno != EINTR)
+			return -1;
+		if (!bm_stop && crew_lost_one(c, reported, s))
 			return -1;
 		if (bm_stop || !mesh_alive(ms) || bench_mono() - t0 > WAIT_S) {
 			if (!bm_stop)
