@@ -72,6 +72,29 @@ def bench(*args):
                             stderr=subprocess.PIPE, text=True)
 
 
+def bench_until(pat, what, *args):
+    """Start a run and wait (inotify) until its daemons' log shows /pat/:
+    the run and its log's path; fails the test if the line never comes."""
+    p = bench(*args)
+    log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
+
+    def seen():
+        try:
+            with open(log, errors="replace") as f:
+                return re.search(pat, f.read()) is not None
+        except FileNotFoundError:
+            return False
+
+    w = Waiter()
+    w.watch(tmp)
+    hit = w.until(seen, limit=300, procs=[p])
+    w.close()
+    if not hit:
+        p.kill()
+        fail(f"{what}: /{pat}/ never appeared (exit {p.wait()}): {p.stderr.read()}")
+    return p, log
+
+
 try:
     # 1. a whole run
     p = bench("--k", "2", "--m", "1", "--size", "4M", "--steps", "5", "--json")
@@ -120,23 +143,7 @@ try:
         pat = {"restorable": rf"node \d+: job bench step {step} restorable",
                "protected": rf"job bench step {step} protected",
                "rebuilt": rf"job bench step {steps}: rebuilt this lost node"}[kind]
-        p = bench("--k", "2", "--m", "1", "--size", "16M", "--steps", str(steps))
-        log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
-
-        def seen():
-            try:
-                with open(log, errors="replace") as f:
-                    return re.search(pat, f.read()) is not None
-            except FileNotFoundError:
-                return False
-
-        w = Waiter()
-        w.watch(tmp)
-        hit = w.until(seen, limit=300, procs=[p])
-        w.close()
-        if not hit:
-            p.kill()
-            fail(f"trial {trial}: /{pat}/ never appeared (exit {p.wait()}): {p.stderr.read()}")
+        p, log = bench_until(pat, f"trial {trial}", "--k", "2", "--m", "1", "--size", "16M", "--steps", str(steps))
         p.send_signal(signal.SIGINT)
         out, err = p.communicate(timeout=120)
         # the run may have finished between the line and the signal: then it exits 0
@@ -181,23 +188,7 @@ try:
     for victim in ("trainer", "daemon"):
         step = rng.randint(1, steps - 2)
         pat = rf"job bench step {step} protected"
-        p = bench("--k", "2", "--m", "1", "--size", "16M", "--steps", str(steps))
-        log = os.path.join(tmp, f"snapbench-mesh-{p.pid}.log")
-
-        def seen():
-            try:
-                with open(log, errors="replace") as f:
-                    return re.search(pat, f.read()) is not None
-            except FileNotFoundError:
-                return False
-
-        w = Waiter()
-        w.watch(tmp)
-        hit = w.until(seen, limit=300, procs=[p])
-        w.close()
-        if not hit:
-            p.kill()
-            fail(f"{victim} trial: /{pat}/ never appeared (exit {p.wait()}): {p.stderr.read()}")
+        p, log = bench_until(pat, f"{victim} trial", "--k", "2", "--m", "1", "--size", "16M", "--steps", str(steps))
         trainers, daemons = procs_of(p.pid)
         pool = trainers if victim == "trainer" else daemons
         if len(pool) != 3:
