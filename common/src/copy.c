@@ -1,17 +1,19 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Copy a block that is still in cache to memory nobody will read soon (the
- * restore's last pass into a trainer's buffers).
+ * Copy to memory nobody will read soon: the restore's last pass into a
+ * trainer's buffers, from a bounce block still in cache or from the slot's
+ * mapping.
  *
  * Why not memcpy: for blocks of a few hundred KiB glibc copies with
  * `rep movsb`, and so does the kernel's pread() into user memory. On the
  * AMD EPYC development VM that runs at 1.2-1.7 GB/s when the destination
  * sits 16 bytes off the source's alignment (malloc'd arrays: 16 past a
  * page) against 3.5-5 GB/s aligned, and every store first reads its line
- * (read for ownership). Non-temporal stores from an aligned destination run
- * at 13-16 GB/s from L2 whatever the source's alignment (tests/unit/
- * copy_stream.c checks the bytes; `snapbench snapshot`'s "restore, new
- * context" row is the speed that matters).
+ * (read for ownership). Non-temporal stores to a 16-byte aligned
+ * destination run at 17-19 GB/s from L2 whatever the source's alignment
+ * (`test_copy_stream --perf`; the test checks the bytes at every
+ * alignment). `snapbench snapshot`'s restore rows are the speed that
+ * matters.
  */
 #include <stdint.h>
 #include <string.h>

@@ -65,8 +65,9 @@ uint32_t snap_crc32c_update(uint32_t crc, const void *buf, size_t len);
 uint32_t snap_crc32c_combine(uint32_t crc1, uint32_t crc2, uint64_t len2);
 
 /*
- * Copy n bytes from a block still in cache (a bounce buffer just read) to
- * memory the caller will not read soon: non-temporal stores on x86-64,
+ * Copy n bytes to memory the caller will not read soon (a restore into a
+ * trainer's buffers, best from a block still in cache): non-temporal stores
+ * on x86-64,
  * whose speed does not depend on dst's alignment (copy.c says why memcpy's
  * does), memcpy elsewhere. Ordered before return like memcpy.
  * snap_copy_stream_base is the plain C version the tests compare with.
