@@ -179,6 +179,7 @@ int mesh_start(struct mesh *ms)
 		dup2(fd, 2);
 		signal(SIGINT, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
+		signal(SIGPIPE, SIG_DFL);   /* ignored only by the benchmark itself; exec keeps SIG_IGN */
 		/* the daemons take every setting from their flags, none from a
 		 * SNAP_* variable the caller happens to have (a flush directory) */
 		extern char **environ;
