@@ -93,6 +93,12 @@ for bad in "--k x|--k x: expected a whole number from 1 to 254" \
 	grep -qF "snapbench ec: ${bad#*|}" "$t/ecbad$i.err" || fail "bench ec ${bad%%|*}: the error does not say '${bad#*|}'"
 done
 
+# And for bench snapshot (--ranks and --iters were atoi'd too).
+run snapbad1 2 "$snaptool" bench snapshot --ranks x
+grep -qF "snapbench snapshot: --ranks x: expected a whole number from 1 to 64" "$t/snapbad1.err" || fail "bench snapshot --ranks x: not refused by name"
+run snapbad2 2 "$snaptool" bench snapshot --dir "$t/absent"
+grep -qF "snapbench snapshot: --dir $t/absent: No such file or directory" "$t/snapbad2.err" || fail "bench snapshot --dir absent: not refused by name"
+
 # --device cuda hands over to snap_bench_gpu (4M is its smallest size).
 rc=0
 "$snapbench" snapshot --device cuda --sizes 4M --iters 1 >"$t/gpu.out" 2>&1 || rc=$?
@@ -108,4 +114,4 @@ mkdir "$t/alone"
 cp "$snaptool" "$t/alone/snaptool"
 run alone 1 env PATH="$t/alone" "$t/alone/snaptool" bench codec --help
 grep -qF "$t/alone/snapbench" "$t/alone.err" || fail "the error does not name where it looked for snapbench"
-echo "check_bench: codec, snapshot, flush and ec ran through snaptool bench; 6 bad ec options refused"
+echo "check_bench: codec, snapshot, flush and ec ran through snaptool bench; 6 bad ec options and 2 bad snapshot options refused"

@@ -5,7 +5,8 @@
  * single-threaded memcpy of the same bytes) and what users would do instead
  * (torch.save of the same bytes to the same filesystem).
  *
- * A private snapsmp serves a fresh store under /dev/shm; N rank processes
+ * A private snapsmp serves a fresh store under --dir (default /dev/shm, a
+ * tmpfs with huge pages shows what they change); N rank processes
  * each snapshot size/N bytes. Per iteration we take the slowest rank (the
  * job waits for it), then report the median over iterations.
  */
@@ -20,10 +21,12 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_opts.h"
 #include "bench_proc.h"
 #include "bench_util.h"
 #include "snap/proto.h"
@@ -166,7 +169,7 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	return rc ? 1 : 0;
 }
 
-/* The private store lives in /dev/shm: never leave it behind. */
+/* The private store lives in memory (a tmpfs): never leave it behind. */
 static void remove_store(const char *store)
 {
 	if (bench_rm_tree(store))
@@ -297,23 +300,26 @@ int cmd_bench_snapshot(int argc, char **argv)
 	uint64_t size = 256ull << 20;
 	int ranks = 2, iters = 10, json = 0, c;
 	struct bench_data data = { 0 };
-	const char *input = NULL, *codec = "none";
+	const char *input = NULL, *codec = "none", *dir = "/dev/shm";
 	static const struct option lo[] = { { "size", required_argument, NULL, 's' },
 					    { "codec", required_argument, NULL, 'c' },
 					    { "input", required_argument, NULL, 'f' },
 					    { "ranks", required_argument, NULL, 'r' },
 					    { "iters", required_argument, NULL, 'i' },
 					    { "json", no_argument, NULL, 'j' },
+					    { "dir", required_argument, NULL, 'd' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
 	const char *usage = "usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
-			    "                          [--input FILE] [--json]\n"
+			    "                          [--input FILE] [--dir D] [--json]\n"
 			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
 			    "then restore of the newest step by the saving context and by a new one (as after a relaunch),\n"
 			    "into its buffers and into fresh, never touched ones.\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
 			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
+			    "--dir: where the store and torch.save's file go (default /dev/shm; a tmpfs mounted\n"
+			    "  huge=within_size shows what huge pages change, docs/deploy.md).\n"
 			    "--device cuda: the region in GPU memory, vs pinned cudaMemcpyAsync and a pageable copy\n"
 			    "  (runs snap_bench_gpu, built where nvcc was found; --sizes LIST instead of --size).\n";
 	optind = 1;
@@ -325,8 +331,15 @@ int cmd_bench_snapshot(int argc, char **argv)
 				return SB_USAGE;
 			}
 			break;
-		case 'r': ranks = atoi(optarg); break;
-		case 'i': iters = atoi(optarg); break;
+		case 'r':
+			if (bench_opt_int("snapshot", "--ranks", optarg, 1, 64, &ranks))
+				return SB_USAGE;
+			break;
+		case 'i':
+			if (bench_opt_int("snapshot", "--iters", optarg, 1, MAX_ITERS, &iters))
+				return SB_USAGE;
+			break;
+		case 'd': dir = optarg; break;
 		case 'j': json = 1; break;
 		case 'c':
 			codec = optarg;
@@ -340,10 +353,22 @@ int cmd_bench_snapshot(int argc, char **argv)
 		default: fprintf(stderr, "%s", usage); return SB_USAGE;
 		}
 	}
-	if (ranks < 1 || ranks > 64 || iters < 1 || iters > MAX_ITERS) {
-		fprintf(stderr, "--ranks must be 1..64 and --iters 1..%d\n", MAX_ITERS);
+	char store[PATH_MAX], smp[PATH_MAX];
+	snprintf(store, sizeof(store), "%s/snapbench-%d", dir, (int)getpid());
+	/* the socket is <store>/smp.sock; torch.save's path goes into a quoted script */
+	if (strlen(store) + sizeof("/smp.sock") > sizeof(((struct sockaddr_un *)0)->sun_path) || strpbrk(dir, "'\"\\")) {
+		fprintf(stderr, "snapbench snapshot: --dir %s: too long for a socket path under it, or holds a quote "
+			"or a backslash\n", dir);
 		return SB_USAGE;
 	}
+	struct stat dst;
+	int st_rc = stat(dir, &dst);
+	if (st_rc != 0 || !S_ISDIR(dst.st_mode)) {
+		fprintf(stderr, "snapbench snapshot: --dir %s: %s\n", dir, st_rc ? strerror(errno) : "not a directory");
+		return SB_USAGE;
+	}
+	char fs[160];
+	int huge = snap_store_hugepages(dir, fs, sizeof(fs));
 	float *tile = NULL;
 	if (input) {
 		FILE *f = fopen(input, "rb");
@@ -360,8 +385,6 @@ int cmd_bench_snapshot(int argc, char **argv)
 		data.tile = tile;
 		data.ntile = (size_t)st.st_size / 4;
 	}
-	char store[128], smp[PATH_MAX];
-	snprintf(store, sizeof(store), "/dev/shm/snapbench-%d", (int)getpid());
 	find_smp(smp, sizeof(smp));
 	pid_t spid = fork();
 	if (spid == 0) {
@@ -441,14 +464,17 @@ int cmd_bench_snapshot(int argc, char **argv)
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
 		       "\"restore_s\":%.6g,\"restore_new_ctx_s\":%.6g,\"restore_fresh_buffers_s\":%.6g,\"memcpy_s\":%.6g,"
-		       "\"memcpy_all_cores_s\":%.6g,\"torch_save_s\":", total, ranks, codec, b, cm, rs, rc_new, rc_fresh, mc,
-		       mct);
+		       "\"memcpy_all_cores_s\":%.6g,\"store_hugepages\":%s,\"torch_save_s\":", total, ranks, codec, b, cm,
+		       rs, rc_new, rc_fresh, mc, mct, huge == 1 ? "true" : "false");
 		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
 		return SB_OK;
 	}
 	printf("snapshot of %.1f MiB over %d ranks (%ld copy threads each, %ld cores), codec %s, %s, median of %d, "
 	       "slowest rank\n", total / 1048576.0, ranks, cores / ranks > 1 ? cores / ranks : 1, cores, codec,
 	       input ? input : "ramp data", iters);
+	const char *tlabel = strcmp(dir, "/dev/shm") ? "torch.save to --dir" : "torch.save to /dev/shm";
+	printf("store under %s: %s huge pages (%s)\n", dir, huge == 1 ? "with" : "without",
+	       huge < 0 ? "not a tmpfs" : fs);
 	printf("  %-28s %10s %10s %12s\n", "", "seconds", "GB/s", "vs memcpy");
 	printf("  %-28s %10.6f %10s %11.2f%%\n", "snap_save blocks", b, "-", 100 * b / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "save -> committed", cm, total / cm / 1e9, cm / mc);
@@ -460,9 +486,9 @@ int cmd_bench_snapshot(int argc, char **argv)
 	if (mct > 0)
 		printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, all cores", mct, total / mct / 1e9, mct / mc);
 	if (ts < 0)
-		printf("  %-28s %10s\n", "torch.save to /dev/shm", "unavailable");
+		printf("  %-28s %10s\n", tlabel, "unavailable");
 	else
-		printf("  %-28s %10.4f %10.2f %11.2fx   (commit is %.1fx faster)\n", "torch.save to /dev/shm", ts,
+		printf("  %-28s %10.4f %10.2f %11.2fx   (commit is %.1fx faster)\n", tlabel, ts,
 		       total / ts / 1e9, ts / mc, ts / cm);
 	return SB_OK;
 }
