@@ -60,19 +60,29 @@ static void unescape(char *s)
 	*w = 0;
 }
 
-/* The huge= option of the tmpfs mount holding path ("" when it has none). */
-static int mount_huge(const char *path, char *out, size_t cap)
+/* Drops the rest of a line fgets cut at its buffer's end. */
+static void skip_rest(FILE *f)
 {
-	FILE *f = fopen("/proc/self/mountinfo", "r");
+	int c;
+	while ((c = getc(f)) != EOF && c != '\n')
+		;
+}
+
+int snap_mountinfo_huge(FILE *f, const char *path, char *out, size_t cap)
+{
 	char line[4096];
 	size_t best = 0;
 	int found = 0;
-	if (!f)
-		return -1;
+	out[0] = 0;
 	while (fgets(line, sizeof(line), f)) {
+		size_t ll = strlen(line);
+		if (ll == sizeof(line) - 1 && line[ll - 1] != '\n') {
+			skip_rest(f);   /* a line this long is not parsed by halves */
+			continue;
+		}
 		/* id parent major:minor root mountpoint opts [tags] - fstype source superopts */
 		char mp[PATH_MAX], *sep = strstr(line, " - ");
-		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+		if (!sep || sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1 || mp[0] != '/')
 			continue;
 		unescape(mp);
 		size_t n = strlen(mp);
@@ -90,8 +100,18 @@ static int mount_huge(const char *path, char *out, size_t cap)
 					snprintf(out, cap, "%s", o + 5);
 		}
 	}
-	fclose(f);
 	return found ? 0 : -1;
+}
+
+/* The huge= option of the tmpfs mount holding path ("" when it has none). */
+static int mount_huge(const char *path, char *out, size_t cap)
+{
+	FILE *f = fopen("/proc/self/mountinfo", "r");
+	if (!f)
+		return -1;
+	int rc = snap_mountinfo_huge(f, path, out, cap);
+	fclose(f);
+	return rc;
 }
 
 int snap_store_hugepages(const char *dir, char *desc, size_t len)

@@ -8,6 +8,7 @@
 #define SNAP_BASE_H
 
 #include <stddef.h>
+#include <stdio.h>
 #include <stdint.h>
 
 #include "snap/error.h"
@@ -82,6 +83,15 @@ void snap_copy_stream_base(void *dst, const void *src, size_t n);
  * unreadable. desc gets the setting that decided, e.g. "tmpfs, huge=never".
  */
 int snap_store_hugepages(const char *dir, char *desc, size_t len);
+
+/*
+ * The part of snap_store_hugepages that reads /proc/self/mountinfo, for the
+ * tests: from the mount table in f, the huge= option of the mount holding
+ * path (the longest mount point above it, the later one of two at the same
+ * point) into out ("" when it is not a tmpfs or has no huge=). 0, or -1 when
+ * no line holds path. Malformed lines and lines over 4 KiB are skipped.
+ */
+int snap_mountinfo_huge(FILE *f, const char *path, char *out, size_t cap);
 
 /* Monotonic clock in nanoseconds. */
 uint64_t snap_now_ns(void);
