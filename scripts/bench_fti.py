@@ -7,7 +7,8 @@ should be >= 5x faster than FTI's).
 Equal protection: 4 nodes, our K+M = 2+2 against FTI's Reed-Solomon level 3
 in a group of 4 (each node keeps its data and an encoded part as large):
 both hold 2x the data and survive any 2 lost nodes. One process plays one
-node on this host; every store and checkpoint directory is in /dev/shm.
+node on this host; every store and checkpoint directory is under --dir
+(default /dev/shm; a tmpfs mounted huge=within_size puts both on huge pages).
 
 FTI (tools/bench/fti/ftibench.c, compiled here with mpicc against --fti):
   checkpoint: FTI_Checkpoint(level 3) of SIZE per rank, the slowest rank,
@@ -31,7 +32,7 @@ install prefix. Without the build type FTI's CMake compiles with no
 optimisation: its checkpoint then took 18.5 s instead of 5.3 s here, which
 would flatter libsnap 3.5x.
 
-usage: scripts/bench_fti.py BUILD_DIR --fti PREFIX [--size 256M] [--reps 3] [--json]
+usage: scripts/bench_fti.py BUILD_DIR --fti PREFIX [--size 256M] [--reps 3] [--dir /dev/shm] [--json]
 """
 import argparse
 import json
@@ -105,7 +106,7 @@ def run_fti(a, size, work):
                         capture_output=True, text=True)
     if cc.returncode:
         sys.exit(f"bench_fti: cannot build ftibench against {a.fti}: {cc.stderr.strip()}")
-    d = tempfile.mkdtemp(prefix="snapbench-fti-", dir="/dev/shm")
+    d = tempfile.mkdtemp(prefix="snapbench-fti-", dir=a.dir)
     for sub in ("local", "global", "meta"):
         os.makedirs(os.path.join(d, sub))
     cfg = os.path.join(d, "config.fti")
@@ -149,17 +150,20 @@ def main():
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--json", action="store_true")
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
+    ap.add_argument("--dir", default="/dev/shm", help="where FTI's directories and libsnap's stores go")
     a = ap.parse_args()
+    if not os.path.isdir(a.dir):
+        ap.error(f"--dir {a.dir}: not a directory")
     size = size_of(a.size)
     with tempfile.TemporaryDirectory(prefix="snapbench-fti-") as work:
         fti = run_fti(a, size, work)
     p = subprocess.run([os.path.join(a.build, "tools", "snapbench"), "mesh", "--k", "2", "--m", "2", "--size",
-                        str(size), "--steps", str(max(8, 4 + a.reps)), "--json"], capture_output=True, text=True)
+                        str(size), "--steps", str(max(8, 4 + a.reps)), "--dir", a.dir, "--json"], capture_output=True, text=True)
     if p.returncode:
         sys.exit(f"bench_fti: snapbench mesh failed: {p.stdout[-2000:]} {p.stderr[-2000:]}")
     snap = json.loads(p.stdout.strip().splitlines()[-1])
     out = {"nodes": NODES, "size": size, "lost_nodes": LOST, "fti": fti,
-           "snap": {x: snap[x] for x in ("save_to_protected_s", "protect_steady_s", "protect_cold_s",
+           "dir": a.dir, "snap": {x: snap[x] for x in ("save_to_protected_s", "protect_steady_s", "protect_cold_s",
                                          "relaunch_to_serving_s", "relaunch_to_restored_s", "rebuild_s")}}
     out["protect_speedup"] = fti["ckpt_median_s"] / snap["save_to_protected_s"]
     out["protect_daemon_speedup"] = fti["ckpt_median_s"] / snap["protect_steady_s"]
@@ -170,7 +174,7 @@ def main():
         return 0
     s = out["snap"]
     print(f"libsnap 2+2 mesh vs FTI level 3 (group of {NODES}), {NODES} nodes on this host, {a.size} per node, "
-          f"nodes {LOST} lost; target: >= 5x")
+          f"nodes {LOST} lost; both under {a.dir}; target: >= 5x")
     print("| | FTI | libsnap | FTI / libsnap |")
     print("| --- | --- | --- | --- |")
     print(f"| checkpoint -> protected (median of {a.reps}) | {fti['ckpt_median_s']:.2f} s | "
