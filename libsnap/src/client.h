@@ -78,6 +78,7 @@ struct snap_ctx {
 	/* restore job */
 	const struct snap_manifest *rman;
 	const uint8_t *rbase;   /* the slot, mapped; NULL: read it from rfd */
+	int rfresh;             /* not the saving process's slot: its buffers may be untouched */
 	int rfd;
 	uint8_t **rbounce;      /* rfd: one SUBBLOCK per copy thread, a stack */
 	unsigned nrbounce;

@@ -78,55 +78,38 @@ static void read_failed(snap_ctx *ctx, uint32_t t, int err)
 	pthread_mutex_unlock(&ctx->mu);
 }
 
-/* At most copy_threads tasks run at once, one bounce block each. */
-static uint8_t *take_bounce(snap_ctx *ctx)
+/*
+ * The first len stored bytes of chunk t, read through a bounce block that
+ * stays in L2: with dst NULL their CRC32C into *crc (verify), else copied
+ * into dst with non-temporal stores (pread() straight into dst copies with
+ * rep movsb, 2-3x slower when dst is not aligned like the slot; see
+ * common/src/copy.c). 0 if they could not be read.
+ */
+static int read_through(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c, uint64_t len, uint8_t *dst,
+			uint32_t *crc)
 {
+	/* At most copy_threads tasks run at once, one bounce block each. */
 	pthread_mutex_lock(&ctx->mu);
 	uint8_t *b = ctx->rbounce[--ctx->nrbounce];
 	pthread_mutex_unlock(&ctx->mu);
-	return b;
-}
-
-static void put_bounce(snap_ctx *ctx, uint8_t *b)
-{
+	int err = 0;
+	if (crc)
+		*crc = 0;
+	for (uint64_t done = 0; done < len && !err; done += SUBBLOCK) {
+		size_t k = len - done < SUBBLOCK ? (size_t)(len - done) : SUBBLOCK;
+		if ((err = read_full(ctx->rfd, b, k, c->slot_off + done)))
+			break;
+		if (dst)
+			snap_copy_stream(dst + done, b, k);
+		else
+			*crc = snap_crc32c_update(*crc, b, k);
+	}
 	pthread_mutex_lock(&ctx->mu);
 	ctx->rbounce[ctx->nrbounce++] = b;
 	pthread_mutex_unlock(&ctx->mu);
-}
-
-/* CRC32C of the stored bytes of chunk t, read through a bounce block that
- * stays in L2 between the read and the CRC. 0 if they could not be read. */
-static int read_crc(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c, uint64_t len, uint32_t *crc)
-{
-	uint8_t *b = take_bounce(ctx);
-	int err = 0;
-	*crc = 0;
-	for (uint64_t done = 0; done < len && !err; done += SUBBLOCK) {
-		size_t k = len - done < SUBBLOCK ? (size_t)(len - done) : SUBBLOCK;
-		if (!(err = read_full(ctx->rfd, b, k, c->slot_off + done)))
-			*crc = snap_crc32c_update(*crc, b, k);
-	}
-	put_bounce(ctx, b);
 	if (err)
 		read_failed(ctx, t, err);
 	return !err;
-}
-
-/* Chunk t's bytes into dst, through the bounce block: pread() straight into
- * dst copies with rep movsb, 2-3x slower when dst is not aligned like the
- * slot (common/src/copy.c). */
-static void read_copy(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c, uint8_t *dst)
-{
-	uint8_t *b = take_bounce(ctx);
-	int err = 0;
-	for (uint64_t done = 0; done < c->raw_len && !err; done += SUBBLOCK) {
-		size_t k = c->raw_len - done < SUBBLOCK ? (size_t)(c->raw_len - done) : SUBBLOCK;
-		if (!(err = read_full(ctx->rfd, b, k, c->slot_off + done)))
-			snap_copy_stream(dst + done, b, k);
-	}
-	put_bounce(ctx, b);
-	if (err)
-		read_failed(ctx, t, err);
 }
 
 /* Phase 0: is chunk t intact? Its CRC, and for a frame, a header that
@@ -136,7 +119,7 @@ static int chunk_ok(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c)
 	const struct snap_manifest *man = ctx->rman;
 	if (!ctx->rbase) {   /* raw host regions only: no header to check */
 		uint32_t crc;   /* a failed read is reported as such (rio), not as a bad CRC */
-		return !read_crc(ctx, t, c, man->len[t], &crc) || crc == man->crc[t];
+		return !read_through(ctx, t, c, man->len[t], NULL, &crc) || crc == man->crc[t];
 	}
 	const uint8_t *src = ctx->rbase + c->slot_off;
 	if (snap_crc32c(src, man->len[t]) != man->crc[t])
@@ -155,9 +138,10 @@ static int chunk_ok(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c)
  * pages in one call: `snapbench snapshot`'s "fresh buffers" restore of 1 GiB
  * over 2 ranks took 0.54-0.62 s with it, 0.64-0.84 s without, on the
  * development VM.
- * Memory already touched (the common case inside a running job) would pay
- * a page-table walk for nothing (~0.05 s per GiB), so a chunk whose first
- * page is resident is left alone. Best effort: before Linux 5.14, or on a
+ * Memory already touched would pay a page-table walk for nothing (~0.05 s
+ * per GiB), so a chunk whose first page is resident is left alone, and a
+ * restore through the saving process's own mapping (whose buffers the saves
+ * read) does not even ask (ctx->rfresh). Best effort: before Linux 5.14, or on a
  * mapping that refuses it, the copy faults the pages as before.
  */
 static void populate(uint8_t *dst, uint64_t len)
@@ -195,10 +179,10 @@ static void restore_task(void *arg, uint32_t t)
 		if (strcmp(ctx->regs[i].name, c.g->name) != 0)
 			continue;
 		uint8_t *dst = (uint8_t *)ctx->regs[i].ptr + c.raw_off;
-		if (ctx->regs[i].device != SNAP_DEVICE_CUDA)
+		if (ctx->rfresh && ctx->regs[i].device != SNAP_DEVICE_CUDA)
 			populate(dst, c.raw_len);
 		if (!ctx->rbase) {
-			read_copy(ctx, t, &c, dst);
+			read_through(ctx, t, &c, c.raw_len, dst, NULL);
 			return;
 		}
 		const uint8_t *src = ctx->rbase + c.slot_off;
@@ -338,6 +322,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	struct stat st;
 	const uint8_t *base = NULL;
 	uint8_t *mapped = MAP_FAILED;   /* a mapping of our own, unmapped at the end */
+	int saved = 0;                  /* read through the mapping our saves made */
 	if (fd < 0) {
 		rc = snap_fail(ctx, SNAP_EPROTO, "%s: snapsmp passed no slot file", where);
 	} else if (strcmp(man.job, ctx->cfg.job) != 0 || man.rank != (uint32_t)ctx->cfg.rank) {
@@ -347,7 +332,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	} else if (fstat(fd, &st) != 0 || (uint64_t)st.st_size < man.layout.slot_bytes) {
 		rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: slot file %u is truncated (%" PRIu64 " of %" PRIu64 " bytes)", where,
 			  man.slot, (uint64_t)st.st_size, man.layout.slot_bytes);
-	} else if ((base = saved_map(ctx, man.slot, &st)) || !man.layout.slot_bytes) {
+	} else if ((saved = (base = saved_map(ctx, man.slot, &st)) != NULL) || !man.layout.slot_bytes) {
 		/* read through the save mapping (or nothing to read) */
 	} else if (by_read(ctx, &man)) {
 		if ((rc = alloc_bounce(ctx)))
@@ -361,6 +346,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	if (!rc) {
 		ctx->rman = &man;
 		ctx->rbase = base;
+		ctx->rfresh = !saved;
 		ctx->rfd = fd;
 		ctx->rbad = 0;
 		ctx->rdecode = 0;
