@@ -144,6 +144,7 @@ def main():
     # What the next launch must restore: ("exact", s), ("atleast", s) or ("error", None) / ("fresh", None).
     expect, level, step, flush_time = ("fresh", None), 1, 0, None
     try:
+        last_on_disk = None
         for t in range(a.trials + 1):
             busy = 0 < t < a.trials and expect[0] != "error" and rng.random() < 0.5
             mid_flush = False
@@ -264,13 +265,22 @@ def main():
                     # be withdrawn by the retry before it writes, never joined to the new parts.
                     sealed = rf"of step {target} of job {JOB} and sealed them"
                     withdrew = rf"withdrew this node's earlier part of step {target} of job {JOB}"
+                    if blocked_try and a.layout == "node" and a.world > 1 and rng.random() < 0.5:
+                        # The mesh agrees on the failure as soon as one node reports it; the
+                        # other nodes' flush threads may still be writing their parts (seen in
+                        # CI under ASan: sealed 11 ms after the failure was agreed). Half the
+                        # time, wait until every node that started a part has reported it, so
+                        # the retry has sealed parts to withdraw; else retry at once, behind
+                        # the parts still being written.
+                        began = len(re.findall(rf"step {target}: flushing \d+ rank file", mesh.text()))
+                        done_re = rf"(?:{sealed}|flush of this node's ranks of step {target} of job {JOB} failed)"
+                        if not waiter.until(lambda: len(re.findall(done_re, mesh.text())) >= began):
+                            fail(f"trial {t}: {began} nodes began parts of step {target}, not all ended; "
+                                 f"see {mesh.log}")
+                        if not re.findall(sealed, mesh.text()):
+                            fail(f"trial {t}: the failed flush of {target} sealed no part on the nodes without "
+                                 f"rank {rank}; see {mesh.log}")
                     sealed_before = len(re.findall(sealed, mesh.text()))
-                    if blocked_try and a.layout == "node" and a.world > 1 and not sealed_before:
-                        # Every node had reported before the failure was agreed, so the nodes
-                        # without the blocked rank had sealed their parts: else the check below
-                        # would pass without a part to withdraw.
-                        fail(f"trial {t}: the failed flush of {target} sealed no part on the nodes without "
-                             f"rank {rank}; see {mesh.log}")
                     mesh.signal_all(signal.SIGUSR1)
                     if not waiter.until(lambda: target in persisted_steps(dirs) and
                                         len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
@@ -301,10 +311,13 @@ def main():
             on_disk = sorted(files)
             # A kill after a step's seal (per node: the last part's) and before node 0's retention
             # leaves one more; the next persisted step's retention removes it. Busy trials flush
-            # every step, so any of their kills may land there.
-            keep = KEEP + busy
+            # every step, so any of their kills may land there; a launch that persisted nothing
+            # leaves what the one before it left (seed 2: a busy kill left [4, 6, 10], and the
+            # next, quiet, launch persisted no step).
+            keep = KEEP + (busy or on_disk == last_on_disk)
             if len(on_disk) > keep:
                 fail(f"trial {t}: {len(on_disk)} persisted steps kept, --flush-keep {KEEP}: {on_disk}")
+            last_on_disk = on_disk
             for s in on_disk:
                 missing = [p for p in files[s].values() if not os.path.isfile(p)]
                 if missing or len(files[s]) != a.world:

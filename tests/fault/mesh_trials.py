@@ -117,8 +117,13 @@ class Mesh:
     def start(self, log):
         if getattr(self, "log", None) and self.sanitizer_errors():
             raise RuntimeError(f"sanitizer report in {self.log}")
+        # mpirun's session directory (PMIx stores, 8 MiB a launch) goes where
+        # kill() can remove it: a SIGKILLed mpirun leaves it, and /tmp held
+        # 48 GB of them after two days of test runs on the dev machine.
+        self.mpitmp = os.path.join(self.base, "mpi-session")
+        os.makedirs(self.mpitmp, exist_ok=True)
         env = dict(os.environ, OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
-                   OMPI_MCA_mpi_yield_when_idle="1")
+                   OMPI_MCA_mpi_yield_when_idle="1", OMPI_MCA_orte_tmpdir_base=self.mpitmp)
         self.log = log
         self.logf = open(log, "w")
         # A killed node leaves its socket file: only a fresh one means "serving"
@@ -183,6 +188,7 @@ class Mesh:
             remove_mpi_segments(jobid)
         if self.proc:
             self.proc.wait()
+            shutil.rmtree(self.mpitmp, ignore_errors=True)
         if self.logf:
             self.logf.close()
         self.proc = None
