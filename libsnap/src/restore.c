@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The read side of the client: the newest restorable step, restore (verify
- * every chunk, then copy), and flush requests. See snap/snap.h.
+ * every chunk, then copy; or verify each as it is copied), and flush
+ * requests. See snap/snap.h.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -78,11 +79,34 @@ static void read_failed(snap_ctx *ctx, uint32_t t, int err)
 	pthread_mutex_unlock(&ctx->mu);
 }
 
+/* [mu not held] The lowest bad chunk wins, whichever thread finds it. */
+static void mark(snap_ctx *ctx, uint32_t *first, uint32_t t)
+{
+	pthread_mutex_lock(&ctx->mu);
+	if (!*first || t + 1 < *first)
+		*first = t + 1;
+	pthread_mutex_unlock(&ctx->mu);
+}
+
+/* With crc, fold len bytes at src into *crc; with dst, copy them there too,
+ * a block at a time so that the copy reads what the CRC just brought into
+ * L2: one pass over memory for both. */
+static void crc_copy(uint8_t *dst, const uint8_t *src, uint64_t len, uint32_t *crc)
+{
+	for (uint64_t done = 0; done < len; done += SUBBLOCK) {
+		size_t k = len - done < SUBBLOCK ? (size_t)(len - done) : SUBBLOCK;
+		if (crc)
+			*crc = snap_crc32c_update(*crc, src + done, k);
+		if (dst)
+			snap_copy_stream(dst + done, src + done, k);
+	}
+}
+
 /*
  * The first len stored bytes of chunk t, read through a bounce block that
- * stays in L2: with dst NULL their CRC32C into *crc (verify), else copied
- * into dst with non-temporal stores (pread() straight into dst copies with
- * rep movsb, 2-3x slower when dst is not aligned like the slot; see
+ * stays in L2: with crc, their CRC32C into *crc; with dst, copied into dst
+ * with non-temporal stores (pread() straight into dst copies with rep
+ * movsb, 2-3x slower when dst is not aligned like the slot; see
  * common/src/copy.c). 0 if they could not be read.
  */
 static int read_through(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c, uint64_t len, uint8_t *dst,
@@ -99,10 +123,7 @@ static int read_through(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c, u
 		size_t k = len - done < SUBBLOCK ? (size_t)(len - done) : SUBBLOCK;
 		if ((err = read_full(ctx->rfd, b, k, c->slot_off + done)))
 			break;
-		if (dst)
-			snap_copy_stream(dst + done, b, k);
-		else
-			*crc = snap_crc32c_update(*crc, b, k);
+		crc_copy(dst ? dst + done : NULL, b, k, crc);
 	}
 	pthread_mutex_lock(&ctx->mu);
 	ctx->rbounce[ctx->nrbounce++] = b;
@@ -166,12 +187,8 @@ static void restore_task(void *arg, uint32_t t)
 	struct snap_chunk c;
 	snap_layout_chunk(&man->layout, t, &c);
 	if (ctx->rphase == 0) {
-		if (!chunk_ok(ctx, t, &c)) {
-			pthread_mutex_lock(&ctx->mu);
-			if (!ctx->rbad || t + 1 < ctx->rbad)
-				ctx->rbad = t + 1;
-			pthread_mutex_unlock(&ctx->mu);
-		}
+		if (!chunk_ok(ctx, t, &c))
+			mark(ctx, &ctx->rbad, t);
 		return;
 	}
 	/* Copy into the registered region of the same name. */
@@ -181,21 +198,28 @@ static void restore_task(void *arg, uint32_t t)
 		uint8_t *dst = (uint8_t *)ctx->regs[i].ptr + c.raw_off;
 		if (ctx->rfresh && ctx->regs[i].device != SNAP_DEVICE_CUDA)
 			populate(dst, c.raw_len);
+		/* Inline, raw host bytes are checked in the pass that copies them;
+		 * a frame or a device copy is checked first (its header too), then
+		 * decoded or copied while the chunk is still in cache. */
+		int fused = ctx->rinline && c.g->codec == SNAP_CODEC_NONE && ctx->regs[i].device != SNAP_DEVICE_CUDA;
+		uint32_t crc = 0;
 		if (!ctx->rbase) {
-			read_through(ctx, t, &c, c.raw_len, dst, NULL);
+			if (read_through(ctx, t, &c, c.raw_len, dst, fused ? &crc : NULL) && fused && crc != man->crc[t])
+				mark(ctx, &ctx->rbad, t);
 			return;
 		}
 		const uint8_t *src = ctx->rbase + c.slot_off;
-		if (ctx->regs[i].device == SNAP_DEVICE_CUDA) {
+		if (ctx->rinline && !fused && !chunk_ok(ctx, t, &c)) {
+			mark(ctx, &ctx->rbad, t);
+		} else if (ctx->regs[i].device == SNAP_DEVICE_CUDA) {
 			snap_gpu_restore_chunk(ctx, dst, src, man->len[t], &c);
 		} else if (c.g->codec == SNAP_CODEC_NONE) {
-			snap_copy_stream(dst, src, c.raw_len);
+			crc_copy(dst, src, c.raw_len, fused ? &crc : NULL);
+			if (fused && crc != man->crc[t])
+				mark(ctx, &ctx->rbad, t);
 		} else if (snap_codec_decompress(src, man->len[t], dst, c.raw_len, NULL) != 0) {
 			/* Only a frame written wrong yet CRC-consistent gets here. */
-			pthread_mutex_lock(&ctx->mu);
-			if (!ctx->rdecode || t + 1 < ctx->rdecode)
-				ctx->rdecode = t + 1;
-			pthread_mutex_unlock(&ctx->mu);
+			mark(ctx, &ctx->rdecode, t);
 		}
 		return;
 	}
@@ -352,28 +376,32 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		ctx->rdecode = 0;
 		ctx->rgpu = 0;
 		ctx->rio = 0;
-		run_restore_phase(ctx, 0);
-		if (ctx->rio) {
-			rc = snap_fail(ctx, SNAP_EIO, "%s: reading chunk %u of slot %u: %s; registered memory left untouched",
-				  where, ctx->rio_chunk, man.slot, strerror(ctx->rio));
+		/* FIRST: phase 0 checks every chunk, phase 1 copies. INLINE: phase 1
+		 * alone, checking each chunk as it copies it. */
+		int mode = ctx->cfg.restore_verify;
+		ctx->rinline = mode == SNAP_VERIFY_INLINE || (mode == SNAP_VERIFY_AUTO && !ctx->have_last_step);
+		int copied = 0;
+		if (ctx->rinline || (run_restore_phase(ctx, 0), !ctx->rio && !ctx->rbad))
+			run_restore_phase(ctx, 1), copied = 1;
+		const char *mem = copied ? "registered memory is partly overwritten" : "registered memory left untouched";
+		const char *how = ctx->rinline ? " (checked as it was copied: restore_verify inline, or auto in a context "
+						 "that had neither saved nor restored)" : "";
+		if (ctx->rgpu) {
+			rc = snap_fail(ctx, ctx->rgpu, "%s: copy to the GPU failed: %s; %s", where, ctx->rgpu_msg, mem);
+		} else if (ctx->rio) {
+			rc = snap_fail(ctx, SNAP_EIO, "%s: reading chunk %u of slot %u: %s; %s", where, ctx->rio_chunk,
+				  man.slot, strerror(ctx->rio), mem);
 		} else if (ctx->rbad) {
 			struct snap_chunk c;
 			snap_layout_chunk(&man.layout, ctx->rbad - 1, &c);
 			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u (bytes %" PRIu64 "+%" PRIu64
-				  ") fails its CRC32C%s check in slot %u; registered memory left untouched", where,
-				  c.g->name, c.index, c.raw_off, c.raw_len,
-				  c.g->codec != SNAP_CODEC_NONE ? " or codec header" : "", man.slot);
-		} else if (run_restore_phase(ctx, 1), ctx->rgpu) {
-			rc = snap_fail(ctx, ctx->rgpu, "%s: copy to the GPU failed: %s; registered memory is partly "
-				  "overwritten", where, ctx->rgpu_msg);
-		} else if (ctx->rio) {
-			rc = snap_fail(ctx, SNAP_EIO, "%s: reading chunk %u of slot %u: %s; registered memory is partly "
-				  "overwritten", where, ctx->rio_chunk, man.slot, strerror(ctx->rio));
+				  ") fails its CRC32C%s check in slot %u; %s%s", where, c.g->name, c.index, c.raw_off,
+				  c.raw_len, c.g->codec != SNAP_CODEC_NONE ? " or codec header" : "", man.slot, mem, how);
 		} else if (ctx->rdecode) {
 			struct snap_chunk c;
 			snap_layout_chunk(&man.layout, ctx->rdecode - 1, &c);
 			rc = snap_fail(ctx, SNAP_ECORRUPT, "%s: region \"%s\" chunk %u has a valid CRC32C but does not "
-				  "decode; registered memory is partly overwritten", where, c.g->name, c.index);
+				  "decode; %s", where, c.g->name, c.index, mem);
 		} else {
 			if (restored)
 				*restored = man.step;

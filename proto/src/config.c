@@ -53,6 +53,22 @@ int snap_config_get(struct snap_config *dst, const struct snap_config *src, char
 	return rc;
 }
 
+static int env_verify(int *mode, char *err, size_t errlen)
+{
+	static const char *const names[] = { [SNAP_VERIFY_AUTO] = "auto", [SNAP_VERIFY_FIRST] = "first",
+					     [SNAP_VERIFY_INLINE] = "inline" };
+	const char *v = getenv("SNAP_RESTORE_VERIFY");
+	if (!v || !*v)
+		return 0;
+	for (int i = 0; i < (int)(sizeof(names) / sizeof(names[0])); i++)
+		if (!strcmp(v, names[i])) {
+			*mode = i;
+			return 0;
+		}
+	snap_fmt(err, errlen, "SNAP_RESTORE_VERIFY=\"%s\": expected auto, first or inline", v);
+	return SNAP_EINVAL;
+}
+
 static int env_codec(const char *var, int *codec, double *bound, char *err, size_t errlen)
 {
 	const char *v = getenv(var);
@@ -107,7 +123,8 @@ static int from_env(struct snap_config *cfg, char *err, size_t errlen)
 	    (rc = snap_env_str("SNAP_CAPTURE", cfg->capture, sizeof(cfg->capture), err, errlen)) ||
 	    (rc = snap_env_str("SNAP_LAUNCH", cfg->launch, sizeof(cfg->launch), err, errlen)) ||
 	    (rc = env_codec("SNAP_CODEC_PARAM", &cfg->codec_param, &cfg->codec_param_bound, err, errlen)) ||
-	    (rc = env_codec("SNAP_CODEC_OPTIM", &cfg->codec_optim, &cfg->codec_optim_bound, err, errlen)))
+	    (rc = env_codec("SNAP_CODEC_OPTIM", &cfg->codec_optim, &cfg->codec_optim_bound, err, errlen)) ||
+	    (rc = env_verify(&cfg->restore_verify, err, errlen)))
 		return rc;
 	cfg->copy_threads = (unsigned)threads;
 	cfg->timeout_ms = (unsigned)timeout;
@@ -171,6 +188,10 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 	if (!end) {
 		snap_fmt(err, errlen, "launch (SNAP_LAUNCH) must be a string of at most %zu printable bytes",
 			 sizeof(cfg->launch) - 1);
+		return SNAP_EINVAL;
+	}
+	if (cfg->restore_verify < SNAP_VERIFY_AUTO || cfg->restore_verify > SNAP_VERIFY_INLINE) {
+		snap_fmt(err, errlen, "restore_verify %d is not SNAP_VERIFY_AUTO, _FIRST or _INLINE", cfg->restore_verify);
 		return SNAP_EINVAL;
 	}
 	if (cfg->copy_threads < 1 || cfg->chunk_size < 4096 || cfg->chunk_size > (1ull << 31)) {

@@ -107,6 +107,15 @@ if (d["chunk_size"], d["copy_threads"], d["codec_optim"], d["codec_optim_bound"]
     bad.append(f"settings by C name did not reach the struct: {d}")
 if cfg.size != ctypes.sizeof(C.SnapConfig):
     bad.append(f"snap_config_init_size left size {cfg.size}, not {ctypes.sizeof(C.SnapConfig)}")
+# Enumerated settings by name, as SNAP_RESTORE_VERIFY spells them.
+if C.config({"restore_verify": "inline"})[0].restore_verify != C.RESTORE_VERIFY.index("inline"):
+    bad.append("restore_verify 'inline' did not reach the struct")
+try:
+    C.config({"restore_verify": "later"})
+    bad.append("restore_verify 'later' was accepted")
+except ValueError as e:
+    if "restore_verify" not in str(e):
+        bad.append(f"the error for a bad restore_verify does not name it: {e}")
 for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": "1G"}, "a daemon setting")):
     try:
         C.config(wrong)

@@ -198,6 +198,37 @@ def restore_from_disk(own):
     print("restore from disk: an empty node store, the persisted step restored into fresh optimizers")
 
 
+def rollback_refused(rank0):
+    """A rollback inside the running job: rank 0's Checkpointer has saved, so
+    its restore checks every chunk first (restore_verify auto) and a flipped
+    byte leaves the live tensors as they were, though restore() opens a new
+    context to restore through."""
+    from libsnap import _files
+    m, _, _, ck = rank0
+    _, _, by = _files.store_step(store, JOB)
+    g = next(x for x in by[0]["regions"] if x["name"] == "model/w2")
+
+    def flip():
+        with open(by[0]["path"], "r+b") as f:
+            f.seek(g["offset"] + 5)
+            b = f.read(1)
+            f.seek(g["offset"] + 5)
+            f.write(bytes([b[0] ^ 0x20]))
+    saved = {k: v.clone() for k, v in m.state_dict().items()}
+    with torch.no_grad():
+        for p in m.parameters():
+            p.add_(1.0)     # live state that differs from the snapshot everywhere
+    live = {k: v.clone() for k, v in m.state_dict().items()}
+    flip()
+    expect_error(lambda: ck.restore(3), libsnap.SnapError, ["model/w2", "CRC32C", "untouched"],
+                 "rollback onto a corrupt step")
+    same(m.state_dict(), live, "live model after a refused rollback")
+    flip()
+    check(ck.restore(3) == 3, "the repaired step restores")
+    same(m.state_dict(), saved, "model after the rollback")
+    print("rollback: a corrupt step refused, the live model untouched; repaired, restored")
+
+
 def start_smp():
     p = subprocess.Popen([snapsmp, "--store", store, "--flush-dir", flush, "--quiet"], env=native_env)
     wait_socket(store, p)
@@ -213,6 +244,7 @@ def run():
     ranks[0][3].flush(3)
     own = [(m.state_dict(), opt.state_dict(), sched.state_dict()) for m, opt, sched, _ in ranks]
     rng_torch = torch.get_rng_state()
+    rollback_refused(ranks[0])
     for *_, ck in ranks:
         ck.close()
     exports = {}

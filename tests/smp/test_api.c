@@ -40,11 +40,21 @@ static int is_step(uint64_t step)
 	return 1;
 }
 
-static snap_ctx *open_job(const struct smp_proc *p, const char *job, int with_regions)
+/* w[from, to) holds step's values (a restore copied those chunks). */
+static int holds(uint64_t step, int from, int to)
+{
+	for (int i = from; i < to; i++)
+		if (w[i] != (float)step + (float)i * 1e-3f)
+			return 0;
+	return 1;
+}
+
+static snap_ctx *open_job_verify(const struct smp_proc *p, const char *job, int with_regions, int verify)
 {
 	struct snap_config c;
 	smp_cfg(&c, p, job, 0, 1);
 	c.chunk_size = 256 * 1024;
+	c.restore_verify = verify;
 	snap_ctx *ctx;
 	int rc = snap_open(&c, &ctx);
 	if (rc) {
@@ -61,6 +71,11 @@ static snap_ctx *open_job(const struct smp_proc *p, const char *job, int with_re
 		CHECK_RC(snap_register(ctx, &b), 0);
 	}
 	return ctx;
+}
+
+static snap_ctx *open_job(const struct smp_proc *p, const char *job, int with_regions)
+{
+	return open_job_verify(p, job, with_regions, SNAP_VERIFY_AUTO);
 }
 
 /* Slot file of `job` rank 0 holding `step`, found through its manifest. */
@@ -183,18 +198,61 @@ static void test_one_process_per_rank(struct smp_proc *p)
 	snap_close(a);
 }
 
+/*
+ * One flipped byte in step 3's slot, restored by new contexts (as after a
+ * relaunch). Chunks of w are 256 KiB: N floats are 4 of them.
+ */
 static void test_corrupt_chunk(struct smp_proc *p)
 {
 	char path[512];
 	CHECK_RC(slot_of(p->store, "a", 3, path, sizeof(path)), 0);
 	flip_byte(path, 300 * 1024);   /* inside chunk 1 of "w" */
+	/* restore_verify auto, in a context that has not saved: each chunk is
+	 * checked as it is copied. Refused by name; the good chunks were copied. */
 	snap_ctx *ctx = open_job(p, "a", 1);
 	fill(77);
 	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
 	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
-	CHECK(is_step(77));                          /* memory untouched */
+	CHECK(strstr(snap_errmsg(ctx), "partly overwritten") && strstr(snap_errmsg(ctx), "as it was copied"));
+	CHECK(holds(3, 0, N / 4) && holds(3, N / 2, N));
+	snap_close(ctx);
+	/* first: every chunk before any byte is written, memory untouched. */
+	ctx = open_job_verify(p, "a", 1, SNAP_VERIFY_FIRST);
+	fill(77);
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
+	CHECK(strstr(snap_errmsg(ctx), "untouched") != NULL);
+	CHECK(is_step(77));
 	uint64_t got = 0;
 	CHECK_RC(snap_restore(ctx, 2, &got), 0);    /* the other step still restores */
+	CHECK(got == 2 && is_step(2));
+	snap_close(ctx);
+}
+
+/* restore_verify inline in the process that saved: read through its own
+ * mapping, each chunk checked as it is copied, the bad one named. */
+static void test_corrupt_chunk_inline_mapping(struct smp_proc *p)
+{
+	snap_ctx *ctx = open_job_verify(p, "inline", 1, SNAP_VERIFY_INLINE);
+	CHECK(ctx != NULL);
+	if (!ctx)
+		return;
+	for (uint64_t s = 1; s <= 2; s++) {
+		fill(s);
+		CHECK_RC(snap_save(ctx, s), 0);
+		CHECK_RC(snap_wait(ctx), 0);
+	}
+	char path[512];
+	CHECK_RC(slot_of(p->store, "inline", 2, path, sizeof(path)), 0);
+	flip_byte(path, 600 * 1024);   /* chunk 2 of "w" */
+	fill(77);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ECORRUPT);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 2") && strstr(snap_errmsg(ctx), "partly overwritten"));
+	CHECK(holds(2, 0, N / 2) && holds(2, 3 * N / 4, N));
+	flip_byte(path, 600 * 1024);
+	fill(77);
+	CHECK_RC(snap_restore(ctx, 2, &got), 0);
 	CHECK(got == 2 && is_step(2));
 	snap_close(ctx);
 }
@@ -522,6 +580,7 @@ int main(void)
 	test_one_process_per_rank(&p);
 	test_corrupt_chunk(&p);
 	test_corrupt_chunk_saved_mapping(&p);
+	test_corrupt_chunk_inline_mapping(&p);
 	test_restart_keeps_steps(&p);
 	char store2[160];
 	snprintf(store2, sizeof(store2), "%s-budget", store);

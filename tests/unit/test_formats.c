@@ -376,6 +376,26 @@ static void test_config(void)
 	CHECK(c.codec_optim == SNAP_CODEC_NONE);
 	unsetenv("SNAP_CODEC_PARAM");
 	unsetenv("SNAP_CODEC_OPTIM");
+
+	/* Restore verification: auto by default, the three names, a bad one named. */
+	snap_config_init(&c);
+	CHECK(c.restore_verify == SNAP_VERIFY_AUTO);
+	const char *modes[] = { "auto", "first", "inline" };
+	for (int i = 0; i < 3; i++) {
+		setenv("SNAP_RESTORE_VERIFY", modes[i], 1);
+		CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+		CHECK(c.restore_verify == i);
+	}
+	const char *badv[] = { "INLINE", "none", "1", "first " };
+	for (size_t i = 0; i < sizeof(badv) / sizeof(badv[0]); i++) {
+		setenv("SNAP_RESTORE_VERIFY", badv[i], 1);
+		CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+		CHECK(strstr(err, "SNAP_RESTORE_VERIFY") != NULL);
+	}
+	unsetenv("SNAP_RESTORE_VERIFY");
+	c.restore_verify = 3;   /* set in C: refused by the check snap_open makes */
+	CHECK_RC(snap_config_check(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "restore_verify") != NULL);
 }
 
 /* snapsmp's own settings (smp/include/snap/smp_config.h): defaults, every SNAP_* variable,

@@ -33,8 +33,8 @@
 #include "snapbench.h"
 
 #define MAX_ITERS 64
-#define NRES 5   /* per iteration: save blocks, save -> committed, restore, restore by a new context, the same
-                   into fresh buffers */
+#define NRES 6   /* per iteration: save blocks, save -> committed, restore, restore by a new context, the same
+                   into fresh buffers, the same as the first but verifying every chunk first */
 
 /* snapsmp next to this binary (build tree or install), else on PATH. */
 static void find_smp(char *out, size_t cap)
@@ -56,6 +56,15 @@ struct bench_data {
 	const float *tile;     /* --input: values tiled over the region; NULL: a ramp */
 	size_t ntile;
 };
+
+/* Close *ctx and open a new one with cfg, registering r: a relaunched trainer. */
+static int reopen(const struct snap_config *cfg, const struct snap_region *r, snap_ctx **ctx)
+{
+	snap_close(*ctx);
+	*ctx = NULL;
+	int rc = snap_open(cfg, ctx);
+	return rc ? rc : snap_register(*ctx, r);
+}
 
 static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int iters, int wfd,
 		    pthread_barrier_t *bar, const struct bench_data *d)
@@ -110,22 +119,24 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 			res[NRES * it + 2] = (snap_now_ns() - t0) / 1e9;
 	}
 	/* ...and from a new context, as a relaunched trainer restores: it has
-	 * never mapped the slot. Only snap_restore() is timed. */
-	for (int it = -1; it < iters; it++) {
+	 * never mapped the slot, and (restore_verify auto) checks each chunk as
+	 * it copies it; then the same checking every chunk first (restore_verify
+	 * first), the saving context's way. Only snap_restore() is timed. */
+	struct snap_config first = cfg;
+	first.restore_verify = SNAP_VERIFY_FIRST;
+	for (int it = -1; it < 2 * iters + 1; it++) {
 		pthread_barrier_wait(bar);
-		if (!rc) {
-			snap_close(ctx);
-			ctx = NULL;
-			if (!(rc = snap_open(&cfg, &ctx)))
-				rc = snap_register(ctx, &r);
-		}
+		if (!rc)
+			rc = reopen(it < iters ? &cfg : &first, &r, &ctx);
 		pthread_barrier_wait(bar);   /* every rank open before any restores */
 		if (rc)
 			continue;
 		uint64_t t0 = snap_now_ns(), got;
 		rc = snap_restore(ctx, SNAP_STEP_LATEST, &got);
-		if (it >= 0)
+		if (it >= 0 && it < iters)
 			res[NRES * it + 3] = (snap_now_ns() - t0) / 1e9;
+		else if (it > iters)
+			res[NRES * (it - iters - 1) + 5] = (snap_now_ns() - t0) / 1e9;
 	}
 	/* ...and into buffers never touched, as a relaunched trainer that
 	 * allocates its tensors empty and restores into them: the copy meets
@@ -134,14 +145,9 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 		pthread_barrier_wait(bar);
 		void *fresh = MAP_FAILED;
 		if (!rc) {
-			snap_close(ctx);
-			ctx = NULL;
 			fresh = mmap(NULL, r.bytes ? r.bytes : 1, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
 			r.ptr = fresh;
-			if (fresh == MAP_FAILED)
-				rc = SNAP_ENOMEM;
-			else if (!(rc = snap_open(&cfg, &ctx)))
-				rc = snap_register(ctx, &r);
+			rc = fresh == MAP_FAILED ? SNAP_ENOMEM : reopen(&cfg, &r, &ctx);
 		}
 		pthread_barrier_wait(bar);
 		if (!rc) {
@@ -314,7 +320,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 			    "                          [--input FILE] [--dir D] [--json]\n"
 			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
 			    "then restore of the newest step by the saving context and by a new one (as after a relaunch),\n"
-			    "into its buffers and into fresh, never touched ones.\n"
+			    "into its buffers and into fresh, never touched ones (a new context checks each chunk as it\n"
+			    "copies it, restore_verify auto; \"verify first\" checks every chunk before copying any).\n"
 			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
 			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
@@ -416,7 +423,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	}
 	close(pfd[1]);
 	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, restore[MAX_ITERS] = { 0 },
-	       cold[MAX_ITERS] = { 0 }, fresh[MAX_ITERS] = { 0 }, res[NRES * MAX_ITERS];
+	       cold[MAX_ITERS] = { 0 }, fresh[MAX_ITERS] = { 0 }, cold_first[MAX_ITERS] = { 0 }, res[NRES * MAX_ITERS];
 	int ok = 1;
 	for (int r = 0; r < ranks; r++) {
 		size_t want = sizeof(double) * NRES * (size_t)iters, got = 0;
@@ -436,6 +443,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 			restore[i] = res[NRES * i + 2] > restore[i] ? res[NRES * i + 2] : restore[i];
 			cold[i] = res[NRES * i + 3] > cold[i] ? res[NRES * i + 3] : cold[i];
 			fresh[i] = res[NRES * i + 4] > fresh[i] ? res[NRES * i + 4] : fresh[i];
+			cold_first[i] = res[NRES * i + 5] > cold_first[i] ? res[NRES * i + 5] : cold_first[i];
 		}
 	}
 	close(pfd[0]);
@@ -454,6 +462,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	uint64_t total = per * (uint64_t)ranks;
 	double b = bench_median(block, iters), cm = bench_median(commit, iters), rs = bench_median(restore, iters);
 	double rc_new = bench_median(cold, iters), rc_fresh = bench_median(fresh, iters);
+	double rc_first = bench_median(cold_first, iters);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	double mc = bench_memcpy(total, iters);
 	double mct = bench_memcpy_mt(total, iters, cores > 64 ? 64 : (int)cores);
@@ -463,9 +472,10 @@ int cmd_bench_snapshot(int argc, char **argv)
 
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
-		       "\"restore_s\":%.6g,\"restore_new_ctx_s\":%.6g,\"restore_fresh_buffers_s\":%.6g,\"memcpy_s\":%.6g,"
-		       "\"memcpy_all_cores_s\":%.6g,\"store_hugepages\":%s,\"torch_save_s\":", total, ranks, codec, b, cm,
-		       rs, rc_new, rc_fresh, mc, mct, huge == 1 ? "true" : "false");
+		       "\"restore_s\":%.6g,\"restore_new_ctx_s\":%.6g,\"restore_new_ctx_verify_first_s\":%.6g,"
+		       "\"restore_fresh_buffers_s\":%.6g,\"memcpy_s\":%.6g,\"memcpy_all_cores_s\":%.6g,"
+		       "\"store_hugepages\":%s,\"torch_save_s\":", total, ranks, codec, b, cm, rs, rc_new, rc_first,
+		       rc_fresh, mc, mct, huge == 1 ? "true" : "false");
 		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
 		return SB_OK;
 	}
@@ -480,6 +490,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "save -> committed", cm, total / cm / 1e9, cm / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "restore (store -> buffers)", rs, total / rs / 1e9, rs / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "restore, new context", rc_new, total / rc_new / 1e9, rc_new / mc);
+	printf("  %-28s %10.4f %10.2f %11.2fx\n", "  the same, verify first", rc_first, total / rc_first / 1e9,
+	       rc_first / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "  the same, fresh buffers", rc_fresh, total / rc_fresh / 1e9,
 	       rc_fresh / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, 1 thread", mc, total / mc / 1e9, 1.0);

@@ -69,6 +69,7 @@ class SnapConfig(ctypes.Structure):
         ("codec_optim_bound", ctypes.c_double),
         ("capture", ctypes.c_char * 1024),
         ("launch", ctypes.c_char * 128),
+        ("restore_verify", ctypes.c_int),
     ]
 
 
@@ -256,6 +257,8 @@ def parse_codec(spec):
 
 
 _STR_FIELDS = ("job", "store", "socket", "capture", "launch")
+# enum snap_restore_verify, in order (SNAP_RESTORE_VERIFY takes the same names).
+RESTORE_VERIFY = ("auto", "first", "inline")
 
 
 def config(overrides=None):
@@ -290,6 +293,10 @@ def config(overrides=None):
             setattr(cfg, k, b)
         elif k == "chunk_size" and isinstance(v, str):
             setattr(cfg, k, parse_size(v))
+        elif k == "restore_verify" and isinstance(v, str):
+            if v not in RESTORE_VERIFY:
+                raise ValueError(f"restore_verify {v!r}: expected " + ", ".join(RESTORE_VERIFY))
+            setattr(cfg, k, RESTORE_VERIFY.index(v))
         elif k in ("codec_param", "codec_optim") and isinstance(v, str):
             cid, bound = parse_codec(v)
             setattr(cfg, k, cid)

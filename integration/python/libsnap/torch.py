@@ -315,7 +315,14 @@ class Checkpointer:
         rank. Committed steps stay (docs/design.md, generations)."""
         ctx, self._ctx = self._ctx, None
         ctx.close()
-        self._ctx = C.Context(self.cfg)
+        cfg = self.cfg
+        if self._last is not None and cfg.restore_verify == C.RESTORE_VERIFY.index("auto"):
+            # auto checks as it copies only in a context that has neither saved
+            # nor restored; this one is new, but the tensors it registers hold
+            # the live state of a Checkpointer that has: check every chunk first.
+            cfg = C.SnapConfig.from_buffer_copy(self.cfg)
+            cfg.restore_verify = C.RESTORE_VERIFY.index("first")
+        self._ctx = C.Context(cfg)
         self._frozen = False
         self._keys = None
 

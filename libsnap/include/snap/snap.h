@@ -116,6 +116,23 @@ struct snap_config {
 	 * past the one it restores, even when they were its own launch's (a
 	 * rank that ran and exited before its peers started). */
 	char launch[128];
+	/* SNAP_RESTORE_VERIFY: when snap_restore() checks each chunk's CRC32C
+	 * (enum snap_restore_verify; "auto", "first" or "inline"). */
+	int restore_verify;
+};
+
+/*
+ * FIRST reads the slot twice (every chunk's CRC32C, then the copy) so that
+ * on a bad chunk your memory is untouched; INLINE reads it once, checking
+ * each chunk as it is copied (the README has the figures), and a bad
+ * chunk leaves memory partly overwritten (the error says so). AUTO, the default, is INLINE for a context that has neither
+ * saved nor restored yet (a relaunched trainer: its memory holds nothing a
+ * snapshot could give back) and FIRST afterwards (live training state).
+ */
+enum snap_restore_verify {
+	SNAP_VERIFY_AUTO = 0,
+	SNAP_VERIFY_FIRST = 1,
+	SNAP_VERIFY_INLINE = 2,
 };
 
 /*
@@ -294,14 +311,18 @@ SNAP_API int snap_latest(snap_ctx *ctx, uint64_t *step);
 
 /*
  * Restore `step` (or SNAP_STEP_LATEST) into the registered regions. Every
- * chunk's CRC32C is verified before any registered byte is written, so on
- * failure your memory is untouched. SNAP_EMISMATCH if the registered layout
+ * chunk's CRC32C is verified; with restore_verify FIRST (by default, once
+ * this context has saved or restored) before any registered byte is
+ * written, so on failure your memory is untouched; with INLINE (by default,
+ * in a new context) as each chunk is copied, so a bad chunk is reported
+ * after the others were copied. SNAP_EMISMATCH if the registered layout
  * differs from the snapshot's (the message names the region), or if the
  * snapshot was taken by a job of another world size (no resharding);
  * SNAP_ECORRUPT naming the region and chunk on a checksum mismatch;
- * SNAP_EIO if the slot file cannot be read. The rare failures after the
- * copy began (a read or device copy error, a frame that passes its CRC but
- * does not decode) say in the message that memory is partly overwritten.
+ * SNAP_EIO if the slot file cannot be read. Failures after the copy began
+ * (a read or device copy error, a frame that passes its CRC but does not
+ * decode, any bad chunk under INLINE) say in the message that memory is
+ * partly overwritten: restore another step before using it.
  * *restored (may be NULL) receives the step restored. No fence is needed
  * first: it waits for the previous save itself, as snap_wait() does (copy
  * and commit), and returns that save's error if it failed.
