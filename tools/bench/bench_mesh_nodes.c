@@ -201,6 +201,13 @@ int mesh_start(struct mesh *ms)
 		}
 		/* more ranks than cores here: spinning ranks would starve the others */
 		setenv("OMPI_MCA_mpi_yield_when_idle", "1", 0);
+		/* mpiexec's session directory (8 MiB of PMIx segments) in the
+		 * benchmark's own folder, removed with it: the Rebuild phase
+		 * SIGKILLs mpiexec, which then leaves it in /tmp/ompi.HOST.UID,
+		 * and a dozen runs left 100 MB there. */
+		char sess[PATH_MAX + 16];
+		if (snprintf(sess, sizeof(sess), "%s/mpi-session", ms->base) < (int)sizeof(sess))
+			setenv("OMPI_MCA_orte_tmpdir_base", sess, 1);
 		execlp(ms->mpiexec, ms->mpiexec, "-np", np, "--oversubscribe", ms->smp, "--ec", ec, "--store", store,
 		       "--slots", slots, "--mem-limit", mem, "--log-level", "info", "--log", "stderr", (char *)NULL);
 		fprintf(stderr, "snapbench mesh: cannot run %s: %s\n", ms->mpiexec, strerror(errno));
