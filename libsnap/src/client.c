@@ -39,6 +39,7 @@ int snap_open(const struct snap_config *cfg, snap_ctx **ctxp)
 		return SNAP_ENOMEM;
 	*ctxp = ctx;
 	ctx->sock = -1;
+	ctx->rhuge = -1;
 	pthread_mutex_init(&ctx->mu, NULL);
 	pthread_mutex_init(&ctx->sock_mu, NULL);
 	pthread_mutex_init(&ctx->gmu, NULL);

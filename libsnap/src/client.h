@@ -86,6 +86,7 @@ struct snap_ctx {
 	uint32_t rio_chunk;
 	int rphase;             /* 0 verify, 1 copy */
 	int rinline;            /* phase 1 also verifies; no phase 0 (restore_verify) */
+	int rhuge;              /* the store is on huge pages: 1, 0, or -1 not asked yet */
 	uint32_t rbad;          /* first bad chunk index + 1 */
 	uint32_t rdecode;       /* first chunk index + 1 whose frame failed to decode */
 	int rdone;

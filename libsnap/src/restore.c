@@ -284,9 +284,21 @@ static const uint8_t *saved_map(const snap_ctx *ctx, uint32_t slot, const struct
 	return NULL;
 }
 
-/* Can the slot be read with pread() (see above)? Raw host regions only. */
-static int by_read(const snap_ctx *ctx, const struct snap_manifest *man)
+/*
+ * Can the slot be read with pread() (see above)? Raw host regions only, and
+ * not from a store on huge pages: there a fresh mapping costs next to
+ * nothing (a page-table entry per 2 MiB: MAP_POPULATE and munmap of 1 GiB
+ * took 0.001 s on the development VM, against 0.2-0.28 s with 4 KiB pages),
+ * and reading through it saves the kernel's copy into the bounce block.
+ */
+static int by_read(snap_ctx *ctx, const struct snap_manifest *man)
 {
+	if (ctx->rhuge < 0) {
+		char how[160];
+		ctx->rhuge = snap_store_hugepages(ctx->cfg.store, how, sizeof(how)) == 1;
+	}
+	if (ctx->rhuge)
+		return 0;
 	for (uint32_t i = 0; i < man->layout.nregions; i++)
 		if (man->layout.regions[i].codec != SNAP_CODEC_NONE)
 			return 0;

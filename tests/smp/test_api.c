@@ -10,6 +10,7 @@
 #include <glob.h>
 #include <inttypes.h>
 #include <stdint.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include "../check.h"
@@ -299,6 +300,55 @@ static void test_corrupt_chunk_saved_mapping(struct smp_proc *p)
 	snap_close(ctx);
 }
 
+/*
+ * A store on huge pages: a new context maps the slot (cheap there) instead
+ * of reading it. The same refusal of a bad chunk, both verify orders, and
+ * the good step restored exactly. Needs mount(2) (root, as in CI); says so
+ * and skips this part without it.
+ */
+static void test_huge_store(void)
+{
+	char dir[128], store[160], how[160];
+	snprintf(dir, sizeof(dir), "/dev/shm/snaptest-huge-%d", (int)getpid());
+	snprintf(store, sizeof(store), "%s/store", dir);
+	mkdir(dir, 0700);
+	if (mount("none", dir, "tmpfs", 0, "huge=within_size,size=64M") != 0) {
+		printf("test_api: huge-page store not tested: cannot mount a tmpfs (%s)\n", strerror(errno));
+		rmdir(dir);
+		return;
+	}
+	struct smp_proc p;
+	CHECK_RC(smp_start(&p, store, NULL), 0);
+	CHECK(snap_store_hugepages(store, how, sizeof(how)) == 1);
+	snap_ctx *ctx = open_job(&p, "huge", 1);
+	for (uint64_t s = 1; ctx && s <= 2; s++) {
+		fill(s);
+		CHECK_RC(snap_save(ctx, s), 0);
+		CHECK_RC(snap_wait(ctx), 0);
+	}
+	snap_close(ctx);
+	char path[512];
+	CHECK_RC(slot_of(store, "huge", 2, path, sizeof(path)), 0);
+	flip_byte(path, 800 * 1024);   /* chunk 3 of "w" */
+	for (int verify = SNAP_VERIFY_FIRST; verify <= SNAP_VERIFY_INLINE; verify++) {
+		ctx = open_job_verify(&p, "huge", 1, verify);
+		fill(77);
+		CHECK_RC(snap_restore(ctx, 2, NULL), SNAP_ECORRUPT);
+		CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 3") != NULL);
+		CHECK(verify == SNAP_VERIFY_FIRST ? is_step(77) : holds(2, 0, 3 * N / 4));
+		snap_close(ctx);
+	}
+	ctx = open_job(&p, "huge", 1);
+	uint64_t got = 0;
+	fill(77);
+	CHECK_RC(snap_restore(ctx, 1, &got), 0);
+	CHECK(got == 1 && is_step(1));
+	snap_close(ctx);
+	smp_stop(&p, SIGTERM);
+	CHECK(umount(dir) == 0);
+	rmdir(dir);
+}
+
 static void test_budget(const char *store)
 {
 	struct smp_proc p;
@@ -581,6 +631,7 @@ int main(void)
 	test_corrupt_chunk(&p);
 	test_corrupt_chunk_saved_mapping(&p);
 	test_corrupt_chunk_inline_mapping(&p);
+	test_huge_store();
 	test_restart_keeps_steps(&p);
 	char store2[160];
 	snprintf(store2, sizeof(store2), "%s-budget", store);
