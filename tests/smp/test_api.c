@@ -5,10 +5,12 @@
  * layout mismatch, unknown job, memory budget, a second process for a rank),
  * and corruption of a committed slot.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -199,6 +201,21 @@ static void test_one_process_per_rank(struct smp_proc *p)
 	snap_close(a);
 }
 
+/* A context of `job` (restore_verify `verify`) that saved steps 1 and 2;
+ * path gets step 2's slot file. NULL if it could not be opened. */
+static snap_ctx *open_saved(const struct smp_proc *p, const char *job, int verify, char *path, size_t cap)
+{
+	snap_ctx *ctx = open_job_verify(p, job, 1, verify);
+	CHECK(ctx != NULL);
+	for (uint64_t s = 1; ctx && s <= 2; s++) {
+		fill(s);
+		CHECK_RC(snap_save(ctx, s), 0);
+		CHECK_RC(snap_wait(ctx), 0);
+	}
+	CHECK_RC(slot_of(p->store, job, 2, path, cap), 0);
+	return ctx;
+}
+
 /*
  * One flipped byte in step 3's slot, restored by new contexts (as after a
  * relaunch). Chunks of w are 256 KiB: N floats are 4 of them.
@@ -234,17 +251,10 @@ static void test_corrupt_chunk(struct smp_proc *p)
  * mapping, each chunk checked as it is copied, the bad one named. */
 static void test_corrupt_chunk_inline_mapping(struct smp_proc *p)
 {
-	snap_ctx *ctx = open_job_verify(p, "inline", 1, SNAP_VERIFY_INLINE);
-	CHECK(ctx != NULL);
+	char path[512];
+	snap_ctx *ctx = open_saved(p, "inline", SNAP_VERIFY_INLINE, path, sizeof(path));
 	if (!ctx)
 		return;
-	for (uint64_t s = 1; s <= 2; s++) {
-		fill(s);
-		CHECK_RC(snap_save(ctx, s), 0);
-		CHECK_RC(snap_wait(ctx), 0);
-	}
-	char path[512];
-	CHECK_RC(slot_of(p->store, "inline", 2, path, sizeof(path)), 0);
 	flip_byte(path, 600 * 1024);   /* chunk 2 of "w" */
 	fill(77);
 	uint64_t got = 0;
@@ -266,17 +276,10 @@ static void test_corrupt_chunk_inline_mapping(struct smp_proc *p)
  */
 static void test_corrupt_chunk_saved_mapping(struct smp_proc *p)
 {
-	snap_ctx *ctx = open_job(p, "mapped", 1);
-	CHECK(ctx != NULL);
+	char path[512];
+	snap_ctx *ctx = open_saved(p, "mapped", SNAP_VERIFY_AUTO, path, sizeof(path));
 	if (!ctx)
 		return;
-	for (uint64_t s = 1; s <= 2; s++) {
-		fill(s);
-		CHECK_RC(snap_save(ctx, s), 0);
-		CHECK_RC(snap_wait(ctx), 0);
-	}
-	char path[512];
-	CHECK_RC(slot_of(p->store, "mapped", 2, path, sizeof(path)), 0);
 	flip_byte(path, 1000 * 1024);   /* inside chunk 3, the last of "w" */
 	fill(77);
 	uint64_t got = 0;
@@ -320,15 +323,9 @@ static void test_huge_store(void)
 	struct smp_proc p;
 	CHECK_RC(smp_start(&p, store, NULL), 0);
 	CHECK(snap_store_hugepages(store, how, sizeof(how)) == 1);
-	snap_ctx *ctx = open_job(&p, "huge", 1);
-	for (uint64_t s = 1; ctx && s <= 2; s++) {
-		fill(s);
-		CHECK_RC(snap_save(ctx, s), 0);
-		CHECK_RC(snap_wait(ctx), 0);
-	}
-	snap_close(ctx);
 	char path[512];
-	CHECK_RC(slot_of(store, "huge", 2, path, sizeof(path)), 0);
+	snap_ctx *ctx = open_saved(&p, "huge", SNAP_VERIFY_AUTO, path, sizeof(path));
+	snap_close(ctx);
 	flip_byte(path, 800 * 1024);   /* chunk 3 of "w" */
 	for (int verify = SNAP_VERIFY_FIRST; verify <= SNAP_VERIFY_INLINE; verify++) {
 		ctx = open_job_verify(&p, "huge", 1, verify);
@@ -347,6 +344,73 @@ static void test_huge_store(void)
 	smp_stop(&p, SIGTERM);
 	CHECK(umount(dir) == 0);
 	rmdir(dir);
+}
+
+/*
+ * A slot read that fails mid-restore. This program's pread() takes the
+ * place of libc's for libsnap too (the executable's symbol comes first),
+ * and fails the fail_at-th call after it is armed: with EIO, or (eof) by
+ * returning 0 as at the end of a file shorter than it should be.
+ */
+static atomic_int pread_calls, fail_at, fail_eof;
+
+ssize_t pread(int fd, void *buf, size_t n, off_t off)
+{
+	static ssize_t (*real)(int, void *, size_t, off_t);
+	int at = atomic_load(&fail_at);
+	if (at && atomic_fetch_add(&pread_calls, 1) + 1 == at) {
+		if (atomic_load(&fail_eof))
+			return 0;
+		errno = EIO;
+		return -1;
+	}
+	if (!real)
+		real = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
+	return real(fd, buf, n, off);
+}
+
+/* A new context (which reads the slot with pread) restoring step 2 of
+ * "eio" (4 chunks of w and one of rng: one read each) with the k-th read
+ * failing: SNAP_EIO naming the chunk, the slot and the cause; with
+ * restore_verify first, memory untouched when the failure came in the
+ * verify pass (reads 1-5) and said to be partly overwritten in the copy
+ * (6-10); inline, always said to be partly overwritten. */
+static void test_read_fails(struct smp_proc *p)
+{
+	char path[512];
+	snap_close(open_saved(p, "eio", SNAP_VERIFY_AUTO, path, sizeof(path)));
+	for (int verify = SNAP_VERIFY_FIRST; verify <= SNAP_VERIFY_INLINE; verify++) {
+		int reads = verify == SNAP_VERIFY_FIRST ? 10 : 5;
+		for (int k = 1; k <= reads; k++) {
+			snap_ctx *ctx = open_job_verify(p, "eio", 1, verify);
+			if (!ctx)
+				return;
+			fill(77);
+			atomic_store(&fail_eof, k % 2);
+			atomic_store(&pread_calls, 0);
+			atomic_store(&fail_at, k);
+			int rc = snap_restore(ctx, 2, NULL);
+			atomic_store(&fail_at, 0);
+			const char *msg = snap_errmsg(ctx);
+			CHECK_RC(rc, SNAP_EIO);
+			CHECK(strstr(msg, "reading chunk") && strstr(msg, "of slot") &&
+			      strstr(msg, strerror(EIO)));
+			int untouched = verify == SNAP_VERIFY_FIRST && k <= 5;
+			CHECK(strstr(msg, untouched ? "left untouched" : "partly overwritten") != NULL);
+			if (untouched)
+				CHECK(is_step(77));
+			if (rc != SNAP_EIO || !strstr(msg, untouched ? "left untouched" : "partly overwritten"))
+				fprintf(stderr, "  (verify %d, read %d failing: %s)\n", verify, k, msg);
+			snap_close(ctx);
+		}
+	}
+	/* nothing armed: the same restore succeeds */
+	snap_ctx *ctx = open_job(p, "eio", 1);
+	uint64_t got = 0;
+	fill(77);
+	CHECK_RC(snap_restore(ctx, 2, &got), 0);
+	CHECK(got == 2 && is_step(2));
+	snap_close(ctx);
 }
 
 static void test_budget(const char *store)
@@ -632,6 +696,7 @@ int main(void)
 	test_corrupt_chunk_saved_mapping(&p);
 	test_corrupt_chunk_inline_mapping(&p);
 	test_huge_store();
+	test_read_fails(&p);
 	test_restart_keeps_steps(&p);
 	char store2[160];
 	snprintf(store2, sizeof(store2), "%s-budget", store);
