@@ -124,10 +124,12 @@ struct snap_config {
 /*
  * FIRST reads the slot twice (every chunk's CRC32C, then the copy) so that
  * on a bad chunk your memory is untouched; INLINE reads it once, checking
- * each chunk as it is copied (the README has the figures), and a bad
- * chunk leaves memory partly overwritten (the error says so). AUTO, the default, is INLINE for a context that has neither
- * saved nor restored yet (a relaunched trainer: its memory holds nothing a
- * snapshot could give back) and FIRST afterwards (live training state).
+ * each chunk as it is copied (the README has the figures), and a bad chunk
+ * leaves memory partly overwritten (the error says so). AUTO, the default,
+ * is INLINE for a context that has neither saved nor restored yet (a
+ * relaunched trainer: its memory holds nothing a snapshot could give back)
+ * and FIRST afterwards (live training state). Before this field existed
+ * every restore was FIRST; a program built against that header gets AUTO.
  */
 enum snap_restore_verify {
 	SNAP_VERIFY_AUTO = 0,
