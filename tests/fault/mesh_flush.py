@@ -144,7 +144,7 @@ def main():
     # What the next launch must restore: ("exact", s), ("atleast", s) or ("error", None) / ("fresh", None).
     expect, level, step, flush_time = ("fresh", None), 1, 0, None
     try:
-        last_on_disk = None
+        last_on_disk = []
         for t in range(a.trials + 1):
             busy = 0 < t < a.trials and expect[0] != "error" and rng.random() < 0.5
             mid_flush = False
@@ -309,15 +309,24 @@ def main():
                     mesh.kill()
             files = step_files(dirs)
             on_disk = sorted(files)
-            # A kill after a step's seal (per node: the last part's) and before node 0's retention
-            # leaves one more; the next persisted step's retention removes it. Busy trials flush
-            # every step, so any of their kills may land there; a launch that persisted nothing
-            # leaves what the one before it left (seed 2: a busy kill left [4, 6, 10], and the
-            # next, quiet, launch persisted no step).
-            keep = KEEP + (busy or on_disk == last_on_disk)
+            # Node 0 applies retention right after each seal (per node: the last part's), before
+            # "persisted" is logged. A kill between the two leaves the step sealed and the old ones
+            # kept; busy trials flush every step, so any of their kills may land there, quiet ones
+            # wait for "persisted". So: a launch that persisted no step leaves what it found (seed
+            # 2: a busy kill left [4, 6, 10], the next launch persisted nothing); one that persisted
+            # one step may have run no retention at all (seed 222 in CI: [6, 9, 13] left, then 14
+            # sealed and killed: [6, 9, 13, 14]); one that persisted two or more ran the retention
+            # of the one before the last.
+            new = set(on_disk) - set(last_on_disk)
+            if not new:
+                keep = max(KEEP, len(last_on_disk))
+            elif busy and len(new) == 1:
+                keep = max(KEEP, len(last_on_disk)) + 1
+            else:
+                keep = KEEP + busy
             if len(on_disk) > keep:
-                fail(f"trial {t}: {len(on_disk)} persisted steps kept, --flush-keep {KEEP}: {on_disk}")
-            last_on_disk = on_disk
+                fail(f"trial {t}: {len(on_disk)} persisted steps kept, --flush-keep {KEEP}, found {last_on_disk} at "
+                     f"launch: {on_disk}")
             for s in on_disk:
                 missing = [p for p in files[s].values() if not os.path.isfile(p)]
                 if missing or len(files[s]) != a.world:
@@ -348,6 +357,7 @@ def main():
                         shutil.rmtree(os.path.join(d, JOB), ignore_errors=True)
             for n in lost:
                 shutil.rmtree(mesh.root(n), ignore_errors=True)
+            last_on_disk = sorted(step_files(dirs))   # what the next launch finds
             if level <= 2:
                 expect = ("exact", prot) if not busy else ("atleast", prot)
             elif level == 3:
