@@ -3,119 +3,21 @@
  * The C API against a real snapsmp: the save/fence/wait/restore contract,
  * the errors users hit (unfenced save, frozen layout, steps going back,
  * layout mismatch, unknown job, memory budget, a second process for a rank),
- * and corruption of a committed slot.
+ * and corruption of a committed slot. The restore's own faults (inline
+ * checking, huge-page stores, failing reads) are test_restore_faults.c's.
  */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
-#include <stdatomic.h>
 #include <stdint.h>
-#include <sys/mount.h>
 #include <sys/stat.h>
 
 #include "../check.h"
 #include "harness.h"
 #include "snap/base.h"
-#include "snap/manifest.h"
 
-#define N (256 * 1024)   /* floats: 1 MiB, several 256 KiB chunks */
-
-static float w[N];
-static uint8_t rng[100];
-
-static void fill(uint64_t step)
-{
-	for (int i = 0; i < N; i++)
-		w[i] = (float)step + (float)i * 1e-3f;
-	memset(rng, (int)step, sizeof(rng));
-}
-
-static int is_step(uint64_t step)
-{
-	for (int i = 0; i < N; i++)
-		if (w[i] != (float)step + (float)i * 1e-3f)
-			return 0;
-	for (size_t i = 0; i < sizeof(rng); i++)
-		if (rng[i] != (uint8_t)step)
-			return 0;
-	return 1;
-}
-
-/* w[from, to) holds step's values (a restore copied those chunks). */
-static int holds(uint64_t step, int from, int to)
-{
-	for (int i = from; i < to; i++)
-		if (w[i] != (float)step + (float)i * 1e-3f)
-			return 0;
-	return 1;
-}
-
-static snap_ctx *open_job_verify(const struct smp_proc *p, const char *job, int with_regions, int verify)
-{
-	struct snap_config c;
-	smp_cfg(&c, p, job, 0, 1);
-	c.chunk_size = 256 * 1024;
-	c.restore_verify = verify;
-	snap_ctx *ctx;
-	int rc = snap_open(&c, &ctx);
-	if (rc) {
-		fprintf(stderr, "open %s: %s\n", job, snap_errmsg(ctx));
-		snap_close(ctx);
-		return NULL;
-	}
-	if (with_regions) {
-		struct snap_region a = { .name = "w", .ptr = w, .bytes = sizeof(w), .dtype = SNAP_DTYPE_F32,
-					 .kind = SNAP_KIND_PARAM, .ndim = 1, .shape = { N }, .global_shape = { N } };
-		struct snap_region b = { .name = "rng", .ptr = rng, .bytes = sizeof(rng), .dtype = SNAP_DTYPE_U8,
-					 .kind = SNAP_KIND_RNG };
-		CHECK_RC(snap_register(ctx, &a), 0);
-		CHECK_RC(snap_register(ctx, &b), 0);
-	}
-	return ctx;
-}
-
-static snap_ctx *open_job(const struct smp_proc *p, const char *job, int with_regions)
-{
-	return open_job_verify(p, job, with_regions, SNAP_VERIFY_AUTO);
-}
-
-/* Slot file of `job` rank 0 holding `step`, found through its manifest. */
-static int slot_of(const char *store, const char *job, uint64_t step, char *path, size_t cap)
-{
-	for (int i = 0; i < 2; i++) {
-		char m[512];
-		snprintf(m, sizeof(m), "%s/%s/rank-00000/slot-%d.man", store, job, i);
-		FILE *f = fopen(m, "rb");
-		if (!f)
-			continue;
-		uint8_t buf[4096];
-		size_t n = fread(buf, 1, sizeof(buf), f);
-		fclose(f);
-		struct snap_manifest man;
-		char err[128];
-		if (snap_manifest_decode(buf, n, &man, err, sizeof(err)) == 0) {
-			uint64_t s = man.step;
-			snap_manifest_free(&man);
-			if (s == step) {
-				snprintf(path, cap, "%s/%s/rank-00000/slot-%d", store, job, i);
-				return 0;
-			}
-		}
-	}
-	return -1;
-}
-
-static void flip_byte(const char *path, off_t off)
-{
-	int fd = open(path, O_RDWR);
-	uint8_t b = 0;
-	CHECK(fd >= 0 && pread(fd, &b, 1, off) == 1);
-	b ^= 0x40;
-	CHECK(pwrite(fd, &b, 1, off) == 1);
-	close(fd);
-}
+#include "api_fixture.h"
 
 static void test_cycle(struct smp_proc *p)
 {
@@ -201,21 +103,6 @@ static void test_one_process_per_rank(struct smp_proc *p)
 	snap_close(a);
 }
 
-/* A context of `job` (restore_verify `verify`) that saved steps 1 and 2;
- * path gets step 2's slot file. NULL if it could not be opened. */
-static snap_ctx *open_saved(const struct smp_proc *p, const char *job, int verify, char *path, size_t cap)
-{
-	snap_ctx *ctx = open_job_verify(p, job, 1, verify);
-	CHECK(ctx != NULL);
-	for (uint64_t s = 1; ctx && s <= 2; s++) {
-		fill(s);
-		CHECK_RC(snap_save(ctx, s), 0);
-		CHECK_RC(snap_wait(ctx), 0);
-	}
-	CHECK_RC(slot_of(p->store, job, 2, path, cap), 0);
-	return ctx;
-}
-
 /*
  * One flipped byte in step 3's slot, restored by new contexts (as after a
  * relaunch). Chunks of w are 256 KiB: N floats are 4 of them.
@@ -243,27 +130,6 @@ static void test_corrupt_chunk(struct smp_proc *p)
 	CHECK(is_step(77));
 	uint64_t got = 0;
 	CHECK_RC(snap_restore(ctx, 2, &got), 0);    /* the other step still restores */
-	CHECK(got == 2 && is_step(2));
-	snap_close(ctx);
-}
-
-/* restore_verify inline in the process that saved: read through its own
- * mapping, each chunk checked as it is copied, the bad one named. */
-static void test_corrupt_chunk_inline_mapping(struct smp_proc *p)
-{
-	char path[512];
-	snap_ctx *ctx = open_saved(p, "inline", SNAP_VERIFY_INLINE, path, sizeof(path));
-	if (!ctx)
-		return;
-	flip_byte(path, 600 * 1024);   /* chunk 2 of "w" */
-	fill(77);
-	uint64_t got = 0;
-	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ECORRUPT);
-	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 2") && strstr(snap_errmsg(ctx), "partly overwritten"));
-	CHECK(holds(2, 0, N / 2) && holds(2, 3 * N / 4, N));
-	flip_byte(path, 600 * 1024);
-	fill(77);
-	CHECK_RC(snap_restore(ctx, 2, &got), 0);
 	CHECK(got == 2 && is_step(2));
 	snap_close(ctx);
 }
@@ -300,116 +166,6 @@ static void test_corrupt_chunk_saved_mapping(struct smp_proc *p)
 	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ECORRUPT);
 	CHECK(strstr(snap_errmsg(ctx), "\"rng\" chunk 0") != NULL);
 	CHECK(is_step(77));
-	snap_close(ctx);
-}
-
-/*
- * A store on huge pages: a new context maps the slot (cheap there) instead
- * of reading it. The same refusal of a bad chunk, both verify orders, and
- * the good step restored exactly. Needs mount(2) (root, as in CI); says so
- * and skips this part without it.
- */
-static void test_huge_store(void)
-{
-	char dir[128], store[160], how[160];
-	snprintf(dir, sizeof(dir), "/dev/shm/snaptest-huge-%d", (int)getpid());
-	snprintf(store, sizeof(store), "%s/store", dir);
-	mkdir(dir, 0700);
-	if (mount("none", dir, "tmpfs", 0, "huge=within_size,size=64M") != 0) {
-		printf("test_api: huge-page store not tested: cannot mount a tmpfs (%s)\n", strerror(errno));
-		rmdir(dir);
-		return;
-	}
-	struct smp_proc p;
-	CHECK_RC(smp_start(&p, store, NULL), 0);
-	CHECK(snap_store_hugepages(store, how, sizeof(how)) == 1);
-	char path[512];
-	snap_ctx *ctx = open_saved(&p, "huge", SNAP_VERIFY_AUTO, path, sizeof(path));
-	snap_close(ctx);
-	flip_byte(path, 800 * 1024);   /* chunk 3 of "w" */
-	for (int verify = SNAP_VERIFY_FIRST; verify <= SNAP_VERIFY_INLINE; verify++) {
-		ctx = open_job_verify(&p, "huge", 1, verify);
-		fill(77);
-		CHECK_RC(snap_restore(ctx, 2, NULL), SNAP_ECORRUPT);
-		CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 3") != NULL);
-		CHECK(verify == SNAP_VERIFY_FIRST ? is_step(77) : holds(2, 0, 3 * N / 4));
-		snap_close(ctx);
-	}
-	ctx = open_job(&p, "huge", 1);
-	uint64_t got = 0;
-	fill(77);
-	CHECK_RC(snap_restore(ctx, 1, &got), 0);
-	CHECK(got == 1 && is_step(1));
-	snap_close(ctx);
-	smp_stop(&p, SIGTERM);
-	CHECK(umount(dir) == 0);
-	rmdir(dir);
-}
-
-/*
- * A slot read that fails mid-restore. This program's pread() takes the
- * place of libc's for libsnap too (the executable's symbol comes first),
- * and fails the fail_at-th call after it is armed: with EIO, or (eof) by
- * returning 0 as at the end of a file shorter than it should be.
- */
-static atomic_int pread_calls, fail_at, fail_eof;
-
-ssize_t pread(int fd, void *buf, size_t n, off_t off)
-{
-	static ssize_t (*real)(int, void *, size_t, off_t);
-	int at = atomic_load(&fail_at);
-	if (at && atomic_fetch_add(&pread_calls, 1) + 1 == at) {
-		if (atomic_load(&fail_eof))
-			return 0;
-		errno = EIO;
-		return -1;
-	}
-	if (!real)
-		real = (ssize_t (*)(int, void *, size_t, off_t))dlsym(RTLD_NEXT, "pread");
-	return real(fd, buf, n, off);
-}
-
-/* A new context (which reads the slot with pread) restoring step 2 of
- * "eio" (4 chunks of w and one of rng: one read each) with the k-th read
- * failing: SNAP_EIO naming the chunk, the slot and the cause; with
- * restore_verify first, memory untouched when the failure came in the
- * verify pass (reads 1-5) and said to be partly overwritten in the copy
- * (6-10); inline, always said to be partly overwritten. */
-static void test_read_fails(struct smp_proc *p)
-{
-	char path[512];
-	snap_close(open_saved(p, "eio", SNAP_VERIFY_AUTO, path, sizeof(path)));
-	for (int verify = SNAP_VERIFY_FIRST; verify <= SNAP_VERIFY_INLINE; verify++) {
-		int reads = verify == SNAP_VERIFY_FIRST ? 10 : 5;
-		for (int k = 1; k <= reads; k++) {
-			snap_ctx *ctx = open_job_verify(p, "eio", 1, verify);
-			if (!ctx)
-				return;
-			fill(77);
-			atomic_store(&fail_eof, k % 2);
-			atomic_store(&pread_calls, 0);
-			atomic_store(&fail_at, k);
-			int rc = snap_restore(ctx, 2, NULL);
-			atomic_store(&fail_at, 0);
-			const char *msg = snap_errmsg(ctx);
-			CHECK_RC(rc, SNAP_EIO);
-			CHECK(strstr(msg, "reading chunk") && strstr(msg, "of slot") &&
-			      strstr(msg, strerror(EIO)));
-			int untouched = verify == SNAP_VERIFY_FIRST && k <= 5;
-			CHECK(strstr(msg, untouched ? "left untouched" : "partly overwritten") != NULL);
-			if (untouched)
-				CHECK(is_step(77));
-			if (rc != SNAP_EIO || !strstr(msg, untouched ? "left untouched" : "partly overwritten"))
-				fprintf(stderr, "  (verify %d, read %d failing: %s)\n", verify, k, msg);
-			snap_close(ctx);
-		}
-	}
-	/* nothing armed: the same restore succeeds */
-	snap_ctx *ctx = open_job(p, "eio", 1);
-	uint64_t got = 0;
-	fill(77);
-	CHECK_RC(snap_restore(ctx, 2, &got), 0);
-	CHECK(got == 2 && is_step(2));
 	snap_close(ctx);
 }
 
@@ -694,9 +450,6 @@ int main(void)
 	test_one_process_per_rank(&p);
 	test_corrupt_chunk(&p);
 	test_corrupt_chunk_saved_mapping(&p);
-	test_corrupt_chunk_inline_mapping(&p);
-	test_huge_store();
-	test_read_fails(&p);
 	test_restart_keeps_steps(&p);
 	char store2[160];
 	snprintf(store2, sizeof(store2), "%s-budget", store);
