@@ -94,6 +94,18 @@ fi
 for v in $(compgen -e | grep '^SNAP_' || true); do common+=(-x "$v"); done
 
 mesh_pid='' train_pid=''
+# Each mpirun started here gets a session folder of its own under
+# OMPI_MCA_orte_tmpdir_base, when the caller set one: Open MPI creates
+# ompi.HOST.UID there at the first start and removes it when the last
+# session ends, and a relaunch starting while the old mpirun ends can lose
+# that race (orte_init: "mkdir ... File exists"; seen in launch.mpirun).
+session_env() { # run in $(...): BASHPID differs per launch
+	if [ -n "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
+		echo "OMPI_MCA_orte_tmpdir_base=${OMPI_MCA_orte_tmpdir_base%/}/launch.$BASHPID"
+	else
+		echo "MPIRUN_SH_LAUNCH=$BASHPID"
+	fi
+}
 start_mesh() {
 	local st=$store args=(--ec "$ec" --slots 3)
 	[ -n "$mem_limit" ] && args+=(--mem-limit "$mem_limit")
@@ -102,25 +114,29 @@ start_mesh() {
 		st=$store/node%n
 	fi
 	echo "mpirun.sh: starting the mesh: $nodes x snapsmp --ec $ec --store $st" >&2
+	local sess
+	sess=$(session_env)
 	if [ -n "$logdir" ]; then
 		mkdir -p "$logdir"
-		"$mpirun" "${common[@]}" -np "$nodes" "${map_mesh[@]}" --bind-to none \
+		env "$sess" "$mpirun" "${common[@]}" -np "$nodes" "${map_mesh[@]}" --bind-to none \
 			"$snapsmp" "${args[@]}" --store "$st" >>"$logdir/snapsmp.log" 2>&1 &
 	else
-		"$mpirun" "${common[@]}" -np "$nodes" "${map_mesh[@]}" --bind-to none \
+		env "$sess" "$mpirun" "${common[@]}" -np "$nodes" "${map_mesh[@]}" --bind-to none \
 			"$snapsmp" "${args[@]}" --store "$st" &
 	fi
 	mesh_pid=$!
 }
 
 start_trainers() {
+	local sess
+	sess=$(session_env)
 	if [ "$simulate" = 1 ]; then
 		# shellcheck disable=SC2016 # expanded by the rank's own shell
-		"$mpirun" "${common[@]}" -np $((nodes * rpn)) \
+		env "$sess" "$mpirun" "${common[@]}" -np $((nodes * rpn)) \
 			bash -c 'export SNAP_STORE="$1/node$((OMPI_COMM_WORLD_RANK / $2))"; shift 2; exec "$@"' \
 			trainer "$store" "$rpn" "$@" &
 	else
-		SNAP_STORE=$store "$mpirun" "${common[@]}" -x SNAP_STORE -np $((nodes * rpn)) \
+		env "$sess" SNAP_STORE="$store" "$mpirun" "${common[@]}" -x SNAP_STORE -np $((nodes * rpn)) \
 			"${map_train[@]}" "$@" &
 	fi
 	train_pid=$!
