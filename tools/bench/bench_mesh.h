@@ -48,6 +48,9 @@ struct mesh {
 int node_path(const struct mesh *ms, int n, const char *leaf, char *out, size_t cap);
 /* Start the mesh and wait until every node serves; -1 (killed again) if not. */
 int mesh_start(struct mesh *ms);
+/* The two halves of mesh_start: fork mpiexec; wait for every node's socket. */
+int mesh_launch(struct mesh *ms);
+int mesh_serving(struct mesh *ms);
 /* Whether mpiexec still runs (reaps it when not). */
 int mesh_alive(struct mesh *ms);
 /* SIGKILL of every node at once, and their MPI segments removed. */
