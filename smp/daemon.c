@@ -349,6 +349,7 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 		snap_mesh_lock(m->mesh); /* the mesh thread reads the store and pins slots */
 		stop = serve_events(m, pfd, pc, k);
 		reap_conns(m);
+		snap_store_reap(m->store);   /* a slot reservation that failed is logged */
 		snap_mesh_unlock(m->mesh);
 	}
 	free(pfd);

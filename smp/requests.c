@@ -300,6 +300,8 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 		}
 		snap_put_u64(&out, pinned);
 		snap_put_u32(&out, pinners);
+		/* Slot files still being reserved: counted in mem_used already. */
+		snap_put_u32(&out, snap_store_reserving(m->store));
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, SMP_ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;

@@ -20,6 +20,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "reserve.h"
 #include "snap/base.h"
 #include "snap/store.h"
 
@@ -201,41 +202,95 @@ int snap_store_latest(const struct snap_store *s, const struct store_job *j, uin
 	return found ? 0 : SNAP_ENOENT;
 }
 
+/* A reservation has ended: on failure the slot is empty again and its
+ * bytes go back to the budget; the save that picks it tries once more, in
+ * its ACQUIRE, and reports why. */
+static void reserved(struct snap_store *s, const struct store_job *j, const struct store_rank *r, uint32_t i, int e)
+{
+	struct store_slot *sl = &r->slots[i];
+	sl->resv = 0;
+	if (!e)
+		return;
+	snap_store_logf(s, "job %s rank %u: could not reserve %" PRIu64 " bytes for slot %u in the background: %s%s",
+			j->name, r->rank, sl->size, i, strerror(e), e == ENOSPC ? " (the store is full)" : "");
+	s->mem_used -= sl->size < s->mem_used ? sl->size : s->mem_used;
+	sl->size = 0;
+}
+
+/* Wait for slot i's reservation, if one is under way. */
+static void settle(struct snap_store *s, const struct store_job *j, const struct store_rank *r, uint32_t i)
+{
+	if (r->slots[i].resv)
+		reserved(s, j, r, i, snap_reserver_wait(s->resv, r->slots[i].resv));
+}
+
+void snap_store_reap(struct snap_store *s)
+{
+	uint64_t t;
+	int e;
+	while (s && s->resv && snap_reserver_take(s->resv, &t, &e)) {
+		for (struct store_job *j = s->jobs; j; j = j->next)
+			for (uint32_t k = 0; k < j->nranks; k++)
+				for (uint32_t i = 0; j->ranks[k] && i < s->nslots; i++)
+					if (j->ranks[k]->slots[i].resv == t)
+						reserved(s, j, j->ranks[k], i, e);
+	}
+}
+
+unsigned snap_store_reserving(struct snap_store *s)
+{
+	unsigned n = 0;
+	snap_store_reap(s);
+	for (struct store_job *j = s->jobs; j; j = j->next)
+		for (uint32_t k = 0; k < j->nranks; k++)
+			for (uint32_t i = 0; j->ranks[k] && i < s->nslots; i++)
+				n += j->ranks[k]->slots[i].resv != 0;
+	return n;
+}
+
 /* Resize a slot file to `bytes` and reserve its memory (no SIGBUS later). */
 static int size_slot(struct snap_store *s, const struct store_job *j, struct store_rank *r, uint32_t i,
 		     uint64_t bytes, char *err, size_t errlen)
 {
 	struct store_slot *sl = &r->slots[i];
 	char path[SNAP_FILE_MAX];
+	settle(s, j, r, i);
 	snap_store_path(s, j->name, r->rank, i, 0, path, sizeof(path));
-	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (fd < 0) {
-		snap_fmt(err, errlen, "cannot create slot file %s: %s", path, strerror(errno));
-		return errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
-	}
-	int rc = 0;
-	if (ftruncate(fd, (off_t)bytes) != 0) {
-		snap_fmt(err, errlen, "cannot size slot file %s to %" PRIu64 " bytes: %s", path, bytes, strerror(errno));
-		rc = SNAP_EIO;
-	} else if (bytes && (errno = posix_fallocate(fd, 0, (off_t)bytes)) != 0) {
+	int e = snap_reserve_file(path, bytes);
+	if (e == ENOSPC)
 		snap_fmt(err, errlen, "store %s is full: cannot reserve %" PRIu64 " bytes for %s: %s", s->root, bytes,
-			 path, strerror(errno));
-		rc = errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
-		if (ftruncate(fd, 0) == 0)
-			bytes = 0;
-		else
-			bytes = sl->size;
-	}
-	close(fd);
+			 path, strerror(e));
+	else if (e)
+		snap_fmt(err, errlen, "cannot reserve %" PRIu64 " bytes for slot file %s: %s", bytes, path, strerror(e));
+	if (e)
+		bytes = 0;   /* snap_reserve_file left it empty */
 	s->mem_used = s->mem_used - sl->size + bytes;
 	sl->size = bytes;
-	return rc;
+	return e == ENOSPC ? SNAP_ENOSPC : e ? SNAP_EIO : 0;
+}
+
+/* size_slot by the reservation thread; the bytes count from now on. */
+static int size_slot_later(struct snap_store *s, const struct store_job *j, struct store_rank *r, uint32_t i,
+			   uint64_t bytes, char *err, size_t errlen)
+{
+	struct store_slot *sl = &r->slots[i];
+	char path[SNAP_FILE_MAX];
+	uint64_t t;
+	settle(s, j, r, i);
+	snap_store_path(s, j->name, r->rank, i, 0, path, sizeof(path));
+	if ((!s->resv && !(s->resv = snap_reserver_new())) || snap_reserver_submit(s->resv, path, bytes, &t))
+		return size_slot(s, j, r, i, bytes, err, errlen);
+	s->mem_used = s->mem_used - sl->size + bytes;
+	sl->size = bytes;
+	sl->resv = t;
+	return 0;
 }
 
 int snap_store_register(struct snap_store *s, struct store_job *j, struct store_rank *r,
 			struct snap_layout *lay, char *err, size_t errlen)
 {
 	uint64_t mine = 0, need = 0;
+	snap_store_reap(s);
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		const struct store_slot *sl = &r->slots[i];
 		mine += sl->size;
@@ -251,7 +306,8 @@ int snap_store_register(struct snap_store *s, struct store_job *j, struct store_
 		struct store_slot *sl = &r->slots[i];
 		if (sl->state == SLOT_COMMITTED || sl->size == lay->slot_bytes)
 			continue;
-		int rc = size_slot(s, j, r, i, lay->slot_bytes, err, errlen);
+		/* a free slot's file is reserved in the background */
+		int rc = (sl->state == SLOT_FREE ? size_slot_later : size_slot)(s, j, r, i, lay->slot_bytes, err, errlen);
 		if (rc)
 			return rc;
 	}
@@ -284,6 +340,7 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 		snap_fmt(err, errlen, "job %s rank %u: REGISTER a layout before the first save", j->name, r->rank);
 		return SNAP_EPROTO;
 	}
+	snap_store_reap(s);
 	int rc = continue_timeline(s, j, r, step, err, errlen);
 	if (rc)
 		return rc;
@@ -315,6 +372,7 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 	snap_store_path(s, j->name, r->rank, (uint32_t)best, 0, path, sizeof(path));
 	if ((rc = drop_slot(s, j, r, (uint32_t)best, err, errlen)))
 		return rc;
+	settle(s, j, r, (uint32_t)best);
 	if (sl->size != r->layout.slot_bytes) {
 		int rc = size_slot(s, j, r, (uint32_t)best, r->layout.slot_bytes, err, errlen);
 		if (rc)
@@ -459,6 +517,7 @@ int snap_store_recommit(struct snap_store *s, struct store_job *j, struct store_
 		return SNAP_EPROTO;
 	}
 	struct store_slot *sl = &r->slots[slot];
+	settle(s, j, r, slot);
 	if (sl->state == SLOT_COMMITTED && sl->step == step && sl->man.gen == j->gen && ncrc == sl->man.layout.ncrc &&
 	    memcmp(crc, sl->man.crc, ncrc * sizeof(*crc)) == 0 && memcmp(len, sl->man.len, ncrc * sizeof(*len)) == 0)
 		return 0;   /* the dead daemon published it before it died */

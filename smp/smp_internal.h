@@ -27,7 +27,9 @@
  *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c
  *                               (meshmap: slot files kept mapped; fileent:
  *                               a job's captured-file entries)
- *   0  store.c slots.c meshfiles.c   (libraries snapstore, snapmeshfiles)
+ *   0  store.c slots.c reserve.c meshfiles.c   (libraries snapstore,
+ *                               snapmeshfiles; reserve: slot files
+ *                               reserved by a thread)
  *
  * So requests.c answers requests and logs through log.c/reply.c, which
  * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "snap/base.h"
+#include "reserve.h"
 #include "snap/store.h"
 
 void snap_store_logf(const struct snap_store *s, const char *fmt, ...)
@@ -381,6 +382,7 @@ void snap_store_close(struct snap_store *s)
 {
 	if (!s)
 		return;
+	snap_reserver_free(s->resv);   /* first: its thread writes slot files */
 	while (s->jobs) {
 		struct store_job *j = s->jobs;
 		s->jobs = j->next;

@@ -296,13 +296,24 @@ def budget_mismatch(mesh, a):
     """Each live node's count against its budget (snaptool status --json,
     daemon_mem_used) must equal the bytes its files hold: slot files plus
     every non-record file in <job>/ec (the protected step's parity and the
-    spare). Returns the first node that differs, as a message, or None."""
+    spare), once it reserves no slot file in the background (those bytes
+    are counted before they are in a file). Returns the first node that
+    differs, as a message, or None."""
     for n in range(a.nodes):
-        p = subprocess.run([a.snaptool, "status", "--json", "--store", mesh.root(n)], capture_output=True, text=True)
-        try:
-            counted = json.loads(p.stdout)["daemon_mem_used"]
-        except (ValueError, KeyError):
-            return f"node {n}: snaptool status failed: {p.stdout!r} {p.stderr!r}"
+        deadline = time.time() + 60
+        while True:
+            p = subprocess.run([a.snaptool, "status", "--json", "--store", mesh.root(n)], capture_output=True,
+                               text=True)
+            try:
+                st = json.loads(p.stdout)
+                counted, reserving = st["daemon_mem_used"], st["daemon_reserving"]
+            except (ValueError, KeyError):
+                return f"node {n}: snaptool status failed: {p.stdout!r} {p.stderr!r}"
+            if reserving == 0:
+                break
+            if time.time() > deadline:
+                return f"node {n}: still reserving {reserving} slot file(s) after 60 s"
+            time.sleep(0.02)
         held, ec = 0, []
         for d, _, files in os.walk(mesh.root(n)):
             for f in files:

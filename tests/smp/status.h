@@ -40,6 +40,7 @@ static inline int smp_status_pinned(const char *sock, uint64_t *pinned, uint32_t
 		snap_get_u32(&r); /* pid */
 		*pinned = snap_get_u64(&r);
 		*pinners = snap_get_u32(&r);
+		snap_get_u32(&r); /* slot files being reserved */
 		bad = r.bad || snap_rbuf_left(&r) != 0;
 	}
 	free(pl);

@@ -23,10 +23,11 @@ LAYERS = {
     "flush": 3, "files": 3, "rehydrate": 3, "protect": 3, "recover": 3, "meshcap": 3,
     "meshrec": 2, "capgen": 2, "filescan": 2, "fileflush": 2,
     "log": 1, "reply": 1, "meshutil": 1, "meshmap": 1, "config": 1, "fileent": 1,
-    "store": 0, "slots": 0, "meshfiles": 0,
+    "store": 0, "slots": 0, "reserve": 0, "meshfiles": 0,
 }
-# calls allowed inside one layer (the library snapstore: slots uses store)
-SAME_LAYER_OK = {("slots", "store")}
+# calls allowed inside one layer (the library snapstore: slots uses store and
+# reserve, store stops reserve's thread)
+SAME_LAYER_OK = {("slots", "store"), ("slots", "reserve"), ("store", "reserve")}
 
 
 def symbols(nm, obj):

@@ -297,6 +297,7 @@ def main():
             check(st["daemon_pid"] == smp.pid and st["mem_limit"] == 64 << 20 and st["daemon_mem_used"] >= st["mem_used"],
                   f"status: daemon {st}")
             check(st["pinned"] == 0 and st["pinned_by"] == 0, f"status: host-only trainers pinned {st}")
+            check(isinstance(st["daemon_reserving"], int), f"status: daemon_reserving {st}")
             j = {x["job"]: x for x in st["jobs"]}.get("js")
             check(j is not None, "status: no job js")
             if j:
@@ -320,7 +321,7 @@ def main():
     st = run_json(schema, "status", [snaptool, "status", "--store", store, "--json"])
     if st:
         check(st["mem_limit"] is None and st["daemon_pid"] is None and st["daemon_mem_used"] is None
-              and st["pinned"] is None and st["pinned_by"] is None,
+              and st["pinned"] is None and st["pinned_by"] is None and st["daemon_reserving"] is None,
               f"status without a daemon: {st}")
     rc = run_json(schema, "recover", [snaptool, "recover", "--store", store, "--job", "none", "--json"], want_rc=3)
     if rc:

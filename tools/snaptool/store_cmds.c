@@ -69,6 +69,7 @@ static uint32_t step_ranks(struct snap_store *s, struct store_job *j, uint64_t s
 struct daemon_view {
 	uint64_t limit, used, pinned;
 	uint32_t slots, pid, pinners;
+	uint32_t reserving;       /* slot files still being reserved */
 };
 
 static int daemon_budget(const char *sock_path, struct daemon_view *v)
@@ -100,6 +101,7 @@ static int daemon_budget(const char *sock_path, struct daemon_view *v)
 	v->pid = snap_get_u32(&r);
 	v->pinned = snap_get_u64(&r);
 	v->pinners = snap_get_u32(&r);
+	v->reserving = snap_rbuf_left(&r) ? snap_get_u32(&r) : 0;   /* older daemons do not send it */
 	free(p);
 	return r.bad ? -1 : 0;
 }
@@ -146,6 +148,8 @@ int cmd_status(int argc, char **argv)
 		live ? printf("%" PRIu64, d.pinned) : printf("null");
 		printf(",\"pinned_by\":");
 		live ? printf("%u", d.pinners) : printf("null");
+		printf(",\"daemon_reserving\":");
+		live ? printf("%u", d.reserving) : printf("null");
 		printf(",\"jobs\":[");
 	} else if (live) {
 		printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "

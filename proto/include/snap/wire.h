@@ -28,7 +28,8 @@ enum snap_msg_type {
 	SNAP_MSG_RESTORE = 6,   /* u64 step (UINT64_MAX = latest) -> manifest bytes + fd (read-only) */
 	SNAP_MSG_FLUSH = 7,     /* str job, u64 step, u8 wait -> [u64 step, u64 bytes, u64 ns]; no HELLO needed */
 	SNAP_MSG_RECOMMIT = 8,  /* as COMMIT, for a slot acquired from a daemon that died -> (empty) */
-	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid, u64 pinned, u32 pinners; no HELLO needed */
+	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid, u64 pinned, u32 pinners,
+	                           u32 slot files being reserved (older daemons end before it); no HELLO needed */
 	/* Captured files (integration/preload, smp/files.c); no HELLO needed, FATTACH first. */
 	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */
 	SNAP_MSG_FCREATE = 17,  /* str path, u32 mode, u8 excl -> u32 errno, u64 id (files/data/<id> created empty) */

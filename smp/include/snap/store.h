@@ -35,6 +35,8 @@ struct store_slot {
 	uint32_t man_len;
 	void *owner;                   /* connection writing it */
 	unsigned refs;                 /* readers (flush, EC) pinning it */
+	uint64_t resv;                 /* its file is being reserved in the background
+	                                  (smp/reserve.h): the ticket; 0 none */
 	int superseded;                /* withdrawn (manifest unlinked) while a reader held it: counts
 	                                  for nothing, freed by snap_store_unref */
 };
@@ -112,6 +114,7 @@ struct snap_store {
 	int mesh_flush_taken;          /* ... which a round has taken and not yet decided */
 	int mesh_stopped;              /* the mesh thread has ended: nothing more is agreed */
 	char denied[SNAP_FILE_MAX];    /* first path the scan could not read (EACCES): open fails */
+	struct snap_reserver *resv;    /* slot files reserved in the background (smp/reserve.h) */
 };
 
 /*
@@ -133,10 +136,19 @@ int snap_store_latest(const struct snap_store *s, const struct store_job *j, uin
 
 /*
  * Reserve slot files for a layout within the memory budget and make it the
- * rank's layout. On success takes ownership of *lay (zeroes it).
+ * rank's layout. On success takes ownership of *lay (zeroes it). The bytes
+ * count against the budget at once; the files of free slots are allocated
+ * by a thread (smp/reserve.h), and an ACQUIRE of a slot waits for its file.
  */
 int snap_store_register(struct snap_store *s, struct store_job *j, struct store_rank *r,
 			struct snap_layout *lay, char *err, size_t errlen);
+
+/* Apply the slot reservations that have ended (register and acquire do it
+ * too); a failed one leaves its slot empty and logs why. s may be NULL. */
+void snap_store_reap(struct snap_store *s);
+/* Slots whose file is still being reserved (after a reap): their bytes are
+ * in mem_used, not yet all in their files. */
+unsigned snap_store_reserving(struct snap_store *s);
 
 /* Pick a slot to write `step` into, withdraw its manifest, open it read-write. */
 int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_rank *r, uint64_t step,
