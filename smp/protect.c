@@ -173,18 +173,39 @@ static void spare_path(struct snap_mesh *mesh, const char *job, char *out, size_
 		out[0] = '\0';   /* cannot happen: the ec directory's name fits */
 }
 
+/* A spare on disk that nothing maps (a relaunch kept it, recover.c, or the
+ * step it became the spare of was rebuilt, not protected, here): map it,
+ * populated, as the one a protect leaves. Its bytes are in the budget. */
+static void adopt_spare(struct mjob *j, const char *spare)
+{
+	int fd = open(spare, O_RDWR | O_CLOEXEC);
+	struct stat st;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) {
+		void *m = mmap(NULL, (size_t)st.st_size, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
+		if (m != MAP_FAILED) {
+			j->spare_map = m;
+			j->spare_len = (uint64_t)st.st_size;
+		}
+	}
+	close(fd);
+}
+
 /* This protect's parity file at p->ptmp, mapped read-write, its plen bytes
  * charged to the budget: the spare when it has the right length (its pages
  * and mapping are reused: nothing to clear or fault), else a new file. */
 static int take_parity(struct snap_mesh *mesh, struct mjob *j, struct protect_run *p)
 {
+	char spare[SNAP_FILE_MAX];
+	spare_path(mesh, j->name, spare, sizeof(spare));
+	if (!j->spare_map)
+		adopt_spare(j, spare);
 	void *m = j->spare_map;
 	uint64_t have = j->spare_len;
 	j->spare_map = NULL;
 	j->spare_len = 0;
 	if (m) {
-		char spare[SNAP_FILE_MAX];
-		spare_path(mesh, j->name, spare, sizeof(spare));
 		/* Its bytes were counted as the spare's; the charge below
 		 * counts them (or a new file) as this parity's. */
 		pthread_mutex_lock(&mesh->mu);
@@ -317,6 +338,11 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 			j->spare_len = j->par_len;
 		} else if (j->par_map) {
 			munmap(j->par_map, j->par_len);
+		} else {
+			/* A step the relaunch rebuilt is not mapped: its file becomes
+			 * the spare all the same (mapped when taken), unless one is
+			 * there; then it goes with the other steps, counted. */
+			(void)renameat2(AT_FDCWD, old, AT_FDCWD, spare, RENAME_NOREPLACE);
 		}
 		j->par_map = p->parity;
 		j->par_len = p->plen;

@@ -208,11 +208,13 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	return local;
 }
 
-/* Before serving (the budget is counted afterwards by account_parity). */
+/* Before serving (the budget is counted afterwards by account_parity). The
+ * spare parity file stays with a kept step: the next protect writes into it
+ * (protect.c), and unlinking it cleared its pages on the way to serving. */
 static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
 {
 	uint64_t freed;
-	mesh_ec_prune(mesh->store->root, job, has_keep, keep, 0, &freed);
+	mesh_ec_prune(mesh->store->root, job, has_keep, keep, has_keep, &freed);
 }
 
 int mesh_recover(struct snap_mesh *mesh)
