@@ -133,7 +133,9 @@ int snap_connect(snap_ctx *ctx)
 {
 	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
 	int rc;
-	for (unsigned delay_ms = 1;; delay_ms = delay_ms < 100 ? delay_ms * 2 : 100) {
+	/* Up to 16 ms apart: a relaunched trainer waits here for its node's
+	 * rebuild, and a failed connect costs microseconds. */
+	for (unsigned delay_ms = 1;; delay_ms = delay_ms < 16 ? delay_ms * 2 : 16) {
 		int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 		if (s < 0)
 			return snap_fail(ctx, SNAP_EIO, "socket: %s", strerror(errno));

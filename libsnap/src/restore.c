@@ -266,7 +266,8 @@ static int ask_restore(snap_ctx *ctx, uint64_t step, void **rep, uint32_t *rlen,
 			break;
 		struct timespec ts = { 0, delay_us * 1000L };
 		nanosleep(&ts, NULL);
-		delay_us = delay_us < 50000 ? delay_us * 2 : delay_us;
+		/* an agreement round is every 20 ms: ask again within one */
+		delay_us = delay_us < 16000 ? delay_us * 2 : delay_us;
 	}
 	snap_wbuf_free(&w);
 	return rc;
