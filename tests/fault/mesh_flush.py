@@ -77,6 +77,38 @@ def step_files(dirs):
     return {s: ranks for s, (w, ranks) in seen.items() if sorted(ranks) == list(range(w))}
 
 
+def parts_not_withdrawn(text, target):
+    """Per node (snapsmp pid), the tries of target's flush in the order they
+    began; a "sealed" or "failed" line ends the oldest try still open (a
+    retry can begin while the failed try's part is being written), and a
+    "withdrew" line belongs to the oldest open try, which does it before it
+    writes. Every part sealed by a try that another try followed must be
+    withdrawn by that next try. Returns (such parts, pids where one was not).
+    A retry the mesh starts itself (a node's SIGUSR1 that came after the
+    round took another's) counts like the test's own."""
+    tries = {}
+    for m in re.finditer(r"snapsmp\[(\d+)\]: (.*)", text):
+        pid, msg = m.groups()
+        mine = tries.setdefault(pid, [])
+        open_ = [x for x in mine if not x["ended"]]
+        if re.search(rf"step {target}: flushing \d+ rank file", msg):
+            mine.append({"sealed": False, "withdrew": False, "ended": False})
+        elif open_ and re.search(rf"of step {target} of job {JOB} and sealed them", msg):
+            open_[0].update(sealed=True, ended=True)
+        elif open_ and f"ranks of step {target} of job {JOB} failed" in msg:
+            open_[0]["ended"] = True
+        elif open_ and f"withdrew this node's earlier part of step {target} of job {JOB}" in msg:
+            open_[0]["withdrew"] = True
+    n, kept = 0, []
+    for pid, mine in tries.items():
+        for a, b in zip(mine, mine[1:]):
+            if a["sealed"]:
+                n += 1
+                if not b["withdrew"]:
+                    kept.append(int(pid))
+    return n, kept
+
+
 def persisted_steps(dirs):
     return sorted(step_files(dirs))
 
@@ -264,7 +296,6 @@ def main():
                     # Per node: the parts the failed try sealed (logged before the retry) must each
                     # be withdrawn by the retry before it writes, never joined to the new parts.
                     sealed = rf"of step {target} of job {JOB} and sealed them"
-                    withdrew = rf"withdrew this node's earlier part of step {target} of job {JOB}"
                     if blocked_try and a.layout == "node" and a.world > 1 and rng.random() < 0.5:
                         # The mesh agrees on the failure as soon as one node reports it; the
                         # other nodes' flush threads may still be writing their parts (seen in
@@ -280,7 +311,6 @@ def main():
                         if not re.findall(sealed, mesh.text()):
                             fail(f"trial {t}: the failed flush of {target} sealed no part on the nodes without "
                                  f"rank {rank}; see {mesh.log}")
-                    sealed_before = len(re.findall(sealed, mesh.text()))
                     mesh.signal_all(signal.SIGUSR1)
                     if not waiter.until(lambda: target in persisted_steps(dirs) and
                                         len(re.findall(rf"job {JOB} step {target} persisted", mesh.text())) >= a.nodes):
@@ -291,11 +321,12 @@ def main():
                     if not wrote or not all(w.endswith(how) for w in wrote):
                         fail(f"trial {t}: nodes' rank-file lines for step {target} do not say how they were "
                              f"written: {wrote[:3]}; see {mesh.log}")
-                    if len(re.findall(withdrew, mesh.text())) < sealed_before:
-                        fail(f"trial {t}: {sealed_before} parts of step {target} were sealed by the failed try, "
-                             f"{len(re.findall(withdrew, mesh.text()))} withdrawn; see {mesh.log}")
-                    elif sealed_before:
-                        print(f"trial {t}: the retry withdrew the {sealed_before} part(s) the failed try sealed",
+                    nsealed, kept = parts_not_withdrawn(mesh.text(), target)
+                    if kept:
+                        fail(f"trial {t}: {len(kept)} of the {nsealed} part(s) of step {target} sealed by a try "
+                             f"that another followed were not withdrawn by it (snapsmp pids {kept}); see {mesh.log}")
+                    elif nsealed:
+                        print(f"trial {t}: the retry withdrew the {nsealed} part(s) the failed try sealed",
                               flush=True)
                 if rng.random() < 0.4:
                     ended = "term"
