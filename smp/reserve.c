@@ -13,11 +13,17 @@
 #include "reserve.h"
 #include "snap/base.h"
 
-enum { QUEUED, RUNNING, DONE };
+/* A RUNNING item whose caller waits is HANDED back after the piece under
+ * way: the caller finishes it at its own priority (the thread's is lower,
+ * and may not be raised again without privilege). */
+enum { QUEUED, RUNNING, HANDED, DONE };
+
+#define PIECE (64ull << 20)
 
 struct item {
 	uint64_t ticket, bytes;
-	int state, err_no;
+	uint64_t at;                 /* HANDED: allocated up to here */
+	int state, err_no, waited;
 	struct item *next;
 	char path[];
 };
@@ -28,28 +34,50 @@ struct snap_reserver {
 	pthread_t th;
 	int started, stop;
 	uint64_t next_ticket;
+	unsigned long stolen, handed;
 	struct item *head;           /* in submission order, finished ones included */
 };
 
-int snap_reserve_file(const char *path, uint64_t bytes)
+/*
+ * Make path exactly bytes long, every byte allocated, from *at on (what
+ * before it is allocated already). A longer file is cut first; a shorter
+ * one grows a piece at a time through posix_fallocate, which sets the size
+ * last, so a kill halfway never leaves a file that claims bytes it does not
+ * have. With it, stops between pieces once its caller waits: -1, *at where
+ * it stopped. Else 0 or an errno; a failure leaves the file empty.
+ */
+static int reserve(const char *path, uint64_t bytes, uint64_t *at, struct snap_reserver *rv, struct item *it)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
 	if (fd < 0)
 		return errno;
-	/* A longer file is cut first; a shorter one grows only when fallocate
-	 * succeeds (it sets the size last), so a kill halfway never leaves a
-	 * file that claims bytes it does not have. */
 	struct stat st;
 	int e = fstat(fd, &st) != 0 ? errno : 0;
 	if (!e && (uint64_t)st.st_size > bytes && ftruncate(fd, (off_t)bytes) != 0)
 		e = errno;
-	if (!e && bytes)
-		e = posix_fallocate(fd, 0, (off_t)bytes);
-	if (e && ftruncate(fd, 0) != 0) {
+	while (!e && *at < bytes) {
+		if (it) {
+			pthread_mutex_lock(&rv->mu);
+			e = it->waited ? -1 : 0;
+			pthread_mutex_unlock(&rv->mu);
+			if (e)
+				break;
+		}
+		uint64_t n = bytes - *at < PIECE ? bytes - *at : PIECE;
+		if ((e = posix_fallocate(fd, (off_t)*at, (off_t)n)) == 0)
+			*at += n;
+	}
+	if (e > 0 && ftruncate(fd, 0) != 0) {
 		/* keep the first error */
 	}
 	close(fd);
 	return e;
+}
+
+int snap_reserve_file(const char *path, uint64_t bytes)
+{
+	uint64_t at = 0;
+	return reserve(path, bytes, &at, NULL, NULL);
 }
 
 static void *reserver_main(void *arg)
@@ -57,8 +85,8 @@ static void *reserver_main(void *arg)
 	struct snap_reserver *rv = arg;
 	/* Behind the trainers and the daemon's own thread when cores are short:
 	 * a relaunched trainer's restore ran 0.08 s faster (`snapbench mesh`,
-	 * 4 nodes and 4 trainers on 2 cores). Nice 10, not idle: an ACQUIRE
-	 * may wait for this thread, which must not starve. */
+	 * 4 nodes and 4 trainers on 2 cores). An ACQUIRE that waits for the
+	 * file under way takes it over after the current piece (HANDED). */
 	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
 	pthread_mutex_lock(&rv->mu);
 	for (;;) {
@@ -73,10 +101,12 @@ static void *reserver_main(void *arg)
 		}
 		it->state = RUNNING;
 		pthread_mutex_unlock(&rv->mu);
-		int e = snap_reserve_file(it->path, it->bytes);
+		uint64_t at = 0;
+		int e = reserve(it->path, it->bytes, &at, rv, it);
 		pthread_mutex_lock(&rv->mu);
-		it->err_no = e;
-		it->state = DONE;
+		it->at = at;
+		it->err_no = e > 0 ? e : 0;
+		it->state = e < 0 ? HANDED : DONE;
 		pthread_cond_broadcast(&rv->done);
 	}
 	pthread_mutex_unlock(&rv->mu);
@@ -163,19 +193,18 @@ int snap_reserver_wait(struct snap_reserver *rv, uint64_t ticket)
 		pthread_mutex_unlock(&rv->mu);
 		return 0;
 	}
-	if (it->state == QUEUED) {
-		/* Not started: do it here rather than wait behind the others. */
-		unlink_item(rv, it);
-		pthread_mutex_unlock(&rv->mu);
-		int e = snap_reserve_file(it->path, it->bytes);
-		free(it);
-		return e;
-	}
-	while (it->state != DONE)
+	/* Not started: done here rather than behind the others; under way:
+	 * finished here from where the thread hands it back. */
+	rv->stolen += it->state == QUEUED;
+	it->waited = 1;
+	while (it->state == RUNNING)
 		pthread_cond_wait(&rv->done, &rv->mu);
+	rv->handed += it->state == HANDED;
 	unlink_item(rv, it);
 	pthread_mutex_unlock(&rv->mu);
 	int e = it->err_no;
+	if (it->state != DONE)
+		e = reserve(it->path, it->bytes, &it->at, NULL, NULL);
 	free(it);
 	return e;
 }
@@ -195,4 +224,15 @@ int snap_reserver_take(struct snap_reserver *rv, uint64_t *ticket, int *err_no)
 	*err_no = it->err_no;
 	free(it);
 	return 1;
+}
+
+void snap_reserver_stats(struct snap_reserver *rv, int *busy, unsigned long *stolen, unsigned long *handed)
+{
+	pthread_mutex_lock(&rv->mu);
+	*busy = 0;
+	for (struct item *it = rv->head; it; it = it->next)
+		*busy |= it->state == RUNNING;
+	*stolen = rv->stolen;
+	*handed = rv->handed;
+	pthread_mutex_unlock(&rv->mu);
 }

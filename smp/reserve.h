@@ -10,7 +10,8 @@
  * bytes against its budget at REGISTER and queues the files here; one thread
  * reserves them in order. Whoever needs a slot's file settled (an ACQUIRE of
  * it, a new layout, a recommit) waits for its ticket, and does the work
- * itself when the thread has not started it yet.
+ * itself when the thread has not started it yet, or takes it over after the
+ * piece under way when it has (the thread runs at a lower priority).
  *
  * The thread touches nothing but its queue and the files; the store applies
  * a result (snap_store_settle, slots.c) in the thread that owns it.
@@ -42,5 +43,10 @@ int snap_reserver_take(struct snap_reserver *rv, uint64_t *ticket, int *err_no);
 /* The work itself, for whoever does it: 0 or an errno. On failure the file
  * is left empty, so nothing can map bytes that were never allocated. */
 int snap_reserve_file(const char *path, uint64_t bytes);
+
+/* Whether the thread is reserving a file now, and how many files waiters
+ * did themselves: taken from the queue (stolen), or taken over part-way
+ * (handed: the thread stops between 64 MiB pieces once a caller waits). */
+void snap_reserver_stats(struct snap_reserver *rv, int *busy, unsigned long *stolen, unsigned long *handed);
 
 #endif

@@ -346,7 +346,10 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 		return rc;
 	uint64_t latest = 0;
 	int have_latest = snap_store_latest(s, j, &latest) == 0;
-	int best = -1;
+	/* A free slot whose file is reserved first, then one being reserved, then
+	 * one without its file (a failed reservation: a full store would refuse
+	 * it again while another slot holds the room), then the oldest step. */
+	int best = -1, best_rank = 4;
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		const struct store_slot *sl = &r->slots[i];
 		if (sl->state == SLOT_WRITING || sl->refs)
@@ -355,11 +358,11 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 		 * may still become the job's restorable step. */
 		if (sl->state == SLOT_COMMITTED && !(have_latest && sl->step < latest))
 			continue;
-		if (best < 0 || sl->state == SLOT_FREE ||
-		    (r->slots[best].state == SLOT_COMMITTED && sl->step < r->slots[best].step))
+		int rank = sl->state == SLOT_COMMITTED ? 3 : sl->size != r->layout.slot_bytes ? 2 : sl->resv ? 1 : 0;
+		if (rank < best_rank || (rank == 3 && best_rank == 3 && sl->step < r->slots[best].step)) {
 			best = (int)i;
-		if (sl->state == SLOT_FREE)
-			break;
+			best_rank = rank;
+		}
 	}
 	if (best < 0) {
 		snap_fmt(err, errlen, "no free slot for job %s rank %u: its %u slots hold steps not older than the "

@@ -6,8 +6,9 @@
  *     is cut; a failure leaves the file empty and says why;
  *   - the reserver: files submitted in a batch all end allocated, whether a
  *     caller waits for its ticket (the thread's, or done by the caller when
- *     still queued), takes it finished, or frees the reserver with work
- *     still queued (ASan: nothing leaks, the thread is joined);
+ *     still queued, or finished by it when the thread hands a file under way
+ *     back), takes it finished, or frees the reserver with work still queued
+ *     (ASan: nothing leaks, the thread is joined);
  *   - the store: REGISTER counts every slot against the budget at once, an
  *     ACQUIRE hands out a slot whose file is allocated, and on a store too
  *     small for the layout (a 3 MiB tmpfs, as root) the slot that could not
@@ -84,6 +85,27 @@ static void test_reserver(void)
 			usleep(1000);   /* waiting for the thread's result, not racing it */
 	}
 	CHECK(seen == 1);
+	/* A file under way when its caller waits: the thread stops after its
+	 * current 64 MiB piece and the caller finishes it (the thread runs at a
+	 * lower priority). Struck once the thread is seen reserving it; 512 MiB
+	 * of tmpfs pages take far longer to clear than the strike, but a
+	 * preempted test could still find it done, so up to 5 tries. */
+	unsigned long stolen, handed, handed0;
+	int busy;
+	snap_reserver_stats(rv, &busy, &stolen, &handed0);
+	handed = handed0;   /* the waits above may have taken some over already */
+	for (int try = 0; try < 5 && handed == handed0; try++) {
+		uint64_t tbig;
+		CHECK_RC(snap_reserver_submit(rv, p[0], 512 * MIB, &tbig), 0);
+		do
+			snap_reserver_stats(rv, &busy, &stolen, &handed);
+		while (!busy && !snap_reserver_take(rv, &got, &e));
+		CHECK(snap_reserver_wait(rv, tbig) == 0 && allocated(p[0], 512 * MIB));
+		snap_reserver_stats(rv, &busy, &stolen, &handed);
+		CHECK_RC(snap_reserve_file(p[0], 0), 0);
+	}
+	CHECK(handed > handed0);
+	printf("a file under way taken over by its waiter: %lu time(s)\n", handed - handed0);
 	/* work still queued when the reserver goes: joined, nothing leaks */
 	for (int i = 0; i < N; i++)
 		CHECK_RC(snap_reserver_submit(rv, p[i], MIB, &t[i]), 0);
