@@ -102,6 +102,23 @@ def remove_mpi_segments(jobid):
             pass
 
 
+def live_threads(pid):
+    """Threads of pid not yet dead (its leader's /proc/PID/stat says only the leader's state)."""
+    n = 0
+    try:
+        tids = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                st = f.read()
+        except OSError:
+            continue
+        n += st[st.rindex(")") + 2] not in "ZX"
+    return n
+
+
 class Mesh:
     def __init__(self, a, base, extra=()):
         self.a, self.base, self.proc, self.logf = a, base, None, None
@@ -154,8 +171,12 @@ class Mesh:
             except OSError:
                 continue
             fields = st[st.rindex(")") + 2:].split()
-            # a zombie holds nothing (its parent, a stopped mpirun, reaps it later)
-            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid and fields[0] != "Z":
+            # A zombie holds nothing (its parent, a stopped mpirun, reaps it
+            # later), but a killed daemon's leader is a zombie at once while
+            # its other threads still close its files (the store lock) and
+            # free its memory: it counts until they are gone too.
+            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid and \
+                    (fields[0] != "Z" or live_threads(d)):
                 out.append(int(d))
         return out
 
