@@ -210,7 +210,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 
 /* Before serving (the budget is counted afterwards by account_parity). The
  * spare parity file stays with a kept step: the next protect writes into it
- * (protect.c), and unlinking it cleared its pages on the way to serving. */
+ * (protect.c), and unlinking it freed its pages on the way to serving. */
 static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
 {
 	uint64_t freed;
