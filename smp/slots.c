@@ -491,8 +491,11 @@ int snap_store_commit(struct snap_store *s, struct store_job *j, struct store_ra
 	if ((rc = snap_manifest_encode(&m, &w))) {
 		snap_fmt(err, errlen, "commit of step %" PRIu64 ": out of memory", step);
 	} else if (write_file(tmp, w.p, w.len) != 0 || rename(tmp, mpath) != 0) {
-		snap_fmt(err, errlen, "cannot publish manifest %s: %s", mpath, strerror(errno));
-		rc = errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO;
+		/* a full store: its slot files fit (reserved), the manifest not */
+		int full = errno == ENOSPC;
+		snap_fmt(err, errlen, "%s%s%scannot publish manifest %s: %s", full ? "store " : "", full ? s->root : "",
+			 full ? " is full: " : "", mpath, strerror(errno));
+		rc = full ? SNAP_ENOSPC : SNAP_EIO;
 		unlink(tmp);
 	} else {
 		/* Keep a parsed copy (decoding is the simplest deep copy). */
