@@ -44,11 +44,16 @@ struct snap_reserver {
  * one grows a piece at a time through posix_fallocate, which sets the size
  * last, so a kill halfway never leaves a file that claims bytes it does not
  * have. With it, stops between pieces once its caller waits: -1, *at where
- * it stopped. Else 0 or an errno; a failure leaves the file empty.
+ * it stopped. Else 0 or an errno; a failure leaves the file empty. With
+ * keep, the file stays open there (-1 if it never opened) for the caller to
+ * close once it has published the result.
  */
-static int reserve(const char *path, uint64_t bytes, uint64_t *at, struct snap_reserver *rv, struct item *it)
+static int reserve(const char *path, uint64_t bytes, uint64_t *at, struct snap_reserver *rv, struct item *it,
+		   int *keep)
 {
 	int fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (keep)
+		*keep = -1;
 	if (fd < 0)
 		return errno;
 	struct stat st;
@@ -70,14 +75,17 @@ static int reserve(const char *path, uint64_t bytes, uint64_t *at, struct snap_r
 	if (e > 0 && ftruncate(fd, 0) != 0) {
 		/* keep the first error */
 	}
-	close(fd);
+	if (keep)
+		*keep = fd;
+	else
+		close(fd);
 	return e;
 }
 
 int snap_reserve_file(const char *path, uint64_t bytes)
 {
 	uint64_t at = 0;
-	return reserve(path, bytes, &at, NULL, NULL);
+	return reserve(path, bytes, &at, NULL, NULL, NULL);
 }
 
 static void *reserver_main(void *arg)
@@ -102,12 +110,17 @@ static void *reserver_main(void *arg)
 		it->state = RUNNING;
 		pthread_mutex_unlock(&rv->mu);
 		uint64_t at = 0;
-		int e = reserve(it->path, it->bytes, &at, rv, it);
+		int fd;
+		int e = reserve(it->path, it->bytes, &at, rv, it, &fd);
 		pthread_mutex_lock(&rv->mu);
 		it->at = at;
 		it->err_no = e > 0 ? e : 0;
 		it->state = e < 0 ? HANDED : DONE;
 		pthread_cond_broadcast(&rv->done);
+		/* Closed after the result is published: whoever watches the
+		 * store for the close (inotify) finds it done. */
+		if (fd >= 0)
+			close(fd);
 	}
 	pthread_mutex_unlock(&rv->mu);
 	return NULL;
@@ -201,10 +214,11 @@ int snap_reserver_wait(struct snap_reserver *rv, uint64_t ticket)
 		pthread_cond_wait(&rv->done, &rv->mu);
 	rv->handed += it->state == HANDED;
 	unlink_item(rv, it);
+	pthread_cond_broadcast(&rv->done);   /* a drain may be waiting for it */
 	pthread_mutex_unlock(&rv->mu);
 	int e = it->err_no;
 	if (it->state != DONE)
-		e = reserve(it->path, it->bytes, &it->at, NULL, NULL);
+		e = reserve(it->path, it->bytes, &it->at, NULL, NULL, NULL);
 	free(it);
 	return e;
 }
@@ -234,5 +248,19 @@ void snap_reserver_stats(struct snap_reserver *rv, int *busy, unsigned long *sto
 		*busy |= it->state == RUNNING;
 	*stolen = rv->stolen;
 	*handed = rv->handed;
+	pthread_mutex_unlock(&rv->mu);
+}
+
+void snap_reserver_drain(struct snap_reserver *rv)
+{
+	pthread_mutex_lock(&rv->mu);
+	for (;;) {
+		struct item *it = rv->head;
+		while (it && it->state != QUEUED && it->state != RUNNING)
+			it = it->next;
+		if (!it || !rv->started || rv->stop)
+			break;
+		pthread_cond_wait(&rv->done, &rv->mu);
+	}
 	pthread_mutex_unlock(&rv->mu);
 }

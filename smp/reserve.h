@@ -44,6 +44,10 @@ int snap_reserver_take(struct snap_reserver *rv, uint64_t *ticket, int *err_no);
  * is left empty, so nothing can map bytes that were never allocated. */
 int snap_reserve_file(const char *path, uint64_t bytes);
 
+/* Wait until the thread has nothing queued or under way (tests: what it
+ * did is then all there for snap_reserver_take). */
+void snap_reserver_drain(struct snap_reserver *rv);
+
 /* Whether the thread is reserving a file now, and how many files waiters
  * did themselves: taken from the queue (stolen), or taken over part-way
  * (handed: the thread stops between 64 MiB pieces once a caller waits). */

@@ -16,7 +16,7 @@ import socket
 import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_IN_MODIFY, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x80, 0x100
+_IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x8, 0x80, 0x100
 
 
 class Waiter:
@@ -27,11 +27,11 @@ class Waiter:
         self.watched = set()
 
     def watch(self, path):
-        """Wake on files created, written or renamed into directory `path`
+        """Wake on files created, written, closed after writing or renamed into directory `path`
         (a missing one is skipped: watch it again once it exists)."""
         if path in self.watched or not os.path.isdir(path):
             return
-        if _libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_MODIFY | _IN_MOVED_TO | _IN_CREATE) >= 0:
+        if _libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE) >= 0:
             self.watched.add(path)
 
     def until(self, pred, limit=120, dirs=lambda: (), procs=()):

@@ -7,6 +7,7 @@ signalled and killed by its session), its log, its stop, and what a
 SIGKILLed mpirun leaves behind (shared-memory segments, session folders)."""
 import glob
 import os
+import select
 import shutil
 import signal
 import subprocess
@@ -39,23 +40,6 @@ def remove_mpi_segments(jobid):
             os.unlink(p)
         except FileNotFoundError:
             pass
-
-
-def live_threads(pid):
-    """Threads of pid not yet dead (its leader's /proc/PID/stat says only the leader's state)."""
-    n = 0
-    try:
-        tids = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return 0
-    for tid in tids:
-        try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                st = f.read()
-        except OSError:
-            continue
-        n += st[st.rindex(")") + 2] not in "ZX"
-    return n
 
 
 class Mesh:
@@ -110,12 +94,8 @@ class Mesh:
             except OSError:
                 continue
             fields = st[st.rindex(")") + 2:].split()
-            # A zombie holds nothing (its parent, a stopped mpirun, reaps it
-            # later), but a killed daemon's leader is a zombie at once while
-            # its other threads still close its files (the store lock) and
-            # free its memory: it counts until they are gone too.
-            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid and \
-                    (fields[0] != "Z" or live_threads(d)):
+            # a zombie is signalled no more (its parent, a stopped mpirun, reaps it later)
+            if int(fields[3]) == self.proc.pid and int(d) != self.proc.pid and fields[0] != "Z":
                 out.append(int(d))
         return out
 
@@ -137,13 +117,26 @@ class Mesh:
                 os.kill(self.proc.pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
-            jobid = mpi_jobid(self.session())
+            pids = self.session()
+            jobid = mpi_jobid(pids)
+            # Wait until every rank has exited (ranks hold store locks): a pidfd
+            # becomes readable once the process's whole thread group is gone; a
+            # killed daemon's leader is a zombie at once while its other threads
+            # still close its files and free its memory.
+            fds = []
+            for pid in pids:
+                try:
+                    fds.append(os.pidfd_open(pid))
+                except OSError:
+                    pass
             self.signal_all(signal.SIGKILL)
-            # wait until no process of the session is left (ranks hold store locks)
-            deadline = time.time() + 10
-            while self.session() and time.time() < deadline:
-                self.signal_all(signal.SIGKILL)
-                time.sleep(0.01)
+            deadline = time.monotonic() + 10
+            while fds and deadline > time.monotonic():
+                for f in select.select(fds, [], [], deadline - time.monotonic())[0]:
+                    fds.remove(f)
+                    os.close(f)
+            for f in fds:
+                os.close(f)
             self.proc.kill()
             remove_mpi_segments(jobid)
         if self.proc:

@@ -31,6 +31,7 @@ the group and its lost nodes, refuse the restore (SNAP_ELOST), and leave the
 surviving stores byte-identical.
 """
 import argparse
+import glob
 import hashlib
 import json
 import os
@@ -153,43 +154,56 @@ def have_record(mesh, a, step):
     return all(os.path.exists(os.path.join(mesh.root(n), JOB, "ec", f"step-{step}.rec")) for n in range(a.nodes))
 
 
+def daemon_status(a, root):
+    """snaptool status --json of the daemon serving root, or a message (str) when it fails."""
+    p = subprocess.run([a.snaptool, "status", "--json", "--store", root], capture_output=True, text=True)
+    try:
+        st = json.loads(p.stdout)
+        return st if st["daemon_mem_used"] is not None else f"no daemon answers: {p.stdout!r}"
+    except (ValueError, KeyError):
+        return f"snaptool status failed: {p.stdout!r} {p.stderr!r}"
+
+
 def budget_mismatch(mesh, a):
     """Each live node's count against its budget (snaptool status --json,
     daemon_mem_used) must equal the bytes its files hold: slot files plus
     every non-record file in <job>/ec (the protected step's parity and the
     spare), once it reserves no slot file in the background (those bytes
-    are counted before they are in a file). Returns the first node that
-    differs, as a message, or None."""
-    for n in range(a.nodes):
-        deadline = time.time() + 60
-        while True:
-            p = subprocess.run([a.snaptool, "status", "--json", "--store", mesh.root(n)], capture_output=True,
-                               text=True)
-            try:
-                st = json.loads(p.stdout)
-                counted, reserving = st["daemon_mem_used"], st["daemon_reserving"]
-            except (ValueError, KeyError):
-                return f"node {n}: snaptool status failed: {p.stdout!r} {p.stderr!r}"
-            if reserving == 0:
-                break
-            if time.time() > deadline:
-                return f"node {n}: still reserving {reserving} slot file(s) after 60 s"
-            time.sleep(0.02)
-        held, ec = 0, []
-        for d, _, files in os.walk(mesh.root(n)):
-            for f in files:
-                path = os.path.join(d, f)
-                if os.path.basename(d) == "ec" and not f.endswith(".rec"):
-                    held += os.path.getsize(path)
-                    ec.append(f)
-                elif f.startswith("slot-") and not f.endswith(".man"):
-                    held += os.path.getsize(path)
-        if counted != held:
-            return f"node {n}: the daemon counts {counted} bytes, its files hold {held} (ec files: {sorted(ec)})"
-    # Nor may a daemon keep a deleted store file mapped (its pages would be
-    # memory no budget counts): meshmap.c drops such mappings every round.
-    stale = [f for f in mapped_store_files(mesh) if f.endswith("(deleted)")]
-    return f"snapsmp keeps deleted store files mapped: {stale[:3]}" if stale else None
+    are counted before they are in a file; the reservation thread closes a
+    slot file once its result is published, an inotify event). Returns the
+    first node that differs, as a message, or None."""
+    def settled(root):
+        st = daemon_status(a, root)
+        return st if isinstance(st, str) or st["daemon_reserving"] == 0 else None
+
+    waiter = Waiter()
+    try:
+        for n in range(a.nodes):
+            root = mesh.root(n)
+            st = waiter.until(lambda: settled(root), limit=60,
+                              dirs=lambda: glob.glob(os.path.join(root, JOB, "rank-*")))
+            if st is None:
+                return f"node {n}: still reserving slot files after 60 s"
+            if isinstance(st, str):
+                return f"node {n}: {st}"
+            counted = st["daemon_mem_used"]
+            held, ec = 0, []
+            for d, _, files in os.walk(mesh.root(n)):
+                for f in files:
+                    path = os.path.join(d, f)
+                    if os.path.basename(d) == "ec" and not f.endswith(".rec"):
+                        held += os.path.getsize(path)
+                        ec.append(f)
+                    elif f.startswith("slot-") and not f.endswith(".man"):
+                        held += os.path.getsize(path)
+            if counted != held:
+                return f"node {n}: the daemon counts {counted} bytes, its files hold {held} (ec files: {sorted(ec)})"
+        # Nor may a daemon keep a deleted store file mapped (its pages would be
+        # memory no budget counts): meshmap.c drops such mappings every round.
+        stale = [f for f in mapped_store_files(mesh) if f.endswith("(deleted)")]
+        return f"snapsmp keeps deleted store files mapped: {stale[:3]}" if stale else None
+    finally:
+        waiter.close()
 
 
 def mapped_store_files(mesh):

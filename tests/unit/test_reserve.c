@@ -77,14 +77,8 @@ static void test_reserver(void)
 	snprintf(bad, sizeof(bad), "%s/no/such/file", dir);
 	uint64_t tb;
 	CHECK_RC(snap_reserver_submit(rv, bad, MIB, &tb), 0);
-	int seen = 0;
-	while (!seen) {
-		if (snap_reserver_take(rv, &got, &e))
-			seen = got == tb && e == ENOENT ? 1 : -1;
-		else
-			usleep(1000);   /* waiting for the thread's result, not racing it */
-	}
-	CHECK(seen == 1);
+	snap_reserver_drain(rv);
+	CHECK(snap_reserver_take(rv, &got, &e) == 1 && got == tb && e == ENOENT);
 	/* A file under way when its caller waits: the thread stops after its
 	 * current 64 MiB piece and the caller finishes it (the thread runs at a
 	 * lower priority). Struck once the thread is seen reserving it; 512 MiB
@@ -154,11 +148,10 @@ static void register_and_acquire(const char *root, uint64_t slot_bytes, int full
 			close(fd);
 	}
 	CHECK(ok == (full ? 1 : 2));
+	snap_reserver_drain(s->resv);   /* the reservations still in the thread */
+	snap_store_reap(s);
 	for (uint32_t i = 0; i < 3; i++)
-		while (r->slots[i].resv) {   /* a reservation ending in the thread */
-			snap_store_reap(s);
-			usleep(1000);
-		}
+		CHECK(r->slots[i].resv == 0);
 	if (full) {
 		CHECK(strstr(logged, "could not reserve") != NULL && strstr(logged, "the store is full") != NULL);
 		CHECK(s->mem_used == before + slot_bytes);   /* what stays counted is what exists */

@@ -10,10 +10,12 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -40,31 +42,9 @@ static size_t read_proc(pid_t pid, const char *name, char *buf, size_t cap)
 	return got;
 }
 
-/* Threads of pid that have not finished exiting: a killed daemon's leader
- * turns zombie at once while its other threads still free the memory it
- * held (perf: a lost node's 1 GiB store, unlinked by the bench, was still
- * being freed 0.6 s into the relaunch it was timing). */
-static int live_threads(pid_t pid)
-{
-	char path[64];
-	snprintf(path, sizeof(path), "/proc/%d/task", (int)pid);
-	DIR *d = opendir(path);
-	int n = 0;
-	for (struct dirent *e; d && (e = readdir(d)) != NULL;) {
-		char st[512];
-		pid_t tid = (pid_t)atoi(e->d_name);
-		snprintf(path, sizeof(path), "task/%d/stat", (int)tid);
-		char *rp = tid > 0 && read_proc(pid, path, st, sizeof(st)) ? strrchr(st, ')') : NULL;
-		n += rp && rp[1] == ' ' && rp[2] != 'Z' && rp[2] != 'X';
-	}
-	if (d)
-		closedir(d);
-	return n;
-}
-
-/* Pids in mpiexec's session other than mpiexec itself with a thread not yet
- * dead (Open MPI moves its ranks into process groups of their own, but they
- * stay in the session). Returns how many were put in out (at most cap). */
+/* Pids in mpiexec's session other than mpiexec itself, not zombies (Open MPI
+ * moves its ranks into process groups of their own, but they stay in the
+ * session). Returns how many were put in out (at most cap). */
 static int session_pids(pid_t sid, pid_t *out, int cap)
 {
 	int n = 0;
@@ -77,7 +57,7 @@ static int session_pids(pid_t sid, pid_t *out, int cap)
 		char *rp = strrchr(st, ')'), state;
 		int ppid, pgrp, session;
 		if (rp && sscanf(rp + 2, "%c %d %d %d", &state, &ppid, &pgrp, &session) == 4 && session == sid &&
-		    (state != 'Z' || live_threads(pid) > 0) && n < cap)
+		    state != 'Z' && n < cap)
 			out[n++] = pid;
 	}
 	if (d)
@@ -135,16 +115,36 @@ void mesh_kill(struct mesh *ms)
 {
 	if (ms->pid <= 0)
 		return;
-	kill(ms->pid, SIGSTOP);
+	kill(ms->pid, SIGSTOP);   /* it spawns nothing more */
 	pid_t pids[4 * MAX_NODES];
-	double t0 = bench_mono();
 	int n = session_pids(ms->pid, pids, 4 * MAX_NODES);
 	unsigned long jobid = mpi_jobid(pids, n);
-	for (; n > 0 && bench_mono() - t0 < 30; n = session_pids(ms->pid, pids, 4 * MAX_NODES)) {
-		for (int i = 0; i < n; i++)
-			kill(pids[i], SIGKILL);
-		bm_nap_ms(10);
+	/* Wait until every node has exited, on pidfds: one becomes readable once
+	 * the whole thread group is gone. A killed daemon's leader is a zombie at
+	 * once while its other threads still free the memory it held (perf: a
+	 * lost node's 1 GiB store, unlinked by the bench, was still being freed
+	 * 0.6 s into the relaunch it was timing). */
+	struct pollfd pfd[4 * MAX_NODES];
+	int np = 0;
+	for (int i = 0; i < n; i++)
+		if ((pfd[np].fd = (int)syscall(SYS_pidfd_open, pids[i], 0)) >= 0)
+			pfd[np++].events = POLLIN;
+	for (int i = 0; i < n; i++)
+		kill(pids[i], SIGKILL);
+	double t0 = bench_mono();
+	for (int left = np; left > 0 && bench_mono() - t0 < 30;) {
+		if (poll(pfd, (nfds_t)np, 1000) < 0 && errno != EINTR)
+			break;
+		for (int i = 0; i < np; i++)
+			if (pfd[i].fd >= 0 && pfd[i].revents) {
+				close(pfd[i].fd);
+				pfd[i].fd = -1;   /* poll skips it from now on */
+				left--;
+			}
 	}
+	for (int i = 0; i < np; i++)
+		if (pfd[i].fd >= 0)
+			close(pfd[i].fd);
 	kill(ms->pid, SIGKILL);
 	waitpid(ms->pid, NULL, 0);
 	ms->pid = 0;
