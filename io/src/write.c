@@ -3,12 +3,17 @@
  * One rank's file for one step. HDF5 lays out the file and writes all
  * metadata; the bulk bytes of uncompressed regions go through io_uring into
  * storage HDF5 allocated early (contiguous layout, 4096-aligned), after the
- * file is closed. LZ4 regions are compressed here, chunk by chunk, and
- * handed to H5Dwrite_chunk with filter 32004 in the pipeline, so that path
- * is HDF5's own pwrite, not io_uring (see docs/io-format.md). Frame regions
- * (codec streams) go as they are, one chunk per frame (frames.c): HDF5
- * allocates and indexes the chunks, and the driver it writes through
- * (deferdrv.c) leaves their bytes to the same io_uring pass.
+ * file is closed. Frame regions (codec streams) go as they are, one chunk
+ * per frame (frames.c): HDF5 allocates and indexes the chunks, and the
+ * driver it writes through (deferdrv.c) leaves their bytes to the same
+ * io_uring pass. LZ4 regions are compressed here, chunk by chunk, and handed
+ * to H5Dwrite_chunk with filter 32004 in the pipeline; with O_DIRECT the
+ * driver records each chunk's offset in the same way and the chunk goes
+ * through io_uring at once, copied into the ring's aligned buffers, so the
+ * next chunk is compressed while it is written and the chunk buffer stays
+ * one (see docs/io-format.md). Without O_DIRECT HDF5 writes LZ4 chunks
+ * itself: a buffered io_uring write would read the chunk buffer after it
+ * is reused.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -32,6 +37,11 @@ struct snap_io_writer {
 	uint32_t *crc;           /* per frame */
 	char *pad;               /* SNAP_IO_ALIGN bytes per frame */
 	size_t room;
+	/* The bulk pass's descriptors on the current temp file, open from just
+	 * after HDF5 creates it (LZ4 chunks are written while HDF5 builds the
+	 * file) until it is complete; -1 when closed. */
+	int fd, fdd;
+	uint64_t lz4_bulk; /* LZ4 bytes queued through io_uring for the current file */
 };
 
 struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struct snap_io_err *err)
@@ -63,6 +73,7 @@ struct snap_io_writer *snap_io_writer_new(const struct snap_io_opts *opts, struc
 		return NULL;
 	}
 	w->o = o;
+	w->fd = w->fdd = -1;
 	int e;
 	w->uw = io_uw_new(o.queue_depth, o.io_bytes, &e);
 	if (!w->uw) {
@@ -147,8 +158,15 @@ struct lz4buf {
 	size_t cap;
 };
 
-static int write_lz4(hid_t ds, const struct snap_io_region *g, const struct io_chunk_geom *cg,
-		     struct lz4buf *b, uint32_t *crc, uint64_t *stored)
+/* Where write_lz4 stopped, for fill_lz4's message. */
+enum { LZ4_OK, LZ4_NOMEM, LZ4_HDF5, LZ4_RING };
+
+/* Compresses region i chunk by chunk into b and hands each chunk to
+ * H5Dwrite_chunk; with O_DIRECT (w->fdd) the driver records its offset
+ * instead of writing and the chunk is queued on the ring here (*ring: the
+ * ring's -errno when that fails). */
+static int write_lz4(struct snap_io_writer *w, hid_t ds, const struct snap_io_region *g, size_t i,
+		     const struct io_chunk_geom *cg, struct lz4buf *b, uint32_t *crc, uint64_t *stored, int *ring)
 {
 	size_t full = cg->full;
 	if (full > b->cap) {
@@ -158,7 +176,7 @@ static int write_lz4(hid_t ds, const struct snap_io_region *g, const struct io_c
 		b->enc = malloc(io_lz4_bound(full));
 		b->cap = b->raw && b->enc ? full : 0;
 		if (!b->cap)
-			return SNAP_ENOMEM;
+			return LZ4_NOMEM;
 	}
 	const unsigned char *src = g->data;
 	for (uint64_t o = 0; o < cg->outer; o++) {
@@ -176,12 +194,21 @@ static int write_lz4(hid_t ds, const struct snap_io_region *g, const struct io_c
 				in = b->raw;
 			}
 			size_t k = io_lz4_encode(in, full, b->enc);
+			if (w->fdd >= 0)
+				io_defer_expect(&w->defer, b->enc, k, i, 0);
 			if (H5Dwrite_chunk(ds, H5P_DEFAULT, 0, off, k, b->enc) < 0)
-				return SNAP_EIO;
+				return LZ4_HDF5;
+			if (w->fdd >= 0 && io_defer_taken(&w->defer)) {
+				/* Copied into the ring's buffers: b->enc is free on return. */
+				struct io_piece pc = {b->enc, k, NULL, i};
+				if ((*ring = io_uw_write_pieces(w->uw, &pc, 1, w->defer.v[--w->defer.n].off)) != 0)
+					return LZ4_RING;
+				w->lz4_bulk += k;
+			}
 			*stored += k;
 		}
 	}
-	return 0;
+	return LZ4_OK;
 }
 
 struct plan {
@@ -227,15 +254,19 @@ static int create_ds(hid_t f, const char *final, const char *dsname, const struc
 }
 
 /* Fills an LZ4 dataset and checks the source against its expected CRC. */
-static int fill_lz4(hid_t ds, const char *final, const char *dsname, const struct snap_io_region *g,
-		    const struct io_chunk_geom *cg, struct lz4buf *lb, uint32_t expect, uint64_t *stored,
-		    struct snap_io_err *err)
+static int fill_lz4(struct snap_io_writer *w, hid_t ds, const char *final, const char *dsname,
+		    const struct snap_io_region *g, size_t i, const struct io_chunk_geom *cg, struct lz4buf *lb,
+		    uint32_t expect, uint64_t *stored, struct snap_io_err *err)
 {
 	uint32_t c = 0xFFFFFFFFu;
+	int ring = 0;
 	errno = 0;
-	int e = write_lz4(ds, g, cg, lb, &c, stored);
-	if (e == SNAP_ENOMEM)
-		return io_fail(err, e, "%s: out of memory for LZ4 chunk of dataset \"%s\"", final, dsname);
+	int e = write_lz4(w, ds, g, i, cg, lb, &c, stored, &ring);
+	if (e == LZ4_NOMEM)
+		return io_fail(err, SNAP_ENOMEM, "%s: out of memory for LZ4 chunk of dataset \"%s\"", final, dsname);
+	if (e == LZ4_RING)
+		return io_fail(err, io_errno_code(-ring) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(-ring),
+			       "%s: writing LZ4 chunk of dataset \"%s\" failed: %s", final, dsname, strerror(-ring));
 	if (e)
 		return io_fail_h5(err, errno == ENOSPC ? SNAP_ENOSPC : SNAP_EIO,
 				  "%s: writing LZ4 chunk of dataset \"%s\" failed", final, dsname);
@@ -269,7 +300,7 @@ static int build_region(struct snap_io_writer *w, hid_t f, const char *final, co
 	if (io_attrs_region(ds, g, lz4 ? "lz4" : "none", step) < 0 || io_attr_u32(ds, "crc32c", p->expect) < 0) {
 		rc = io_fail_h5(err, SNAP_EIO, "%s: writing attributes of dataset \"%s\" failed", final, dsname);
 	} else if (lz4) {
-		rc = fill_lz4(ds, final, dsname, g, &cg, lb, p->expect, stored, err);
+		rc = fill_lz4(w, ds, final, dsname, g, i, &cg, lb, p->expect, stored, err);
 	} else if (g->bytes) {
 		p->off = H5Dget_offset(ds);
 		if (p->off == HADDR_UNDEF)
@@ -280,7 +311,54 @@ static int build_region(struct snap_io_writer *w, hid_t f, const char *final, co
 	return rc;
 }
 
-/* HDF5 phase: the whole file but the bulk bytes (uncompressed data, frames). */
+/* Opens the bulk pass's descriptors on tmp (O_DIRECT where the filesystem
+ * takes it) and starts the ring on them. */
+static int bulk_open(struct snap_io_writer *w, const char *tmp, const char *final, struct snap_io_err *err)
+{
+	w->lz4_bulk = 0;
+	w->fd = open(tmp, O_RDWR | O_CLOEXEC); /* read: write_frames' padding */
+	if (w->fd < 0) {
+		int e = errno;
+		return io_fail(err, io_errno_code(e), "%s: cannot reopen %s: %s", final, tmp, strerror(e));
+	}
+	if (!(w->o.flags & SNAP_IO_NO_DIRECT))
+		w->fdd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
+	int e = io_uw_begin(w->uw, w->fdd, w->fd);
+	if (e) {
+		if (w->fdd >= 0)
+			close(w->fdd);
+		close(w->fd);
+		w->fd = w->fdd = -1;
+		return io_fail(err, SNAP_EIO, "%s: rebuilding the io_uring ring after an earlier failure failed: %s",
+			       final, strerror(-e));
+	}
+	return 0;
+}
+
+/* Drains the ring and closes the bulk descriptors; rc is the write's result
+ * so far, returned unless closing fails first. Writes still in flight after
+ * a failed drain keep their descriptors open, leaked, so the numbers are not
+ * reused under them. */
+static int bulk_close(struct snap_io_writer *w, const char *final, int rc, struct snap_io_err *err)
+{
+	if (w->fd < 0)
+		return rc;
+	io_uw_drain(w->uw);
+	int fd = w->fd, fdd = w->fdd;
+	w->fd = w->fdd = -1;
+	if (io_uw_inflight(w->uw) > 0)
+		return rc ? rc : io_fail(err, SNAP_EIO, "%s: io_uring writes still in flight", final);
+	if (fdd >= 0)
+		close(fdd);
+	if (close(fd) < 0 && !rc) {
+		int e = errno;
+		rc = io_fail(err, io_errno_code(e), "%s: close failed: %s", final, strerror(e));
+	}
+	return rc;
+}
+
+/* HDF5 phase: the whole file but the bulk bytes (uncompressed data, frames);
+ * LZ4 chunks are queued on the ring as they are made. */
 static int build_file(struct snap_io_writer *w, const char *tmp, const char *final, const struct io_rank_id *id,
 		      const struct snap_io_region *r, size_t n, struct plan *plan, uint64_t *stored,
 		      struct snap_io_err *err)
@@ -291,6 +369,7 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 	int rc = io_rank_create(tmp, final, w->o.mode, id, &w->defer, &f, err);
 	if (rc)
 		return rc;
+	rc = bulk_open(w, tmp, final, err);
 	struct lz4buf lb = {0};
 	for (size_t i = 0; i < n && !rc; i++)
 		rc = build_region(w, f, final, &r[i], i, id->step, &plan[i], &lb, stored, err);
@@ -381,37 +460,20 @@ static int write_frames(struct snap_io_writer *w, int fd, const char *final, con
 
 /* The bulk bytes into the closed file: uncompressed regions at plan[i].off,
  * then the frames deferdrv.c recorded, each checked against its CRC32C as
- * it is queued. *bytes: how many were queued. */
-static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *final,
-		      const struct snap_io_region *r, size_t n, const struct plan *plan, int *direct,
-		      uint64_t *bytes, struct snap_io_err *err)
+ * it is queued; then everything in flight (the LZ4 chunks too) is drained
+ * and the file fsynced. *bytes: how many went through the ring. */
+static int bulk_write(struct snap_io_writer *w, const char *final, const struct snap_io_region *r, size_t n,
+		      const struct plan *plan, uint64_t *bytes, struct snap_io_err *err)
 {
-	int fd = open(tmp, O_RDWR | O_CLOEXEC); /* read: write_frames' padding */
-	if (fd < 0) {
-		int e = errno;
-		return io_fail(err, io_errno_code(e), "%s: cannot reopen %s: %s", final, tmp, strerror(e));
-	}
-	int fdd = -1;
-	if (!(w->o.flags & SNAP_IO_NO_DIRECT))
-		fdd = open(tmp, O_WRONLY | O_DIRECT | O_CLOEXEC);
-	*direct = fdd >= 0;
-	int rc = 0;
+	int rc = 0, e = 0, fd = w->fd;
 	char dsname[3 * SNAP_IO_MAX_NAME + 1];
-	int e = io_uw_begin(w->uw, fdd, fd);
-	if (e) {
-		if (fdd >= 0)
-			close(fdd);
-		close(fd);
-		return io_fail(err, SNAP_EIO, "%s: rebuilding the io_uring ring after an earlier failure failed: %s",
-			       final, strerror(-e));
-	}
 	/* Writes of all regions stay in flight together; the CRC is complete
 	 * once a region is queued, so it is checked per region here, and the
 	 * writes are drained once at the end. Each write carries its region's
 	 * index so a failure still names the dataset. */
 	size_t bad_crc = SIZE_MAX;
 	uint32_t bad_frame = 0, bad_got = 0;
-	*bytes = 0;
+	*bytes = w->lz4_bulk;
 	for (size_t i = 0; i < n; i++) {
 		if (plan[i].off == HADDR_UNDEF)
 			continue;
@@ -456,17 +518,6 @@ static int bulk_write(struct snap_io_writer *w, const char *tmp, const char *fin
 	if (!rc && fsync(fd) < 0) {
 		e = errno;
 		rc = io_fail(err, io_errno_code(e), "%s: fsync failed: %s", final, strerror(e));
-	}
-	if (io_uw_inflight(w->uw) > 0) {
-		/* The drain gave up with writes in flight (rc is set): keep their
-		 * fds open, leaked, so the numbers are not reused under them. */
-		return rc ? rc : io_fail(err, SNAP_EIO, "%s: io_uring writes still in flight", final);
-	}
-	if (fdd >= 0)
-		close(fdd);
-	if (close(fd) < 0 && !rc) {
-		e = errno;
-		rc = io_fail(err, io_errno_code(e), "%s: close failed: %s", final, strerror(e));
 	}
 	return rc;
 }
@@ -539,10 +590,11 @@ int snap_io_write_rank(struct snap_io_writer *w, const char *dir, const char *jo
 	struct io_rank_id id = {job, step, rank, world};
 	rc = build_file(w, tmp, final, &id, regions, n, plan, &stored, err);
 	io_h5_leave();
-	int direct = 0;
+	int direct = w->fdd >= 0;
 	uint64_t bulk = 0;
 	if (!rc)
-		rc = bulk_write(w, tmp, final, regions, n, plan, &direct, &bulk, err);
+		rc = bulk_write(w, final, regions, n, plan, &bulk, err);
+	rc = bulk_close(w, final, rc, err);
 	free(plan);
 	struct stat st = {0};
 	if (!rc && stat(tmp, &st) < 0)

@@ -7,6 +7,8 @@
  *    must not send that stale SQE (old fd, old buffer) but rebuild the ring;
  *  - a failed wait leaves writes in flight; they are drained before the fds
  *    close, and the next write works.
+ * Each buffered, with O_DIRECT, and with O_DIRECT and LZ4 (whose chunks go
+ * through the ring while HDF5 is still building the file).
  * After each failure no rank file appears, and the next file reads back
  * bit-exact and verifies.
  * usage: io_uring_faults DIR
@@ -89,10 +91,18 @@ int main(int argc, char **argv)
 	/* 64 KiB writes, 4 in flight: the 1 MiB region takes 16 submits. */
 	struct snap_io_opts o = {.io_bytes = 64 << 10, .queue_depth = 4};
 
-	for (int direct = 0; direct < 2; direct++) {
+	static const char *mode[3] = {"buffered", "direct", "direct lz4"};
+	for (int m = 0; m < 3; m++) {
+		int direct = m > 0;
 		o.flags = direct ? 0 : SNAP_IO_NO_DIRECT;
-		uint64_t s0 = direct ? 10 : 0;
-		printf("%s: failed submit, then the same writer writes other data\n", direct ? "direct" : "buffered");
+		o.codec = m == 2 ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE;
+		/* LZ4: 8 chunks of "big", 2 writes each, one in flight, so the
+		 * second write of a chunk waits for the first (the chunks are
+		 * compressed between writes: with 4 in flight nothing waits). */
+		o.chunk_bytes = 128 << 10;
+		o.queue_depth = m == 2 ? 1 : 4;
+		uint64_t s0 = 10 * (uint64_t)m;
+		printf("%s: failed submit, then the same writer writes other data\n", mode[m]);
 		struct snap_io_writer *w = snap_io_writer_new(&o, &err);
 		CHECK(w);
 		submits = 0;
@@ -104,7 +114,7 @@ int main(int argc, char **argv)
 		OK(write_one(w, dir, s0 + 1, B, &err), &err);
 		check_step(dir, s0 + 1, B);
 
-		printf("%s: failed wait with writes in flight, then the same writer\n", direct ? "direct" : "buffered");
+		printf("%s: failed wait with writes in flight, then the same writer\n", mode[m]);
 		waits = 0;
 		fail_wait_at = 1;
 		int rc = write_one(w, dir, s0 + 2, A, &err);

@@ -148,7 +148,8 @@ struct snap_io_write_stats {
 	double seconds;         /* wall time, create to rename + directory fsync */
 	int direct;             /* 1 if bulk writes went with O_DIRECT */
 	uint64_t bulk_bytes;    /* bytes written by snapio's io_uring pass, not HDF5:
-				   uncompressed data and codec frames (not LZ4) */
+				   uncompressed data, codec frames, and LZ4
+				   chunks when direct (else HDF5 writes those) */
 };
 
 /* CRC32C of buf[0..len) in the convention above. */
