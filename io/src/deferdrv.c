@@ -71,12 +71,24 @@ static H5FD_t *d_open(const char *name, unsigned flags, hid_t fapl, haddr_t maxa
 	return &f->pub;
 }
 
+/* A failure while HDF5 closes the file: kept for the writer (see
+ * io_defer.closing), not returned to HDF5. Otherwise -1 as usual. */
+static herr_t failed(const struct defer_file *f)
+{
+	struct io_defer *d = f->d;
+	if (!d || !d->closing)
+		return -1;
+	if (!d->close_errno)
+		d->close_errno = errno ? errno : EIO;
+	return 0;
+}
+
 static herr_t d_close(H5FD_t *file)
 {
 	struct defer_file *f = (struct defer_file *)file;
-	int rc = close(f->fd);
+	int rc = close(f->fd) < 0 ? failed(f) : 0;
 	free(f);
-	return rc < 0 ? -1 : 0;
+	return rc;
 }
 
 static int d_cmp(const H5FD_t *a, const H5FD_t *b)
@@ -182,7 +194,7 @@ static herr_t d_write(H5FD_t *file, H5FD_mem_t type, hid_t dxpl, haddr_t addr, s
 		if (k <= 0) {
 			if (k == 0)
 				errno = ENOSPC;
-			return -1;
+			return failed(f);
 		}
 		p += k;
 		left -= (size_t)k;
@@ -203,7 +215,7 @@ static herr_t d_truncate(H5FD_t *file, hid_t dxpl, hbool_t closing)
 	if (f->eoa == f->eof)
 		return 0;
 	if (ftruncate(f->fd, (off_t)f->eoa) < 0)
-		return -1;
+		return failed(f);
 	f->eof = f->eoa;
 	return 0;
 }
@@ -258,4 +270,14 @@ int io_defer_taken(struct io_defer *d)
 	int taken = d->want == NULL;
 	d->want = NULL;
 	return taken;
+}
+
+int io_defer_close(hid_t f, struct io_defer *d)
+{
+	d->closing = 1;
+	d->close_errno = 0;
+	errno = 0;
+	int rc = H5Fclose(f) < 0 ? -1 : 0;
+	d->closing = 0;
+	return d->close_errno ? d->close_errno : rc;
 }

@@ -349,9 +349,18 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 	free(m);
 	if (!rc && n)
 		qsort(s, n, sizeof *s, shard_cmp);
-	hid_t f = -1;
-	if (!rc && (f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT)) < 0)
-		rc = io_fail_h5(err, SNAP_EIO, "%s: cannot create", tmp);
+	/* Through the rank files' driver, which announces nothing here: a
+	 * failed write at the close is reported by us, not left in HDF5's
+	 * hands (io_defer_close). */
+	hid_t f = -1, fapl = -1;
+	struct io_defer d = {0};
+	if (!rc && ((fapl = H5Pcreate(H5P_FILE_ACCESS)) < 0 || io_defer_fapl(fapl, &d) < 0))
+		rc = io_fail_h5(err, SNAP_EIO, "%s: HDF5 property setup failed", tmp);
+	errno = 0;
+	if (!rc && (f = H5Fcreate(tmp, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
+		rc = io_fail_h5(err, errno ? io_errno_code(errno) : SNAP_EIO, "%s: cannot create", tmp);
+	if (fapl >= 0)
+		H5Pclose(fapl);
 	uint64_t st = step;
 	if (!rc && (io_attr_str(f, "format", "snapio-export") < 0 || io_attr_str(f, "job", job) < 0 ||
 		    io_attr_u64(f, "step", &st, 1) < 0 || io_attr_u32(f, "source_world", world) < 0 ||
@@ -368,8 +377,12 @@ int snap_io_export(const char *dir, const char *job, uint64_t step, const char *
 	}
 	if (!rc && mode == SNAP_IO_EXPORT_COPY)
 		rc = copy_data(f, out_path, job, step, world, s, n, err);
-	if (f >= 0 && H5Fclose(f) < 0 && !rc)
+	int e = f >= 0 ? io_defer_close(f, &d) : 0;
+	if (e < 0 && !rc)
 		rc = io_fail_h5(err, SNAP_EIO, "%s: close failed", tmp);
+	else if (e > 0 && !rc)
+		rc = io_fail(err, io_errno_code(e) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(e),
+			     "%s: writing the HDF5 file at its close failed: %s", tmp, strerror(e));
 	io_h5_leave();
 	for (size_t i = 0; i < n; i++) {
 		free(s[i].name);

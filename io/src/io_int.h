@@ -187,6 +187,12 @@ struct io_defer {
 	uint32_t want_frame;
 	struct io_deferred *v;
 	size_t n, cap;
+	/* Set just before H5Fclose: from then on a failed write, truncate or
+	 * close is kept in close_errno (the first) and reported to HDF5 as
+	 * done. HDF5 1.10 leaves a file whose close failed half torn down in its
+	 * ID table, and crashes when the library shuts down (H5F__close_cb);
+	 * the writer reports close_errno itself and discards the file. */
+	int closing, close_errno;
 };
 /* Sets fapl to the driver, recording into d; 0 or -1 (HDF5 lock held). */
 int io_defer_fapl(hid_t fapl, struct io_defer *d);
@@ -194,6 +200,11 @@ int io_defer_fapl(hid_t fapl, struct io_defer *d);
 void io_defer_expect(struct io_defer *d, const void *src, size_t len, size_t region, uint32_t frame);
 /* 1 if the announced write was recorded; clears the announcement. */
 int io_defer_taken(struct io_defer *d);
+/* H5Fclose of file f, made through the driver with d: 0; the errno of the
+ * first write, truncate or close that failed during it (kept from HDF5,
+ * see io_defer.closing; the file is to be discarded); or -1 when HDF5
+ * failed by itself (its error stack says why). */
+int io_defer_close(hid_t f, struct io_defer *d);
 
 /* ---- lz4chunk.c ---- */
 

@@ -86,7 +86,7 @@ int io_rank_create(const char *tmp, const char *final, unsigned mode, const stru
 	    io_attr_str(f, "job", id->job) < 0 || io_attr_u64(f, "step", &u[0], 1) < 0 ||
 	    io_attr_u32(f, "rank", id->rank) < 0 || io_attr_u32(f, "world", id->world) < 0) {
 		int rc = io_fail_h5(err, SNAP_EIO, "%s: writing file attributes failed", final);
-		H5Fclose(f);
+		io_defer_close(f, defer);
 		return rc;
 	}
 	*file = f;

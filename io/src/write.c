@@ -375,11 +375,12 @@ static int build_file(struct snap_io_writer *w, const char *tmp, const char *fin
 		rc = build_region(w, f, final, &r[i], i, id->step, &plan[i], &lb, stored, err);
 	free(lb.raw);
 	free(lb.enc);
-	errno = 0;
-	if (H5Fclose(f) < 0 && !rc) {
-		int e = errno;
-		rc = io_fail_h5(err, e == ENOSPC ? SNAP_ENOSPC : SNAP_EIO, "%s: closing HDF5 file failed", final);
-	}
+	int e = io_defer_close(f, &w->defer);
+	if (e < 0 && !rc)
+		rc = io_fail_h5(err, SNAP_EIO, "%s: closing HDF5 file failed", final);
+	else if (e > 0 && !rc)
+		rc = io_fail(err, io_errno_code(e) == SNAP_ENOENT ? SNAP_EIO : io_errno_code(e),
+			     "%s: writing the HDF5 file's metadata at its close failed: %s", final, strerror(e));
 	return rc;
 }
 
