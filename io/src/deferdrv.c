@@ -1,15 +1,17 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The HDF5 file driver a rank file is built with. It is sec2 (plain POSIX
- * pread/pwrite on one fd) with one difference: a raw-data write that the
- * caller announced beforehand (io_defer_expect: this pointer, this length)
- * is recorded, not made. That is how codec frames reach io_uring: HDF5 must
- * write a filtered chunk through H5Dwrite_chunk to allocate and index it,
- * and it allocates nothing before; so frames.c announces each frame, HDF5
- * picks its offset, builds the chunk index and "writes" it here, and
- * write.c's bulk pass sends the frame through io_uring (O_DIRECT where it
- * can) at that offset after the file is closed, as it does for
- * uncompressed data.
+ * The HDF5 file driver rank files and exports are built with. It is sec2
+ * (plain POSIX pread/pwrite on one fd) with two differences. A raw-data
+ * write that the caller announced beforehand (io_defer_expect: this
+ * pointer, this length) is recorded, not made. That is how codec frames and
+ * LZ4 chunks reach io_uring: HDF5 must write a filtered chunk through
+ * H5Dwrite_chunk to allocate and index it, and it allocates nothing before;
+ * so the writer announces each chunk, HDF5 picks its offset, builds the
+ * chunk index and "writes" it here, and write.c sends the bytes through
+ * io_uring at that offset: frames in the bulk pass after the file is
+ * closed, as uncompressed data, LZ4 chunks at once. And a write, truncate
+ * or close that fails inside io_defer_close's H5Fclose is kept for the
+ * caller, not returned to HDF5 (see io_defer.closing).
  *
  * Nothing else changes: a write that was not announced, metadata included,
  * is a pwrite as in sec2, and the file carries no driver information, so

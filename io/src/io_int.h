@@ -11,7 +11,7 @@
  *   frames.c                              codec-frame datasets
  *   rankfile.c                            a rank file: names, creation, identity
  *   attr.c names.c uring.c lz4chunk.c     HDF5 attributes, paths, io_uring, LZ4
- *   deferdrv.c                            the HDF5 file driver that leaves frames to io_uring
+ *   deferdrv.c                            the HDF5 file driver: frames and LZ4 chunks to io_uring
  *   err.c codecfilter.c                   errors, HDF5 lock, CRC32C; filter 311
  *
  * The sections below follow the same order, bottom row first.
