@@ -13,10 +13,11 @@ import os
 import random
 import select
 import socket
+import struct
 import time
 
 _libc = ctypes.CDLL(None, use_errno=True)
-_IN_MODIFY, _IN_CLOSE_WRITE, _IN_MOVED_TO, _IN_CREATE = 0x2, 0x8, 0x80, 0x100
+IN_MODIFY, IN_CLOSE_WRITE, IN_MOVED_TO, IN_CREATE = 0x2, 0x8, 0x80, 0x100
 
 
 class Waiter:
@@ -25,20 +26,41 @@ class Waiter:
         if self.fd < 0:
             raise OSError(ctypes.get_errno(), "inotify_init1")
         self.watched = set()
+        self.wds = {}
 
     def watch(self, path):
         """Wake on files created, written, closed after writing or renamed into directory `path`
         (a missing one is skipped: watch it again once it exists)."""
         if path in self.watched or not os.path.isdir(path):
             return
-        if _libc.inotify_add_watch(self.fd, os.fsencode(path), _IN_MODIFY | _IN_CLOSE_WRITE | _IN_MOVED_TO | _IN_CREATE) >= 0:
+        wd = _libc.inotify_add_watch(self.fd, os.fsencode(path), IN_MODIFY | IN_CLOSE_WRITE | IN_MOVED_TO | IN_CREATE)
+        if wd >= 0:
             self.watched.add(path)
+            self.wds[wd] = path
 
-    def until(self, pred, limit=120, dirs=lambda: (), procs=()):
+    def _drain(self, on_event):
+        """Reads every queued event; on_event(dir, mask, name) for each, if given."""
+        try:
+            while True:
+                buf = os.read(self.fd, 65536)
+                if not buf:
+                    return
+                at = 0
+                while on_event and at + 16 <= len(buf):
+                    wd, mask, _, n = struct.unpack_from("iIII", buf, at)
+                    name = buf[at + 16:at + 16 + n].rstrip(b"\0").decode(errors="replace")
+                    on_event(self.wds.get(wd), mask, name)
+                    at += 16 + n
+        except BlockingIOError:
+            pass
+
+    def until(self, pred, limit=120, dirs=lambda: (), procs=(), on_event=None):
         """pred()'s first true value, or None after `limit` seconds. dirs()
         names directories to watch, asked again after each wake-up (so a
         step directory that appears is watched before pred looks into it);
-        a process of `procs` that exits wakes the waiter too."""
+        a process of `procs` that exits wakes the waiter too. on_event, if
+        given, sees every event as (directory, mask, file name) before pred
+        is asked again."""
         pidfds = []
         for p in procs:
             try:
@@ -58,11 +80,7 @@ class Waiter:
                     return None
                 ready, _, _ = select.select([self.fd, *pidfds], [], [], left)
                 if self.fd in ready:
-                    try:
-                        while os.read(self.fd, 65536):
-                            pass
-                    except BlockingIOError:
-                        pass
+                    self._drain(on_event)
                 for f in ready:
                     if f in pidfds:   # exited: nothing more to say
                         pidfds.remove(f)
