@@ -283,6 +283,7 @@ def main():
         failures.append(msg)
 
     step, expect_exact, lower = 0, 0, 0
+    want_files = {}   # node -> the files a relaunch must rebuild bit-exact (set by each trial)
     try:
         for t in range(a.trials + 1):
             mesh.start(os.path.join(logdir, f"mesh{t}.log"))

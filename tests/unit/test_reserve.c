@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -81,19 +82,22 @@ static void test_reserver(void)
 	CHECK(snap_reserver_take(rv, &got, &e) == 1 && got == tb && e == ENOENT);
 	/* A file under way when its caller waits: the thread stops after its
 	 * current 64 MiB piece and the caller finishes it (the thread runs at a
-	 * lower priority). Struck once the thread is seen reserving it; 512 MiB
-	 * of tmpfs pages take far longer to clear than the strike, but a
-	 * preempted test could still find it done, so up to 5 tries. */
+	 * lower priority). Struck once the thread's first piece is in (each
+	 * fallocate that succeeds is an IN_MODIFY of the file); the other seven
+	 * of 512 MiB take far longer to clear than the strike, but a preempted
+	 * test could still find them done, so up to 5 tries. */
 	unsigned long stolen, handed, handed0;
 	int busy;
 	snap_reserver_stats(rv, &busy, &stolen, &handed0);
 	handed = handed0;   /* the waits above may have taken some over already */
 	for (int try = 0; try < 5 && handed == handed0; try++) {
 		uint64_t tbig;
+		int in = inotify_init1(IN_CLOEXEC);
+		CHECK(in >= 0 && inotify_add_watch(in, p[0], IN_MODIFY) >= 0);
 		CHECK_RC(snap_reserver_submit(rv, p[0], 512 * MIB, &tbig), 0);
-		do
-			snap_reserver_stats(rv, &busy, &stolen, &handed);
-		while (!busy && !snap_reserver_take(rv, &got, &e));
+		char ev[sizeof(struct inotify_event) + 256];
+		CHECK(read(in, ev, sizeof(ev)) > 0);
+		close(in);
 		CHECK(snap_reserver_wait(rv, tbig) == 0 && allocated(p[0], 512 * MIB));
 		snap_reserver_stats(rv, &busy, &stolen, &handed);
 		CHECK_RC(snap_reserve_file(p[0], 0), 0);

@@ -21,7 +21,6 @@ and to /dev/shm), the cost the preload must not add to other I/O.
 """
 import argparse
 import os
-import re
 import shutil
 import signal
 import statistics
