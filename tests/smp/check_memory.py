@@ -33,6 +33,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter, wait_socket  # noqa: E402
+from procstat import sample  # noqa: E402
 
 SMP, SNAPTOOL, TRAINER, WORK = sys.argv[1:5]
 WARM, MORE = 100, 500
@@ -60,33 +61,6 @@ def committed(log):
     except FileNotFoundError:
         pass
     return n
-
-
-def sample(pid):
-    """RssAnon in bytes, open descriptors (what they name, kernel object
-    numbers dropped) and threads (io_uring's kernel workers, which come and
-    go with the ring's work, not counted) of a live process."""
-    fields = {}
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            k, _, v = line.partition(":")
-            fields[k] = v.split()
-    fds = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            fds.append(os.readlink(f"/proc/{pid}/fd/{fd}").split(":[")[0])
-        except OSError:
-            pass   # closed meanwhile
-    threads = []
-    for t in os.listdir(f"/proc/{pid}/task"):
-        try:
-            with open(f"/proc/{pid}/task/{t}/comm") as f:
-                name = f.read().strip()
-        except OSError:
-            continue
-        if not name.startswith("iou-"):
-            threads.append(name)
-    return {"rss_anon": int(fields["RssAnon"][0]) * 1024, "fds": sorted(fds), "threads": sorted(threads)}
 
 
 def status(store):
@@ -136,7 +110,8 @@ def compare(name, k, a, b, steps):
     grew = b["rss_anon"] - a["rss_anon"]
     allow = ALLOW[k.split()[0]]
     print(f"{name}: {k}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over {steps} steps "
-          f"({grew / steps:+.0f} bytes per step; allowed {allow >> 10} KiB), {len(a['fds'])} -> "
+          f"({grew / steps:+.0f} bytes per step; allowed {allow >> 10} KiB), VmData "
+          f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> "
           f"{len(b['fds'])} descriptors, {len(a['threads'])} -> {len(b['threads'])} threads")
     check(grew <= allow, f"{name}: {k}'s anonymous memory grew {grew >> 10} KiB over {steps} steps")
     check(b["fds"] == a["fds"], f"{name}: {k} holds {b['fds']}, before {a['fds']}")
