@@ -10,6 +10,8 @@
  *                                    write()s, header by pwrite() at 0, fsync),
  *                                    close, rename to DIR/ckpt-<step>, unlink
  *                                    ckpt-<step-2>, print "committed <step>"
+ *                                    (and with PL_PAUSE_AT=A,B,...: after
+ *                                    those steps "paused <step>", SIGSTOP)
  *   pl_writer hold DIR BYTES STEPS   run, print "holding", wait for a signal
  *   pl_writer check DIR              verify every file in DIR byte for byte
  *                                    (read, pread and mmap), print one JSON line
@@ -21,6 +23,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -214,6 +217,22 @@ static int check_once(const char *dir, uint64_t bytes, int64_t *newest, int prin
 	return nbad ? 1 : 0;
 }
 
+/* Whether PL_PAUSE_AT (steps, comma-separated) names step. */
+static int paused_at(uint64_t step)
+{
+	const char *p = getenv("PL_PAUSE_AT");
+	while (p && *p) {
+		char *end;
+		unsigned long long v = strtoull(p, &end, 10);
+		if (end == p)
+			return 0;
+		if (v == step)
+			return 1;
+		p = *end == ',' ? end + 1 : end;
+	}
+	return 0;
+}
+
 static int run(const char *dir, uint64_t bytes, uint64_t steps)
 {
 	int64_t newest;
@@ -267,6 +286,13 @@ static int run(const char *dir, uint64_t bytes, uint64_t steps)
 		}
 		printf("committed %" PRIu64 "\n", step);
 		fflush(stdout);
+		if (paused_at(step)) {
+			/* Between checkpoints, every file closed: the memory test
+			 * reads /proc while this process is stopped. */
+			printf("paused %" PRIu64 "\n", step);
+			fflush(stdout);
+			raise(SIGSTOP);
+		}
 	}
 	free(buf);
 	return 0;

@@ -29,6 +29,9 @@ snapsmp, the preload in unmodified programs, SIGKILL at random moments.
                    a full store (SNAP_MEM_LIMIT): one warning, files that do not
                    fit go to the file system; with flushing on, flushed files
                    are evicted instead and stay readable.
+  --mode memory    the preloaded pl_writer and snapsmp over 450 checkpoints:
+                   neither one's anonymous RSS, descriptors nor threads grow
+                   (the writer stops itself between checkpoints to be read).
 """
 import argparse
 import json
@@ -43,10 +46,11 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter, strike_within, wait_socket  # noqa: E402
+from procstat import sample  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
-ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback", "torch", "ends"])
+ap.add_argument("--mode", required=True, choices=["calls", "kill", "fallback", "torch", "ends", "memory"])
 ap.add_argument("--mpiexec", default="mpiexec")
 ap.add_argument("--steps", type=int, default=0, help="torch: training steps (default: enough that no trial "
                 "reaches the end, (trials + 2) x 2 x every)")
@@ -93,9 +97,9 @@ def env(store, capture, preload=True, python=False, **extra):
     return e
 
 
-def start_smp(store, *extra):
+def start_smp(store, *extra, env=None):
     os.makedirs(os.path.dirname(store), exist_ok=True)   # snapsmp makes the store, not its parents
-    p = subprocess.Popen([SMP, "--store", store, *extra], stderr=subprocess.PIPE, text=True)
+    p = subprocess.Popen([SMP, "--store", store, *extra], stderr=subprocess.PIPE, text=True, env=env)
     if not wait_socket(store, p):
         raise RuntimeError(f"snapsmp did not start: {p.stderr.read()}")
     return p
@@ -259,6 +263,56 @@ def test_kill(rng):
     check(res["newest"] == res_pre["newest"] and sorted(res["names"]) == sorted(res_pre["names"]),
           f"on disk the same checkpoints as in the store: disk {res} store {res_pre}")
     print(f"kill: {args.trials} trials ({smp_kills} of snapsmp), newest step {res['newest']}", flush=True)
+
+
+# ---- memory ---------------------------------------------------------------------
+
+def test_memory():
+    """The preloaded writer and snapsmp over 450 checkpoints (a file
+    written, renamed, and the one two steps older unlinked, each in the
+    store): neither one's anonymous RSS, descriptors nor threads may grow
+    between its commits 100 and 550 (the writer's own lines: events), nor
+    the daemon's count against its budget. snapsmp flushes nothing before
+    its SIGTERM (--flush-files 0), so no file it writes is open then."""
+    store, disk = fresh("memory")
+    # ASan's quarantine keeps freed blocks resident: off for both processes.
+    no_quarantine = "quarantine_size_mb=0:thread_local_quarantine_size_kb=0"
+    smp = start_smp(store, "--quiet", "--flush-files", "0", env=dict(os.environ, ASAN_OPTIONS=":".join(
+        filter(None, [os.environ.get("ASAN_OPTIONS"), no_quarantine]))))
+    w = subprocess.Popen([WRITER, "run", disk, str(args.bytes), "600"], env=env(store, disk, PL_PAUSE_AT="100,550",
+                         ASAN_OPTIONS="detect_leaks=0:" + no_quarantine), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    lines = Lines(w)
+    at = []
+    for step in (100, 550):
+        # The writer stops itself between checkpoints (PL_PAUSE_AT): its
+        # files closed, it is read from /proc, then it goes on.
+        got = lines.wait_for(lambda l: l == f"paused {step}")
+        if not check(got is not None and w.poll() is None, f"memory: the writer paused after step {step}"):
+            break
+        _, st = os.waitpid(w.pid, os.WUNTRACED)   # blocks until the stop took effect
+        if not check(os.WIFSTOPPED(st), f"memory: the writer stopped after step {step}: status {st}"):
+            break
+        at.append((sample(w.pid), sample(smp.pid)))
+        w.send_signal(signal.SIGCONT)
+    w.wait(timeout=300)
+    lines.close()
+    check(w.returncode == 0, f"memory: the writer finished: {w.returncode} {w.stderr.read().decode()[-500:]}")
+    if len(at) == 2:
+        for i, (who, allow) in enumerate((("writer", 128 << 10), ("snapsmp", 192 << 10))):
+            a, b = at[0][i], at[1][i]
+            grew = b["rss_anon"] - a["rss_anon"]
+            print(f"memory: {who}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over 450 "
+                  f"checkpoints ({grew / 450:+.0f} bytes each; allowed {allow >> 10} KiB), VmData "
+                  f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> {len(b['fds'])} descriptors, "
+                  f"{len(a['threads'])} -> {len(b['threads'])} threads", flush=True)
+            check(grew <= allow, f"memory: {who}'s anonymous memory grew {grew >> 10} KiB over 450 checkpoints")
+            check(b["fds"] == a["fds"], f"memory: {who} holds {b['fds']}, before {a['fds']}")
+            check(b["threads"] == a["threads"], f"memory: {who} runs {b['threads']}, before {a['threads']}")
+    rc, err = stop_smp(smp)
+    check(rc == 0, f"memory: snapsmp exits 0 after SIGTERM (flushing): {rc} {err}")
+    rc, res, cerr = writer_check(store, disk, preload=False)
+    check(rc == 0 and not res["bad"] and res["newest"] == 599, f"memory: on disk, complete up to step 599: {res} {cerr}")
 
 
 # ---- fallback -------------------------------------------------------------------
@@ -466,6 +520,8 @@ def main():
             test_torch(rng)
         elif args.mode == "ends":
             test_ends()
+        elif args.mode == "memory":
+            test_memory()
         else:
             test_fallback()
     finally:
