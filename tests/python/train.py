@@ -16,12 +16,16 @@ restorable step.
 
 Log lines (one per event, flushed at once; tests/python/train_trials.py
 reads them): restore-begin, restored <step|none>, step <s> <loss float.hex>,
-save-begin <s>, saved <s> (save returned), committed <s>, relayouts <n>, done. A restore that does not
+save-begin <s>, saved <s> (save returned), committed <s>, relayouts <n>, done;
+with TRAIN_PAUSE_AT=a,b,... also "paused <s>" after committing those (odd)
+steps, and the rank stops itself (SIGSTOP) until continued. A restore that does not
 fit prints "MISMATCH <message>" and exits 3.
 """
 import argparse
+import gc
 import os
 import random
+import signal
 import sys
 
 import numpy as np
@@ -41,6 +45,8 @@ ap.add_argument("--seq", type=int, default=32)
 ap.add_argument("--batch", type=int, default=8)
 ap.add_argument("--seed", type=int, default=1234)
 ap.add_argument("--device", default="cpu", help="cuda: model, optimizer state and batches on the GPU")
+ap.add_argument("--no-history", action="store_true", help="keep no per-step history (check_memory_torch.py: "
+                "this process's own memory then stays flat)")
 args = ap.parse_args()
 dev = torch.device(args.device)
 if dev.type == "cuda":
@@ -135,7 +141,8 @@ for step in range(start, args.steps + 1):
     opt.step()
     sched.step()
     say("step", step, loss.item().hex())
-    history.append((step, loss.item(), sched.get_last_lr()[0], [p.grad.norm().item() for p in model.parameters()]))
+    if not args.no_history:
+        history.append((step, loss.item(), sched.get_last_lr()[0], [p.grad.norm().item() for p in model.parameters()]))
     if ckpt is not None:
         ckpt.extra["history"] = history
         ckpt.extra["tokens"] = step * args.batch * args.seq
@@ -145,6 +152,12 @@ for step in range(start, args.steps + 1):
         if step % 2:
             ckpt.wait()
             say("committed", step)
+            if str(step) in os.environ.get("TRAIN_PAUSE_AT", "").split(","):
+                # check_memory_torch.py reads /proc while this rank is stopped
+                # between steps, the save committed.
+                gc.collect()   # cyclic garbage (StepLR makes a class per step) is not a leak
+                say("paused", step)
+                os.kill(os.getpid(), signal.SIGSTOP)
         say("relayouts", ckpt.relayouts)
 if ckpt is not None:
     ckpt.close()              # waits for the last commit
