@@ -27,7 +27,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, budget_mismatch, setup, start_trainers  # noqa: E402
-from procstat import sample  # noqa: E402
+from procstat import compare, sample  # noqa: E402
 
 WARM, MORE = 40, 300
 # Bytes of RssAnon growth allowed per daemon over MORE steps. The gcc build
@@ -116,18 +116,10 @@ def main():
         for n in sorted(first):
             if n not in last:
                 continue
-            x, y = first[n], last[n]
-            grew = y["rss_anon"] - x["rss_anon"]
-            print(f"node {n}: RssAnon {x['rss_anon'] >> 10} -> {y['rss_anon'] >> 10} KiB over {MORE} "
-                  f"steps ({grew / MORE:+.0f} bytes per step; allowed {ALLOW >> 10} KiB), VmData "
-                  f"{(y['vm_data'] - x['vm_data']) >> 10:+} KiB, {len(x['fds'])} -> "
-                  f"{len(y['fds'])} descriptors, {len(x['threads'])} -> {len(y['threads'])} threads", flush=True)
-            if grew > ALLOW:
-                fail(f"node {n}: snapsmp's anonymous memory grew {grew >> 10} KiB over {MORE} steps")
-            if y["fds"] != x["fds"]:
-                fail(f"node {n}: snapsmp holds {y['fds']}, before {x['fds']}")
-            if y["threads"] != x["threads"]:
-                fail(f"node {n}: snapsmp runs {y['threads']}, before {x['threads']}")
+            line, problems = compare(f"node {n}", first[n], last[n], MORE, ALLOW)
+            print(line, flush=True)
+            for msg in problems:
+                fail(msg)
         parts = sorted(glob.glob(os.path.join(flush, "node*", JOB, "step-*", "MANIFEST*")))
         print(f"{len(parts)} sealed parts in the flush directories", flush=True)
         if not parts:

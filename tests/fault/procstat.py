@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""What a process holds, from /proc: the memory checks' sample (smp.memory,
-fault.mesh_memory)."""
+"""What a process holds, from /proc, and how two samples of it compare: the
+memory checks' (smp.memory, fault.mesh_memory, preload.memory,
+python.memory)."""
 import os
 
 
@@ -31,3 +32,22 @@ def sample(pid):
             threads.append(name)
     return {"rss_anon": int(fields["RssAnon"][0]) * 1024, "vm_data": int(fields["VmData"][0]) * 1024,
             "fds": sorted(fds), "threads": sorted(threads)}
+
+
+def compare(who, a, b, steps, allow, unit="steps"):
+    """Two samples of one process `steps` apart: (the line to print, the
+    problems: anonymous memory grown past `allow` bytes, a descriptor or a
+    thread more or less)."""
+    grew = b["rss_anon"] - a["rss_anon"]
+    line = (f"{who}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over {steps} {unit} "
+            f"({grew / steps:+.0f} bytes each; allowed {allow >> 10} KiB), VmData "
+            f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> {len(b['fds'])} descriptors, "
+            f"{len(a['threads'])} -> {len(b['threads'])} threads")
+    problems = []
+    if grew > allow:
+        problems.append(f"{who}'s anonymous memory grew {grew >> 10} KiB over {steps} {unit}")
+    if b["fds"] != a["fds"]:
+        problems.append(f"{who} holds {b['fds']}, before {a['fds']}")
+    if b["threads"] != a["threads"]:
+        problems.append(f"{who} runs {b['threads']}, before {a['threads']}")
+    return line, problems

@@ -37,6 +37,7 @@ import subprocess
 import sys
 import time
 
+from checks import Checks
 from events import IN_MODIFY, Waiter, strike_within, wait_socket
 
 BUILD = sys.argv[1]
@@ -47,16 +48,7 @@ SNAPTOOL = os.path.join(BUILD, "tools", "snaptool")
 BASE = f"/dev/shm/snaptest-reserve-{os.getpid()}"
 LOGS = f"/tmp/snaptest-reserve-{os.getpid()}"
 JOB = "rk"
-failures, passed = 0, 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}")
+check = Checks()
 
 
 def start_smp(store):
@@ -234,10 +226,7 @@ def main():
         shutil.rmtree(BASE, ignore_errors=True)
     print(f"{TRIALS} trials, {hits} struck while slot files were being reserved")
     check(hits > 0, "some trial struck while slot files were being reserved")
-    print(f"{passed} passed, {failures} failed")
-    if not failures:
-        shutil.rmtree(LOGS, ignore_errors=True)
-    return 1 if failures else 0
+    return check.result(LOGS)
 
 
 if __name__ == "__main__":

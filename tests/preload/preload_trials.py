@@ -46,7 +46,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter, strike_within, wait_socket  # noqa: E402
-from procstat import sample  # noqa: E402
+from procstat import compare, sample  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
@@ -300,15 +300,9 @@ def test_memory():
     check(w.returncode == 0, f"memory: the writer finished: {w.returncode} {w.stderr.read().decode()[-500:]}")
     if len(at) == 2:
         for i, (who, allow) in enumerate((("writer", 128 << 10), ("snapsmp", 192 << 10))):
-            a, b = at[0][i], at[1][i]
-            grew = b["rss_anon"] - a["rss_anon"]
-            print(f"memory: {who}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over 450 "
-                  f"checkpoints ({grew / 450:+.0f} bytes each; allowed {allow >> 10} KiB), VmData "
-                  f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> {len(b['fds'])} descriptors, "
-                  f"{len(a['threads'])} -> {len(b['threads'])} threads", flush=True)
-            check(grew <= allow, f"memory: {who}'s anonymous memory grew {grew >> 10} KiB over 450 checkpoints")
-            check(b["fds"] == a["fds"], f"memory: {who} holds {b['fds']}, before {a['fds']}")
-            check(b["threads"] == a["threads"], f"memory: {who} runs {b['threads']}, before {a['threads']}")
+            line, problems = compare(who, at[0][i], at[1][i], 450, allow, "checkpoints")
+            print(f"memory: {line}", flush=True)
+            check(not problems, f"memory: {'; '.join(problems)}")
     rc, err = stop_smp(smp)
     check(rc == 0, f"memory: snapsmp exits 0 after SIGTERM (flushing): {rc} {err}")
     rc, res, cerr = writer_check(store, disk, preload=False)

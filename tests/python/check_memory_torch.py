@@ -22,23 +22,14 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from checks import Checks  # noqa: E402
 from events import Waiter, free_port, wait_socket  # noqa: E402
 from procstat import sample  # noqa: E402
 
 BUILD, SRC = sys.argv[1:3]
 FIRST, LAST = 61, 301
 ALLOW = {"trainer": 1 << 20, "snapsmp": 192 << 10}
-failures, passed = 0, 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}", flush=True)
-    return cond
+check = Checks()
 
 
 def logged(log, line):
@@ -91,26 +82,14 @@ def main():
             rc = p.wait(timeout=600)
         check(rc == 0, f"the trainer finished: exit {rc}; see {os.path.join(work, 'r0.err')}")
         if len(at) == 2:
-            saves = LAST - FIRST
             for who in ("trainer", "snapsmp"):
-                a, b = at[0][who], at[1][who]
-                grew = b["rss_anon"] - a["rss_anon"]
-                print(f"{who}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over {saves} saves "
-                      f"({grew / saves:+.0f} bytes each; allowed {ALLOW[who] >> 10} KiB), VmData "
-                      f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> {len(b['fds'])} "
-                      f"descriptors, {len(a['threads'])} -> {len(b['threads'])} threads", flush=True)
-                check(grew <= ALLOW[who], f"{who}'s anonymous memory grew {grew >> 10} KiB over {saves} saves")
-                check(b["fds"] == a["fds"], f"{who} holds {b['fds']}, before {a['fds']}")
-                check(b["threads"] == a["threads"], f"{who} runs {b['threads']}, before {a['threads']}")
+                check.growth("", who, at[0][who], at[1][who], LAST - FIRST, ALLOW[who], "saves")
     finally:
         if smp.poll() is None:
             smp.terminate()
         check(smp.wait(timeout=120) == 0, "snapsmp stopped cleanly")
         shutil.rmtree(store, ignore_errors=True)
-    print(f"{passed} passed, {failures} failed")
-    if not failures:
-        shutil.rmtree(work, ignore_errors=True)
-    return 1 if failures else 0
+    return check.result(work)
 
 
 if __name__ == "__main__":

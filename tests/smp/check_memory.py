@@ -32,22 +32,14 @@ import sys
 import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from checks import Checks  # noqa: E402
 from events import Waiter, wait_socket  # noqa: E402
 from procstat import sample  # noqa: E402
 
 SMP, SNAPTOOL, TRAINER, WORK = sys.argv[1:5]
 WARM, MORE = 100, 500
 ALLOW = {"snapsmp": 192 << 10, "trainer": 64 << 10}   # bytes of RssAnon growth over MORE steps
-failures, passed = 0, 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}")
+check = Checks()
 
 
 def committed(log):
@@ -106,18 +98,6 @@ def launch(store, work, env, trainer_env, name, upto, *args):
     return ps, logs
 
 
-def compare(name, k, a, b, steps):
-    grew = b["rss_anon"] - a["rss_anon"]
-    allow = ALLOW[k.split()[0]]
-    print(f"{name}: {k}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over {steps} steps "
-          f"({grew / steps:+.0f} bytes per step; allowed {allow >> 10} KiB), VmData "
-          f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> "
-          f"{len(b['fds'])} descriptors, {len(a['threads'])} -> {len(b['threads'])} threads")
-    check(grew <= allow, f"{name}: {k}'s anonymous memory grew {grew >> 10} KiB over {steps} steps")
-    check(b["fds"] == a["fds"], f"{name}: {k} holds {b['fds']}, before {a['fds']}")
-    check(b["threads"] == a["threads"], f"{name}: {k} runs {b['threads']}, before {a['threads']}")
-
-
 def run(name, smp_args, trainer_env):
     store = os.path.join("/dev/shm", f"snaptest-memory-{os.getpid()}-{name}")
     work = os.path.join(WORK, name)
@@ -160,10 +140,10 @@ def run(name, smp_args, trainer_env):
         d1, used1 = quiet(smp, store, flush, WARM + MORE)
         check(d1 is not None, f"{name}: after the measured launch: {used1}")
         if d0 and d1:
-            compare(name, "snapsmp", d0, d1, MORE)
+            check.growth(name, "snapsmp", d0, d1, MORE, ALLOW["snapsmp"])
         for r in range(2):
             if t[0][r] and t[1][r]:
-                compare(name, f"trainer {r}", t[0][r], t[1][r], MORE - 100)
+                check.growth(name, f"trainer {r}", t[0][r], t[1][r], MORE - 100, ALLOW["trainer"])
         print(f"{name}: the daemon counts {used0} -> {used1} bytes against its budget")
         check(used0 == used1, f"{name}: the daemon's count moved from {used0} to {used1} bytes")
         steps = [d for d in os.listdir(os.path.join(flush, "mem")) if d.startswith("step-")]
@@ -178,10 +158,7 @@ def run(name, smp_args, trainer_env):
 def main():
     run("lz4", ["--flush-codec", "lz4"], {})
     run("frames", [], {"SNAP_CODEC_PARAM": "lossless", "SNAP_CODEC_OPTIM": "lossless"})
-    print(f"{passed} passed, {failures} failed")
-    if not failures:
-        shutil.rmtree(WORK, ignore_errors=True)
-    return 1 if failures else 0
+    return check.result(WORK)
 
 
 if __name__ == "__main__":
