@@ -9,11 +9,12 @@ mesh of 3 nodes serves a 3-rank job: a first launch saves WARM steps and
 exits, a second resumes and saves MORE. After each, once its last step is
 protected on every node (the daemons' log lines: the event, not a timer)
 and no daemon holds a file of its flush directory open (re-read every 50 ms
-and on each flush event, at most 60 s), every snapsmp is sampled from
-/proc: anonymous resident memory (RssAnon), open descriptors, threads
-(io_uring's kernel workers aside); and each node's count against its budget
-must equal what its files hold (mesh_trials' budget check). Between the
-samples none may grow beyond a small allowance.
+and on each flush event, at most 60 s), every snapsmp is sampled from /proc
+once what it holds is steady (a connection snaptool or a trainer just closed
+passes; procstat.steady): anonymous resident memory (RssAnon), open
+descriptors, threads (io_uring's kernel workers aside); and each node's count
+against its budget must equal what its files hold (mesh_trials' budget
+check). Between the samples none may grow beyond a small allowance.
 usage: mesh_memory.py --build DIR [--mpiexec P]
 """
 import argparse
@@ -27,7 +28,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, budget_mismatch, setup, start_trainers  # noqa: E402
-from procstat import compare, sample  # noqa: E402
+from procstat import compare, sample, steady  # noqa: E402
 
 WARM, MORE = 40, 300
 # Bytes of RssAnon growth allowed per daemon over MORE steps. The gcc build
@@ -72,7 +73,11 @@ def main():
     def protected(step):
         return len(re.findall(rf"job {JOB} step {step} protected", mesh.text()))
 
-    def launch(tag, last):
+    def launch(tag, last, like=None):
+        """The launch run to `last`; then, once that step is protected on
+        every node and no flush file is open, each daemon's steady sample
+        (procstat.steady: the same as `like`'s, given, else unchanged over
+        three samples)."""
         for p, _, err in start_trainers(a, mesh, logdir, tag, last):
             if p.wait(timeout=300) != 0:
                 fail(f"{tag}: a trainer exited {p.returncode}; see {err}")
@@ -95,7 +100,7 @@ def main():
                 got = {n: sample(pid) for n, pid in pids.items()}
                 busy = [f for x in got.values() for f in x["fds"] if f.startswith(flush)]
                 if not busy:
-                    return got
+                    return {n: steady(pid, like and like.get(n)) for n, pid in pids.items()}
                 if time.monotonic() > deadline:
                     fail(f"{tag}: flush files still open after 60 s: {busy}")
                     return got
@@ -106,7 +111,7 @@ def main():
     try:
         mesh.start(os.path.join(logdir, "mesh.log"))
         first = launch("warm", WARM)
-        last = launch("more", WARM + MORE)
+        last = launch("more", WARM + MORE, first)
         # A round protects the newest step every rank completed, so a fast
         # job has fewer protects than steps: count what was measured.
         done = {int(s) for s in re.findall(rf"job {JOB} step (\d+) protected", mesh.text()) if int(s) > WARM}

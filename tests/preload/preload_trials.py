@@ -46,7 +46,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter, strike_within, wait_socket  # noqa: E402
-from procstat import compare, sample  # noqa: E402
+from procstat import compare, sample, steady  # noqa: E402
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
@@ -293,7 +293,9 @@ def test_memory():
         _, st = os.waitpid(w.pid, os.WUNTRACED)   # blocks until the stop took effect
         if not check(os.WIFSTOPPED(st), f"memory: the writer stopped after step {step}: status {st}"):
             break
-        at.append((sample(w.pid), sample(smp.pid)))
+        # snapsmp once what it holds is steady (the writer's last request
+        # may still be closing a file there).
+        at.append((sample(w.pid), steady(smp.pid, at[0][1] if at else None)))
         w.send_signal(signal.SIGCONT)
     w.wait(timeout=300)
     lines.close()

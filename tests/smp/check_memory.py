@@ -66,28 +66,59 @@ def status(store):
 def quiet(smp, store, flush, step):
     """The daemon's sample once it has nothing left to do for the launch
     that ended: asked to flush its newest step (SIGUSR1: `step`, which
-    --flush-every alone need not flush), that step persisted, no slot file
-    being reserved, no file of the flush directory open. Asked again on
-    every flush-directory event and otherwise every 50 ms (closing a file
-    makes no event), for at most 60 s: a descriptor still open then is a
-    leak."""
+    --flush-every alone need not flush), that step persisted, no file of the
+    flush directory open, no connection left (its listening socket alone:
+    the trainers' and snaptool's close as the daemon gets to them), and then
+    no slot file being reserved (snaptool status, asked after the sample, as
+    its own connection would be in it). Asked again on every flush-directory
+    event and otherwise every 50 ms (closing a file makes no event), for at
+    most 60 s: a descriptor still open then is a leak."""
     smp.send_signal(signal.SIGUSR1)
     deadline = time.monotonic() + 60
     w = Waiter()
     sdir = os.path.join(flush, "mem", f"step-{step}")
     try:
         while True:
-            st = status(store)
             now = sample(smp.pid)
             busy = [f for f in now["fds"] if f.startswith(flush)]
+            sockets = now["fds"].count("socket")
             sealed = os.path.exists(os.path.join(sdir, "MANIFEST"))
-            if sealed and not busy and st.get("daemon_reserving") == 0:
+            st = status(store) if sealed and not busy and sockets == 1 else {}
+            if st.get("daemon_reserving") == 0:
                 return now, st["daemon_mem_used"]
             if time.monotonic() > deadline:
-                return None, f"not quiet after 60 s: step {step} sealed {sealed}, open {busy}, status {st}"
+                return None, (f"not quiet after 60 s: step {step} sealed {sealed}, open {busy}, {sockets} sockets, "
+                              f"status {st}")
             w.until(lambda: False, limit=0.05, dirs=lambda: [flush, os.path.join(flush, "mem"), sdir])
     finally:
         w.close()
+
+
+def settled(ps, logs, first):
+    """The running trainers, each sampled three times, at its commit `first`
+    or later and then each time it has committed again since (events in the
+    logs), keeping each one's sample with the fewest descriptors: the client
+    opens a slot file only while it maps it, so a descriptor in every sample
+    is held, one in a single sample is passing. None for a trainer that
+    stopped committing."""
+    best, last = [None] * len(ps), [first - 1] * len(ps)
+    w = Waiter()
+    try:
+        for _ in range(3):
+            if not w.until(lambda: all(committed(log) > last[i] for i, log in enumerate(logs)), limit=300,
+                           dirs=lambda: [os.path.dirname(logs[0])], procs=ps):
+                return [None] * len(ps)
+            for i, p in enumerate(ps):
+                last[i] = committed(logs[i])
+                try:
+                    got = sample(p.pid)
+                except OSError:
+                    return [None] * len(ps)
+                if best[i] is None or len(got["fds"]) < len(best[i]["fds"]):
+                    best[i] = got
+    finally:
+        w.close()
+    return best
 
 
 def launch(store, work, env, trainer_env, name, upto, *args):
@@ -123,18 +154,12 @@ def run(name, smp_args, trainer_env):
         # The measured launch resumes and runs MORE steps; its trainers are
         # sampled at two commit counts (events), the daemon once it is done.
         ps, logs = launch(store, work, env, trainer_env, "more", WARM + MORE, "--resume")
-        w = Waiter()
         t = []
-        try:
-            for target in (WARM + 50, WARM + MORE - 50):
-                ok = w.until(lambda: all(committed(log) >= target for log in logs), limit=300,
-                             dirs=lambda: [work], procs=ps)
-                alive = all(p.poll() is None for p in ps)
-                check(bool(ok) and alive, f"{name}: every rank committed {target} steps, alive "
-                      f"(committed {[committed(log) for log in logs]})")
-                t.append([sample(p.pid) if alive else None for p in ps])
-        finally:
-            w.close()
+        for target in (WARM + 50, WARM + MORE - 50):
+            got = settled(ps, logs, target)
+            check(all(got), f"{name}: every rank committed {target} and twice more, alive "
+                  f"(committed {[committed(log) for log in logs]})")
+            t.append(got)
         rcs = [p.wait(timeout=300) for p in ps]
         check(rcs == [0, 0], f"{name}: the measured launch ran (exit codes {rcs})")
         d1, used1 = quiet(smp, store, flush, WARM + MORE)
