@@ -3,7 +3,7 @@
  * Codec frames in rank files: regions held as snap/codec.h streams written
  * as they are, one HDF5 chunk per frame, and read back raw or decoded.
  *
- *   io_frames roundtrip OUT   2 steps x 2 ranks (writer codec none, then lz4)
+ *   io_frames roundtrip OUT   3 steps x 2 ranks (writer codec none, lz4, lz4 without O_DIRECT)
  *       of f32/bf16/f16 frame regions (lossless, lossy-abs, lossy-rel; random
  *       values with NaN and Inf; several frames with a short last one, one
  *       frame larger than the region, 9000 frames) beside raw regions; list,
@@ -168,10 +168,10 @@ static void make_data(void)
 	}
 }
 
-static void write_step(const char *dir, uint64_t step, int codec)
+static void write_step(const char *dir, uint64_t step, int codec, unsigned flags)
 {
 	struct snap_io_err err = {0};
-	struct snap_io_opts o = {.codec = codec, .chunk_bytes = 8 << 10};
+	struct snap_io_opts o = {.codec = codec, .chunk_bytes = 8 << 10, .flags = flags};
 	struct snap_io_writer *w = snap_io_writer_new(&o, &err);
 	CHECK(w);
 	for (uint32_t r = 0; r < WORLD; r++) {
@@ -203,6 +203,7 @@ static void write_step(const char *dir, uint64_t step, int codec)
 		 * stored bytes (what is not frames). */
 		uint64_t lz4 = codec == SNAP_IO_CODEC_LZ4 && st.direct ? st.stored_bytes - stored : 0;
 		CHECK(codec != SNAP_IO_CODEC_LZ4 || !st.direct || lz4 > 0);
+		CHECK(!(flags & SNAP_IO_NO_DIRECT) || !st.direct);
 		if (st.bulk_bytes != bulk + lz4) {
 			fprintf(stderr, "rank %u: %" PRIu64 " bytes through io_uring, expected %" PRIu64 "\n", r,
 				st.bulk_bytes, bulk + lz4);
@@ -353,9 +354,10 @@ static int roundtrip(void)
 	snprintf(dir, sizeof dir, "%s/flush", out);
 	make_data();
 	struct snap_io_err err = {0};
-	for (uint64_t step = 1; step <= 2; step++) {
-		int lz4 = step == 2;
-		write_step(dir, step, lz4 ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE);
+	/* Step 3: LZ4 without O_DIRECT, where HDF5 writes the chunks itself. */
+	for (uint64_t step = 1; step <= 3; step++) {
+		int lz4 = step >= 2;
+		write_step(dir, step, lz4 ? SNAP_IO_CODEC_LZ4 : SNAP_IO_CODEC_NONE, step == 3 ? SNAP_IO_NO_DIRECT : 0);
 		for (uint32_t r = 0; r < WORLD; r++)
 			check_rank(dir, step, r, lz4);
 		size_t bad = 99;
@@ -375,8 +377,8 @@ static int roundtrip(void)
 		} else if (rc) {
 			EXPECT_ERR(rc, SNAP_EUNSUPPORTED, &err, "--copy");
 		}
-		printf("step %" PRIu64 " (writer codec %s): listed, raw frames, decoded values, verify, export ok\n",
-		       step, lz4 ? "lz4" : "none");
+		printf("step %" PRIu64 " (writer codec %s%s): listed, raw frames, decoded values, verify, export ok\n",
+		       step, lz4 ? "lz4" : "none", step == 3 ? ", no O_DIRECT" : "");
 	}
 	for (uint32_t r = 0; r < WORLD; r++)
 		for (size_t i = 0; i < NS; i++) {
