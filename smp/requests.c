@@ -25,13 +25,15 @@
 void smp_close_conn(struct smp *m, struct conn *c)
 {
 	snap_files_conn_closed(m->files, c);
+	/* Logged once the descriptor is closed: a reader of the log (the memory
+	 * tests) then finds the connection gone from /proc. */
+	close(c->fd);
 	if (c->rank && c->rank->conn == c) {
 		snap_store_release_owner(m->store, c->rank, c);
 		c->rank->conn = NULL;
 		c->job->connected--;
 		smp_say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
 	}
-	close(c->fd);
 	free(c->buf);
 	c->dead = 1;
 }

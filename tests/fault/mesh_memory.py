@@ -7,14 +7,12 @@ records and exchanges pieces over MPI, and every 5th step each node flushes
 its part to its own directory (keeping 2); none of it may accumulate. A 2+1
 mesh of 3 nodes serves a 3-rank job: a first launch saves WARM steps and
 exits, a second resumes and saves MORE. After each, once its last step is
-protected on every node (the daemons' log lines: the event, not a timer)
-and no daemon holds a file of its flush directory open (re-read every 50 ms
-and on each flush event, at most 60 s), every snapsmp is sampled from /proc
-once what it holds is steady (a connection snaptool or a trainer just closed
-passes; procstat.steady): anonymous resident memory (RssAnon), open
-descriptors, threads (io_uring's kernel workers aside); and each node's count
-against its budget must equal what its files hold (mesh_trials' budget
-check). Between the samples none may grow beyond a small allowance.
+protected on every node, its trainers' disconnections logged, and (asked
+with SIGUSR1) the newest step persisted (the daemons' log lines: events,
+never a timer), every snapsmp is sampled from /proc: anonymous resident
+memory (RssAnon), open descriptors, threads (io_uring's kernel workers
+aside); and each node's count against its budget must equal what its files
+hold (mesh_trials' budget check, after the samples). Between the samples none may grow beyond a small allowance.
 usage: mesh_memory.py --build DIR [--mpiexec P]
 """
 import argparse
@@ -22,13 +20,13 @@ import glob
 import os
 import re
 import shutil
+import signal
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, budget_mismatch, setup, start_trainers  # noqa: E402
-from procstat import compare, sample, steady  # noqa: E402
+from procstat import compare, sample  # noqa: E402
 
 WARM, MORE = 40, 300
 # Bytes of RssAnon growth allowed per daemon over MORE steps. The gcc build
@@ -73,45 +71,45 @@ def main():
     def protected(step):
         return len(re.findall(rf"job {JOB} step {step} protected", mesh.text()))
 
-    def launch(tag, last, like=None):
-        """The launch run to `last`; then, once that step is protected on
-        every node and no flush file is open, each daemon's steady sample
-        (procstat.steady: the same as `like`'s, given, else unchanged over
-        three samples)."""
-        for p, _, err in start_trainers(a, mesh, logdir, tag, last):
+    def persisted(step):
+        return len(re.findall(rf"job {JOB} step {step} persisted", mesh.text()))
+
+    def launch(tag, last):
+        """The launch run to `last`, then each daemon's sample once the log
+        says (events, never a timer): `last` protected on every node, each
+        trainer disconnected (logged once its descriptor is closed), and,
+        asked with SIGUSR1, the newest protected step persisted (node 0
+        sealed it and ran retention before the nodes log it). The budget
+        check runs after the samples: its snaptool connections would be in
+        them."""
+        procs = start_trainers(a, mesh, logdir, tag, last)
+        for p, _, err in procs:
             if p.wait(timeout=300) != 0:
                 fail(f"{tag}: a trainer exited {p.returncode}; see {err}")
+        mesh.signal_all(signal.SIGUSR1)
         w = Waiter()
         try:
-            if not w.until(lambda: protected(last) >= a.nodes, limit=300, dirs=lambda: [logdir]):
-                fail(f"{tag}: step {last} was not protected on every node; see {mesh.log}")
+            ok = w.until(lambda: protected(last) >= a.nodes and persisted(last) >= a.nodes and
+                         all(f"(pid {p.pid}) disconnected" in mesh.text() for p, _, _ in procs),
+                         limit=300, dirs=lambda: [logdir])
         finally:
             w.close()
-        bad = budget_mismatch(mesh, a)
-        if bad:
-            fail(f"{tag}: {bad}")
+        if not ok:
+            fail(f"{tag}: step {last} not protected and persisted on every node, or a trainer's disconnection "
+                 f"not logged; see {mesh.log}")
         pids = daemons(mesh)
         if len(pids) != a.nodes:
             fail(f"{tag}: found snapsmp on nodes {sorted(pids)}")
-        deadline = time.monotonic() + 60
-        w = Waiter()
-        try:
-            while True:
-                got = {n: sample(pid) for n, pid in pids.items()}
-                busy = [f for x in got.values() for f in x["fds"] if f.startswith(flush)]
-                if not busy:
-                    return {n: steady(pid, like and like.get(n)) for n, pid in pids.items()}
-                if time.monotonic() > deadline:
-                    fail(f"{tag}: flush files still open after 60 s: {busy}")
-                    return got
-                w.until(lambda: False, limit=0.05, dirs=lambda: [flush, *glob.glob(os.path.join(flush, "*", JOB, "*"))])
-        finally:
-            w.close()
+        got = {n: sample(pid) for n, pid in pids.items()}
+        bad = budget_mismatch(mesh, a)
+        if bad:
+            fail(f"{tag}: {bad}")
+        return got
 
     try:
         mesh.start(os.path.join(logdir, "mesh.log"))
         first = launch("warm", WARM)
-        last = launch("more", WARM + MORE, first)
+        last = launch("more", WARM + MORE)
         # A round protects the newest step every rank completed, so a fast
         # job has fewer protects than steps: count what was measured.
         done = {int(s) for s in re.findall(rf"job {JOB} step (\d+) protected", mesh.text()) if int(s) > WARM}

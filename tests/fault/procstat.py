@@ -3,7 +3,6 @@
 memory checks' (smp.memory, fault.mesh_memory, preload.memory,
 python.memory)."""
 import os
-import time
 
 
 def sample(pid):
@@ -53,23 +52,3 @@ def compare(who, a, b, steps, allow, unit="steps"):
         problems.append(f"{who} runs {b['threads']}, before {a['threads']}")
     return line, problems
 
-
-def steady(pid, like=None, limit=60.0, gap=0.05):
-    """A sample of a live process once what it holds is steady: its
-    descriptors and threads the same in three samples `gap` seconds apart,
-    or, given `like`, the same as like's. A connection or a file open for a
-    moment passes; one held is in every sample. After `limit` seconds, the
-    last sample. Polls: a descriptor closing makes no event."""
-    deadline = time.monotonic() + limit
-    seen = []
-    while True:
-        s = sample(pid)
-        key = (s["fds"], s["threads"])
-        if like is not None and key == (like["fds"], like["threads"]):
-            return s
-        seen = (seen + [key])[-3:]
-        if like is None and len(seen) == 3 and seen[0] == seen[1] == seen[2]:
-            return s
-        if time.monotonic() > deadline:
-            return s
-        time.sleep(gap)

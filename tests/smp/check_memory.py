@@ -9,9 +9,9 @@ step to a real disk and keeps 2 (retention), in two configurations: LZ4 at
 the flush (its chunks on the io_uring ring), and lossless codec frames made
 by the copy threads at save time. A first launch runs WARM steps and exits;
 a second resumes and runs MORE. The daemon is sampled after each launch,
-once it has flushed the newest step (SIGUSR1) and closed every file; each
-trainer of the second launch at two commit counts (inotify on its log: the
-event, not a timer). A sample is the anonymous resident memory (RssAnon),
+once its log says the newest step is persisted (SIGUSR1) and each trainer
+disconnected; each trainer of the second launch at two commit counts, three
+times a commit apart (inotify on the logs: events, never a timer). A sample is the anonymous resident memory (RssAnon),
 the open descriptors and the threads (from /proc), and for the daemon its
 count against its budget. None may grow beyond a small allowance: a leak of
 a few hundred bytes per save would show (the growth per step is printed),
@@ -25,11 +25,11 @@ usage: check_memory.py SNAPSMP SNAPTOOL TRAINER WORKDIR (on a disk: the flush go
 """
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from checks import Checks  # noqa: E402
@@ -63,35 +63,38 @@ def status(store):
         return {"error": f"snaptool status failed: {p.stdout!r} {p.stderr!r}"}
 
 
-def quiet(smp, store, flush, step):
-    """The daemon's sample once it has nothing left to do for the launch
-    that ended: asked to flush its newest step (SIGUSR1: `step`, which
-    --flush-every alone need not flush), that step persisted, no file of the
-    flush directory open, no connection left (its listening socket alone:
-    the trainers' and snaptool's close as the daemon gets to them), and then
-    no slot file being reserved (snaptool status, asked after the sample, as
-    its own connection would be in it). Asked again on every flush-directory
-    event and otherwise every 50 ms (closing a file makes no event), for at
-    most 60 s: a descriptor still open then is a leak."""
-    smp.send_signal(signal.SIGUSR1)
-    deadline = time.monotonic() + 60
-    w = Waiter()
-    sdir = os.path.join(flush, "mem", f"step-{step}")
+def logged_count(log, pattern):
     try:
-        while True:
-            now = sample(smp.pid)
-            busy = [f for f in now["fds"] if f.startswith(flush)]
-            sockets = now["fds"].count("socket")
-            sealed = os.path.exists(os.path.join(sdir, "MANIFEST"))
-            st = status(store) if sealed and not busy and sockets == 1 else {}
-            if st.get("daemon_reserving") == 0:
-                return now, st["daemon_mem_used"]
-            if time.monotonic() > deadline:
-                return None, (f"not quiet after 60 s: step {step} sealed {sealed}, open {busy}, {sockets} sockets, "
-                              f"status {st}")
-            w.until(lambda: False, limit=0.05, dirs=lambda: [flush, os.path.join(flush, "mem"), sdir])
+        with open(log) as f:
+            return len(re.findall(pattern, f.read()))
+    except FileNotFoundError:
+        return 0
+
+
+def quiet(smp, store, log, ps, step):
+    """The daemon's sample once it has nothing left to do for the launch
+    that ended (ps): asked to flush its newest step (SIGUSR1: `step`, which
+    --flush-every alone need not flush), it has logged that step persisted
+    (the flush thread's files closed, retention done) and each trainer's
+    disconnection (logged once the descriptor is closed); events in its
+    log. Then snaptool status, asked after the sample (its own connection
+    would be in it): no slot file may be being reserved, and the count
+    against the budget. (None, message) if the events do not come."""
+    smp.send_signal(signal.SIGUSR1)
+    w = Waiter()
+    try:
+        ok = w.until(lambda: logged_count(log, rf"persisted step {step} of job mem:") >= 1 and
+                     all(logged_count(log, rf"\(pid {p.pid}\) disconnected") >= 1 for p in ps),
+                     limit=120, dirs=lambda: [os.path.dirname(log)], procs=[smp])
     finally:
         w.close()
+    if not ok:
+        return None, f"no 'persisted step {step}' and disconnection lines in {log}"
+    now = sample(smp.pid)
+    st = status(store)
+    if st.get("daemon_reserving") != 0:
+        return None, f"the daemon still reserves slot files with nothing to do: {st}"
+    return now, st["daemon_mem_used"]
 
 
 def settled(ps, logs, first):
@@ -139,7 +142,8 @@ def run(name, smp_args, trainer_env):
     env = dict(os.environ)
     env["ASAN_OPTIONS"] = ":".join(filter(None, [env.get("ASAN_OPTIONS"), "quarantine_size_mb=0",
                                                  "thread_local_quarantine_size_kb=0"]))
-    smp = subprocess.Popen([SMP, "--store", store, "--quiet", "--flush-dir", flush,
+    log = os.path.join(work, "snapsmp.log")
+    smp = subprocess.Popen([SMP, "--store", store, "--log", log, "--flush-dir", flush,
                             "--flush-every", "5", "--flush-keep", "2", *smp_args], env=env)
     try:
         if not wait_socket(store, smp):
@@ -149,7 +153,7 @@ def run(name, smp_args, trainer_env):
         ps, _ = launch(store, work, env, trainer_env, "warm", WARM)
         rcs = [p.wait(timeout=300) for p in ps]
         check(rcs == [0, 0], f"{name}: the warm-up launch ran (exit codes {rcs})")
-        d0, used0 = quiet(smp, store, flush, WARM)
+        d0, used0 = quiet(smp, store, log, ps, WARM)
         check(d0 is not None, f"{name}: after the warm-up: {used0}")
         # The measured launch resumes and runs MORE steps; its trainers are
         # sampled at two commit counts (events), the daemon once it is done.
@@ -162,7 +166,7 @@ def run(name, smp_args, trainer_env):
             t.append(got)
         rcs = [p.wait(timeout=300) for p in ps]
         check(rcs == [0, 0], f"{name}: the measured launch ran (exit codes {rcs})")
-        d1, used1 = quiet(smp, store, flush, WARM + MORE)
+        d1, used1 = quiet(smp, store, log, ps, WARM + MORE)
         check(d1 is not None, f"{name}: after the measured launch: {used1}")
         if d0 and d1:
             check.growth(name, "snapsmp", d0, d1, MORE, ALLOW["snapsmp"])
