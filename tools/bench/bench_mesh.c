@@ -9,9 +9,9 @@
  * (default /dev/shm), and one trainer process per node (rank = node, a
  * libsnap context of its own) saving SIZE bytes per step.
  *
- * Protect. The trainers save one step at a time, and the next step starts
+ * Protect. The trainers save one step at a time, and fill the next step
  * only once every node logged this one protected, so protects do not
- * compete with saves for the cores. Two figures per step: the daemons' own
+ * compete with saves or fills for the cores. Two figures per step: the daemons' own
  * protect time (the slowest node's log line: map + encode + publish and
  * agree) and save -> protected as the job sees it (from the moment the
  * trainers are told to save until the last node's line appears). The
@@ -141,14 +141,11 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 		goto bad;
 	for (int s = 1; s <= steps; s++) {
 		double d;
-		if (crew_collect(&c, ms, T_READY, (uint64_t)s, &d))
+		if (crew_tell(&c, "fill", s) || crew_collect(&c, ms, T_READY, (uint64_t)s, &d))
 			goto bad;
 		double t0 = bench_mono();
-		for (int i = 0; i < c.n; i++)
-			if (write(c.go[i], "g", 1) != 1) {   /* EPIPE: SIGPIPE is ignored during the run */
-				bm_fail("the trainer of rank %d is gone (%s) at step %d", i, strerror(errno), s);
-				goto bad;
-			}
+		if (crew_tell(&c, "save", s))
+			goto bad;
 		if (crew_collect(&c, ms, T_DONE, (uint64_t)s, &R->commit_s[s - 1]) || wait_protected(ms, (uint64_t)s, lines))
 			goto bad;
 		R->wall_s[s - 1] = bench_mono() - t0;

@@ -100,9 +100,12 @@ struct crew {
 	int nearly;
 };
 
-/* One trainer per node: steps > 0 save steps 1..steps, each on a go from
- * the parent; steps == 0 restore the newest step and check it is `last`. */
+/* One trainer per node: steps > 0 save steps 1..steps, each filled on one
+ * byte from the parent and saved on the next; steps == 0 restore the newest
+ * step and check it is `last`. */
 int crew_start(struct crew *c, const struct mesh *ms, uint64_t size, int steps, uint64_t last);
+/* One byte to every trainer (`what`, for the message if one is gone). */
+int crew_tell(struct crew *c, const char *what, int s);
 /* One `what` message about step s from every trainer; secs gets the largest
  * time they report. -1 on a failure, a dead trainer or mesh, or bm_stop. */
 int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *secs);
