@@ -128,6 +128,10 @@ struct mjob *mesh_job(struct snap_mesh *mesh, const char *name);
 
 /* The job's entry if the mesh has one (never creates: only agreed data do). */
 struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
+/* CPU time of the calling thread (user + system), in ns. The mesh's MPI
+ * traffic is progressed and copied (CMA) by the thread that waits on it,
+ * so a protect's or rebuild's thread holds nearly all of its CPU. */
+uint64_t mesh_thread_cpu_ns(void);
 
 /* ---- meshmap.c (mesh thread only) ---- */
 

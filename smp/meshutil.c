@@ -1,11 +1,13 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * Helpers of the mesh that mesh.c, protect.c and recover.c share (see
- * mesh_int.h): the job list and the error exit. Calls nothing above it.
+ * mesh_int.h): the job list, the calling thread's CPU time and the error
+ * exit. Calls nothing above it.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "mesh_int.h"
@@ -35,6 +37,14 @@ struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name)
 		if (strcmp(j->name, name) == 0)
 			return j;
 	return NULL;
+}
+
+uint64_t mesh_thread_cpu_ns(void)
+{
+	struct timespec ts;
+	if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts))
+		return 0;
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
 _Noreturn void snap_mesh_abort(struct snap_mesh *mesh, int code)

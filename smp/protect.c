@@ -160,6 +160,7 @@ struct protect_run {
 	uint64_t plen, data_len;
 	int local, accounted;
 	uint64_t t0, t_map, t_enc;    /* start, slots mapped, exchange done */
+	uint64_t cpu0;                /* this thread's CPU time at t0 */
 	char err[MESH_ERRLEN];
 	const char *ppath, *rpath, *ptmp;  /* parity, record, parity being written */
 };
@@ -350,10 +351,10 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 		drop_other_steps(mesh, j->name, g);
 		uint64_t t = snap_now_ns();
 		mesh_say(mesh, "job %s step %" PRIu64 " protected (group %d, %d+%d, %" PRIu64 " data + %" PRIu64
-			 " parity bytes here, %.1f ms: map %.1f, encode %.1f, publish and agree %.1f)", j->name, g,
-			 mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len, p->plen, (double)(t - p->t0) / 1e6,
-			 (double)(p->t_map - p->t0) / 1e6, (double)(p->t_enc - p->t_map) / 1e6,
-			 (double)(t - p->t_enc) / 1e6);
+			 " parity bytes here, %.1f ms: map %.1f, encode %.1f, publish and agree %.1f; CPU %.1f ms)",
+			 j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len, p->plen,
+			 (double)(t - p->t0) / 1e6, (double)(p->t_map - p->t0) / 1e6, (double)(p->t_enc - p->t_map) / 1e6,
+			 (double)(t - p->t_enc) / 1e6, (double)(mesh_thread_cpu_ns() - p->cpu0) / 1e6);
 	} else {
 		if (p->parity)
 			munmap(p->parity, p->plen);
@@ -409,7 +410,8 @@ int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 	mesh_ec_path(mesh->store->root, j->name, g, "parity", ppath, sizeof(ppath));
 	mesh_ec_path(mesh->store->root, j->name, g, "rec", rpath, sizeof(rpath));
 	snprintf(ptmp, sizeof(ptmp), "%s.tmp", ppath);
-	struct protect_run run = { .ppath = ppath, .rpath = rpath, .ptmp = ptmp, .t0 = snap_now_ns() }, *p = &run;
+	struct protect_run run = { .ppath = ppath, .rpath = rpath, .ptmp = ptmp, .t0 = snap_now_ns(),
+				   .cpu0 = mesh_thread_cpu_ns() }, *p = &run;
 	protect_prepare(mesh, j, g, p);
 	p->t_map = snap_now_ns();
 	protect_encode(mesh, j, g, p);

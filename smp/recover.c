@@ -161,9 +161,12 @@ static void rebuild_files_free(struct rebuild_files *f)
 	free(f->ent);
 }
 
-/* Rebuild (or verify) step g of job on this node. Returns 0 or an error with msg. */
-static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
+/* Rebuild (or verify) step g of job on this node. Returns 0 or an error with
+ * msg; cost[0], cost[1]: its wall and CPU time here, in ms. */
+static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len,
+			double cost[2])
 {
+	uint64_t cpu0 = mesh_thread_cpu_ns();
 	const char *root = mesh->store->root;
 	char rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX];
 	mesh_ec_path(root, job, g, "rec", rpath, sizeof(rpath));
@@ -205,6 +208,8 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 			  (double)(t2 - t1) / 1e6, (double)(snap_now_ns() - t2) / 1e6);
 	rebuild_files_free(&f);
 	snap_ec_rebuild_free(rb);
+	cost[0] = (double)(snap_now_ns() - t0) / 1e6;
+	cost[1] = (double)(mesh_thread_cpu_ns() - cpu0) / 1e6;
 	return local;
 }
 
@@ -260,8 +265,9 @@ int mesh_recover(struct snap_mesh *mesh)
 				mesh_warn(mesh, "job %s: step %" PRIu64 " cannot be rebuilt (%s); using step %" PRIu64,
 					  j->name, newest, why, best);
 		}
+		double cost[2] = { 0, 0 }, most[2];
 		int rc = rebuild_step(mesh, j->name, best, mesh_has_rec(&rs, mesh->rank, j->name, best), msg,
-				      sizeof(msg));
+				      sizeof(msg), cost);
 		changed = 1;
 		if (mesh_agree(mesh, rc, msg, sizeof(msg))) {
 			j->lost = 1;
@@ -273,9 +279,13 @@ int mesh_recover(struct snap_mesh *mesh)
 		drop_except(mesh, j->name, 1, best);
 		j->has_prot = 1;
 		j->prot = best;
+		/* The slowest node's time and the CPU the whole mesh spent on it
+		 * (what a benchmark compares with the cores it had). */
+		MPI_Allreduce(&cost[0], &most[0], 1, MPI_DOUBLE, MPI_MAX, mesh->world);
+		MPI_Allreduce(&cost[1], &most[1], 1, MPI_DOUBLE, MPI_SUM, mesh->world);
 		if (mesh->rank == 0)
-			mesh_say(mesh, "job %s: step %" PRIu64 " verified on every node (rebuilt where lost or corrupt)",
-				 j->name, best);
+			mesh_say(mesh, "job %s: step %" PRIu64 " verified on every node (rebuilt where lost or corrupt;"
+				 " %.1f ms, CPU %.1f ms over the mesh)", j->name, best, most[0], most[1]);
 	}
 	/* Jobs with no record on any node have no protected step: whatever is
 	 * in their ec directories (a first encode killed halfway) is garbage. */

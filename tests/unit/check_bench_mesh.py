@@ -5,7 +5,8 @@ daemons) at its smallest size, and what it must do when things go wrong.
 
 1. A 2+1 mesh, 4 MiB per node, 5 steps, --json: every step protected, the
    lost node rebuilt, every rank's bytes checked by a new process, every
-   figure present and positive; no figure is compared with a target (a
+   figure present and positive (the CPU seconds per GB included: the log
+   lines they are read from carry them); no figure is compared with a target (a
    benchmark, not a timed test). Nothing is left behind: no store under
    --dir, no log, no process.
 2. Bad input is refused before anything starts, naming the option: a size
@@ -104,11 +105,13 @@ try:
     r = json.loads(out.strip().splitlines()[-1])
     want = ("protect_gbps", "protect_cold_gbps", "protect_steady_s", "save_to_protected_s", "commit_s",
             "rebuild_s", "rebuild_gbps", "relaunch_to_serving_s", "relaunch_to_restored_s", "restore_s",
-            "protect_vs_mpi_move", "rebuild_vs_raw_decode")
+            "protect_vs_mpi_move", "rebuild_vs_raw_decode", "cores", "protect_cpu_s_per_gb", "rebuild_cpu_s_per_gb",
+            "protect_vs_mpi_move_cpu_ceiling", "rebuild_vs_raw_decode_cpu_ceiling")
     bad = [k for k in want if not (isinstance(r.get(k), (int, float)) and r[k] > 0)]
     lib = r.get("library") or {}
     bad += [f"library.{k}" for k in ("mpi_move_gbps", "raw_encode_gbps", "mesh_encode_gbps", "raw_decode_gbps",
-                                     "rebuild_gbps") if not (isinstance(lib.get(k), (int, float)) and lib[k] > 0)]
+                                     "rebuild_gbps", "mpi_move_cpu_s_per_gb", "mesh_encode_cpu_s_per_gb",
+                                     "rebuild_cpu_s_per_gb", "raw_decode_cpu_s_per_gb") if not (isinstance(lib.get(k), (int, float)) and lib[k] > 0)]
     if bad or r.get("steps") != 5 or r.get("nodes") != 3 or r.get("lost_nodes") != [0] \
             or r.get("protected_bytes", 0) < 3 * (4 << 20) or r.get("restored_bytes_checked") != 3 * (4 << 20) \
             or len(r.get("protect_cold_s", [])) != 4:

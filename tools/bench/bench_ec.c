@@ -271,13 +271,24 @@ int cmd_bench_ec(int argc, char **argv)
 	double raw_enc = prot / best_raw, kern = prot / best_kern, raw_dec = prot / best_dec;
 	double move = bench_jnum(line, "mpi_move_gbps"), mesh = bench_jnum(line, "mesh_encode_gbps");
 	double reb = bench_jnum(line, "rebuild_gbps"), alt = bench_jnum(line, "alt_reduce_scatter_gbps");
+	/* CPU per GB of protected data, and what it allows on this host: the
+	 * ranks share its cores, so a run cannot beat (CPU seconds / cores). */
+	double cores = bench_cores();
+	double move_s = bench_jnum(line, "mpi_move_s"), cpu_move = bench_jnum(line, "mpi_move_cpu_s") / prot;
+	double cpu_enc = bench_jnum(line, "mesh_encode_cpu_s") / prot, cpu_reb = bench_jnum(line, "rebuild_cpu_s") / prot;
+	double cpu_dec = best_dec / prot;
+	double enc_ceiling = cores / cpu_enc / move, reb_ceiling = cores / cpu_reb / raw_dec;
 	if (json) {
 		printf("{\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"chunk\":%" PRIu64 ",\"reps\":%d,"
 		       "\"raw_encode_gbps\":%.3f,\"kernel_encode_gbps\":%.3f,\"mpi_move_gbps\":%.3f,"
 		       "\"mesh_encode_gbps\":%.3f,\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,"
-		       "\"alt_reduce_scatter_gbps\":%.3f,\"kernel_vs_raw\":%.3f,\"mesh_vs_move\":%.3f}\n",
+		       "\"alt_reduce_scatter_gbps\":%.3f,\"kernel_vs_raw\":%.3f,\"mesh_vs_move\":%.3f,"
+		       "\"cores\":%.0f,\"mpi_move_cpu_s_per_gb\":%.4f,\"mpi_move_cores_busy\":%.2f,"
+		       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f,"
+		       "\"mesh_vs_move_cpu_ceiling\":%.3f,\"rebuild_vs_decode_cpu_ceiling\":%.3f}\n",
 		       k, m, n, size, ch, reps, raw_enc, kern, move, mesh, raw_dec, reb, alt, kern / raw_enc,
-		       mesh / move);
+		       mesh / move, cores, cpu_move, cpu_move * prot / move_s, cpu_enc, cpu_reb, cpu_dec, enc_ceiling,
+		       reb_ceiling);
 	} else {
 		printf("ec bench: %d+%d, %d simulated nodes (MPI ranks on this host), %" PRIu64 " bytes/node, "
 		       "chunk %" PRIu64 ", best of %d\n", k, m, n, size, ch, reps);
@@ -292,6 +303,14 @@ int cmd_bench_ec(int argc, char **argv)
 		printf("  %-26s %9.3f  rebuild of %d lost members over MPI, verified\n", "rebuild_gbps", reb, m);
 		printf("  %-26s %9.3f  alternative: partial products + MPI_Reduce_scatter\n",
 		       "alt_reduce_scatter_gbps", alt);
+		printf("  CPU seconds per GB of protected data, all ranks (%.0f cores here):\n", cores);
+		printf("  %-26s %9.4f  %.2f cores busy while MPI moves\n", "mpi_move_cpu", cpu_move,
+		       cpu_move * prot / move_s);
+		printf("  %-26s %9.4f  ceiling on this host: %.2f of MPI move (cores / CPU per GB)\n",
+		       "mesh_encode_cpu", cpu_enc, enc_ceiling);
+		printf("  %-26s %9.4f  ceiling on this host: %.2f of raw decode\n", "rebuild_cpu", cpu_reb,
+		       reb_ceiling);
+		printf("  %-26s %9.4f  1 process\n", "raw_decode_cpu", cpu_dec);
 	}
 	rc = SB_OK;
 done:

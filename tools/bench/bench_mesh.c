@@ -101,10 +101,14 @@ static void usage(FILE *f)
 
 struct result {
 	double commit_s[MAX_STEPS], prot_s[MAX_STEPS], wall_s[MAX_STEPS];
+	double cpu_s[MAX_STEPS];  /* every node's protect thread, summed */
+	double rebuild_cpu_s;     /* the whole mesh's rebuild */
+	double cores;
 	uint64_t data, parity;
 	double serving, restored, restore_max, rebuild_ms, files, exchange, publish;
 	double restored_together, restore_max_together;   /* the second relaunch */
 	double lib_move, lib_raw_enc, lib_mesh, lib_raw_dec, lib_reb;
+	double lib_move_cpu, lib_mesh_cpu, lib_reb_cpu, lib_dec_cpu;  /* CPU s per GB */
 };
 
 static double median_of(const double *v, int from, int to)
@@ -149,10 +153,11 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 		if (crew_collect(&c, ms, T_DONE, (uint64_t)s, &R->commit_s[s - 1]) || wait_protected(ms, (uint64_t)s, lines))
 			goto bad;
 		R->wall_s[s - 1] = bench_mono() - t0;
-		R->prot_s[s - 1] = 0;
+		R->prot_s[s - 1] = R->cpu_s[s - 1] = 0;
 		R->data = R->parity = 0;
 		for (int n = 0; n < ms->nodes; n++) {
 			R->prot_s[s - 1] = lines[n].ms / 1e3 > R->prot_s[s - 1] ? lines[n].ms / 1e3 : R->prot_s[s - 1];
+			R->cpu_s[s - 1] += lines[n].cpu_ms / 1e3;
 			R->data += lines[n].data;
 			R->parity += lines[n].parity;
 		}
@@ -175,6 +180,7 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 		goto bad;
 	}
 	R->rebuild_ms = R->files = R->exchange = R->publish = 0;
+	R->rebuild_cpu_s = find_rebuild_cpu(ms, (uint64_t)steps) / 1e3;
 	for (int i = 0; i < nrb; i++) {
 		R->rebuild_ms = rb[i].ms > R->rebuild_ms ? rb[i].ms : R->rebuild_ms;
 		R->files = rb[i].files > R->files ? rb[i].files : R->files;
@@ -232,6 +238,10 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	R->lib_mesh = bench_jnum(line, "mesh_encode_gbps");
 	R->lib_raw_dec = bench_jnum(line, "raw_decode_gbps");
 	R->lib_reb = bench_jnum(line, "rebuild_gbps");
+	R->lib_move_cpu = bench_jnum(line, "mpi_move_cpu_s_per_gb");
+	R->lib_mesh_cpu = bench_jnum(line, "mesh_encode_cpu_s_per_gb");
+	R->lib_reb_cpu = bench_jnum(line, "rebuild_cpu_s_per_gb");
+	R->lib_dec_cpu = bench_jnum(line, "raw_decode_cpu_s_per_gb");
 	return 0;
 }
 
@@ -243,6 +253,10 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	for (int i = 0; i < cold; i++)
 		cold_max = R->prot_s[i] > cold_max ? R->prot_s[i] : cold_max;
 	double prot = gb / steady, reb = gb / (R->rebuild_ms / 1e3);
+	/* CPU seconds per GB, and the best ratio the host's cores allow at
+	 * that cost: protect cannot beat cores / CPU per GB. */
+	double cpu_prot = median_of(R->cpu_s, cold, steps) / gb, cpu_reb = R->rebuild_cpu_s / gb;
+	double prot_ceiling = R->cores / cpu_prot / R->lib_move, reb_ceiling = R->cores / cpu_reb / R->lib_raw_dec;
 	if (json) {
 		printf("{\"shape\":\"%d+%d\",\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"steps\":%d,"
 		       "\"store_hugepages\":%s,\"protected_bytes\":%" PRIu64 ",\"parity_bytes\":%" PRIu64
@@ -262,10 +276,14 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 		       R->rebuild_ms / 1e3, R->files, R->exchange, R->publish, reb, R->serving, R->restored,
 		       R->restore_max, (uint64_t)ms->nodes * (size / 8 * 8), R->restored_together, R->restore_max_together);
 		printf("\"library\":{\"mpi_move_gbps\":%.3f,\"raw_encode_gbps\":%.3f,\"mesh_encode_gbps\":%.3f,"
-		       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f},\"protect_vs_mpi_move\":%.3f,"
-		       "\"rebuild_vs_raw_decode\":%.3f}\n",
-		       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, prot / R->lib_move,
-		       reb / R->lib_raw_dec);
+		       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,\"mpi_move_cpu_s_per_gb\":%.4f,"
+		       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f},"
+		       "\"cores\":%.0f,\"protect_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,"
+		       "\"protect_vs_mpi_move\":%.3f,\"protect_vs_mpi_move_cpu_ceiling\":%.3f,"
+		       "\"rebuild_vs_raw_decode\":%.3f,\"rebuild_vs_raw_decode_cpu_ceiling\":%.3f}\n",
+		       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, R->lib_move_cpu,
+		       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, cpu_prot, cpu_reb, prot / R->lib_move,
+		       prot_ceiling, reb / R->lib_raw_dec, reb_ceiling);
 		return;
 	}
 	printf("mesh bench: %d nodes (%d+%d) of real snapsmp daemons on this host, %.1f MiB per node, "
@@ -285,6 +303,17 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	printf("  %-40s %8.2f %10s  1 process (snapbench ec)\n", "raw ISA-L decode", R->lib_raw_dec, "");
 	printf("  %-40s %8.2f %10s  the ec/ library over MPI\n", "rebuild, library", R->lib_reb, "");
 	printf("  %-40s %8.3f %10s  (target >= 0.5)\n", "rebuild / raw decode", reb / R->lib_raw_dec, "");
+	printf("  CPU seconds per GB of protected data (all processes; %.0f cores here, so a figure cannot beat\n"
+	       "  cores / CPU per GB: the ceiling)\n", R->cores);
+	printf("  %-40s %8.4f %10s  ceiling %.2f of MPI move\n", "protect, daemons (median)", cpu_prot, "",
+	       prot_ceiling);
+	printf("  %-40s %8.4f %10s  ceiling %.2f of MPI move\n", "protect, library", R->lib_mesh_cpu, "",
+	       R->cores / R->lib_mesh_cpu / R->lib_move);
+	printf("  %-40s %8.4f\n", "MPI move", R->lib_move_cpu);
+	printf("  %-40s %8.4f %10s  ceiling %.2f of raw decode\n", "rebuild, daemons", cpu_reb, "", reb_ceiling);
+	printf("  %-40s %8.4f %10s  ceiling %.2f of raw decode\n", "rebuild, library", R->lib_reb_cpu, "",
+	       R->cores / R->lib_reb_cpu / R->lib_raw_dec);
+	printf("  %-40s %8.4f %10s  1 process\n", "raw ISA-L decode", R->lib_dec_cpu, "");
 	printf("  %-40s %8s %10.3f\n", "relaunch -> serving", "", R->serving);
 	printf("  %-40s %8s %10.3f  every rank restored and checked step %d\n", "relaunch -> restored", "", R->restored,
 	       steps);
@@ -364,6 +393,7 @@ int cmd_bench_mesh(int argc, char **argv)
 	 * told to go: the mesh (in a session of its own) would outlive us. */
 	sigaction(SIGPIPE, &ign, &old_pipe);
 	static struct result R;
+	R.cores = bench_cores();
 	int rc = run(&ms, size, steps, &R);
 	if (bench_rm_tree(ms.base))
 		bm_fail("could not remove %s: %s", ms.base, strerror(errno));

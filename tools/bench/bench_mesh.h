@@ -63,7 +63,7 @@ int log_refresh(struct mesh *ms);
 /* One node's "protected" line for step s. */
 struct prot {
 	uint64_t data, parity;
-	double ms;
+	double ms, cpu_ms;   /* wall, and the protect thread's CPU */
 };
 
 /* Every node's "protected" line for step s, in order of appearance; how many. */
@@ -78,6 +78,9 @@ struct rebuilt {
 };
 
 int find_rebuilt(const struct mesh *ms, uint64_t s, struct rebuilt *out, int cap);
+/* Node 0's "verified on every node" line for step s: the CPU the whole
+ * mesh spent on the rebuild, in ms (-1 when the line is not there). */
+double find_rebuild_cpu(const struct mesh *ms, uint64_t s);
 
 /* ---- the trainers: one process per node (bench_mesh_trainers.c) ---- */
 

@@ -310,8 +310,10 @@ int find_protected(const struct mesh *ms, uint64_t s, struct prot *out, int cap)
 	int n = 0, plen = snprintf(pat, sizeof(pat), "job " JOB " step %" PRIu64 " protected (group ", s);
 	for (const char *p = ms->text ? strstr(ms->text, pat) : NULL; p && n < cap; p = strstr(p + plen, pat)) {
 		int g, k, m;
+		const char *cpu = strstr(p + plen, "; CPU ");
 		if (sscanf(p + plen, "%d, %d+%d, %" SCNu64 " data + %" SCNu64 " parity bytes here, %lf ms", &g, &k, &m,
-			   &out[n].data, &out[n].parity, &out[n].ms) == 6)
+			   &out[n].data, &out[n].parity, &out[n].ms) == 6 &&
+		    cpu && sscanf(cpu, "; CPU %lf ms)", &out[n].cpu_ms) == 1)
 			n++;
 	}
 	return n;
@@ -329,6 +331,18 @@ int find_rebuilt(const struct mesh *ms, uint64_t s, struct rebuilt *out, int cap
 			n++;
 	}
 	return n;
+}
+
+double find_rebuild_cpu(const struct mesh *ms, uint64_t s)
+{
+	char pat[96];
+	double wall, cpu;
+	int plen = snprintf(pat, sizeof(pat), "job " JOB ": step %" PRIu64 " verified on every node (", s);
+	const char *p = ms->text ? strstr(ms->text, pat) : NULL;
+	const char *c = p ? strstr(p + plen, "; ") : NULL;
+	if (c && sscanf(c, "; %lf ms, CPU %lf ms over the mesh)", &wall, &cpu) == 2)
+		return cpu;
+	return -1;
 }
 
 /* Wait until every node logged step s protected. */

@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * bench_util.h - what the benchmark programs share: a monotonic clock,
+ * bench_util.h - what the benchmark programs share: a monotonic clock, the
+ * cores they may use,
  * the median of a run's samples, finding the snapsmp (or another program)
  * they start, and the Python they run the alternatives with.
  */
@@ -8,6 +9,7 @@
 #define SNAP_BENCH_UTIL_H
 
 #include <limits.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,16 @@ static inline double bench_mono(void)
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* Cores this process may run on (what ranks started from here share). */
+static inline double bench_cores(void)
+{
+	cpu_set_t set;
+	if (sched_getaffinity(0, sizeof(set), &set) == 0)
+		return (double)CPU_COUNT(&set);
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (double)n : 1;
 }
 
 static inline int bench_cmp_dbl(const void *a, const void *b)
