@@ -46,7 +46,8 @@ static void usage(FILE *f)
 	fprintf(f, "usage: snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]\n"
 		   "  --size   data bytes per simulated node (default 16 MiB)\n"
 		   "  --chunk  CRC/pipeline chunk (default: library default)\n"
-		   "  Runs K+M MPI ranks on this host via mpiexec (see ec/README.md).\n");
+		   "  Runs K+M MPI ranks on this host via mpiexec (see ec/README.md); prints the CPU seconds\n"
+		   "  per GB the ranks spent and the ceiling they set (cores / CPU seconds per GB).\n");
 }
 
 static int find_helper(char *out, size_t len)
