@@ -5,6 +5,13 @@ python.memory)."""
 import os
 
 
+def sanitized(path):
+    """Whether the program at path is built with AddressSanitizer (its
+    allocator settles a few hundred KiB higher over a long run)."""
+    with open(path, "rb") as f:
+        return b"__asan_init" in f.read()
+
+
 def sample(pid):
     """RssAnon and VmData (what malloc holds, touched or not: a leaked block
     big enough to be mapped of its own is never resident) in bytes, open descriptors (what they name, kernel object
