@@ -302,7 +302,10 @@ def test_memory():
     lines.close()
     check(w.returncode == 0, f"memory: the writer finished: {w.returncode} {w.stderr.read().decode()[-500:]}")
     if len(at) == 2:
-        for i, (who, allow) in enumerate((("writer", 128 << 10), ("snapsmp", 192 << 10))):
+        # Both grow 0 bytes (gcc and ASan builds); a 256-byte leak planted
+        # in each commit, the writer's and the daemon's, grew each 120 KiB
+        # and must fail.
+        for i, (who, allow) in enumerate((("writer", 32 << 10), ("snapsmp", 32 << 10))):
             line, problems = compare(who, at[0][i], at[1][i], 450, allow, "checkpoints")
             print(f"memory: {line}", flush=True)
             check(not problems, f"memory: {'; '.join(problems)}")
