@@ -496,8 +496,11 @@ static int round_(struct snap_mesh *mesh, int protect)
 	free(mine);
 	if (!protect)
 		return stop;
-	mesh_maps_sweep(&mesh->maps);
-	mesh_parity_sweep(mesh);
+	/* Logged after the munmap: a reader of the log (fault.mesh) then finds
+	 * the mappings gone from /proc. */
+	unsigned dropped = mesh_maps_sweep(&mesh->maps) + mesh_parity_sweep(mesh);
+	if (dropped)
+		mesh_say(mesh, "dropped %u mapping(s) of store files deleted or replaced under the mesh", dropped);
 	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next) {
 		if (j->lost || !j->ncomplete)
 			continue;

@@ -141,8 +141,9 @@ uint64_t mesh_thread_cpu_ns(void);
  * The caller has the slot pinned, so the store does not change it while
  * the mapping is read. */
 const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, char *err, size_t errlen);
-/* Drop every mapping whose path no longer names the file it maps. */
-void mesh_maps_sweep(struct mesh_maps *mm);
+/* Drop every mapping whose path no longer names the file it maps; returns
+ * how many. */
+unsigned mesh_maps_sweep(struct mesh_maps *mm);
 void mesh_maps_free(struct mesh_maps *mm);
 
 /* ---- meshrec.c: the relaunch's records (recover.c, meshcap.c) ---- */
@@ -223,8 +224,9 @@ int mesh_flush_round(struct snap_mesh *mesh, int wanted);
 int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
 /* [mesh thread] Unmap the kept parity files (the protected step's, the
  * spare) that are gone from the store, e.g. a job directory removed by
- * hand: their pages would otherwise outlive the budget's count of them. */
-void mesh_parity_sweep(struct snap_mesh *mesh);
+ * hand: their pages would otherwise outlive the budget's count of them.
+ * Returns how many it unmapped. */
+unsigned mesh_parity_sweep(struct snap_mesh *mesh);
 /* [lock held] Pin this node's slots of step g of job j as its protected step. */
 void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
 

@@ -93,15 +93,19 @@ const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, 
 	return p;
 }
 
-void mesh_maps_sweep(struct mesh_maps *mm)
+unsigned mesh_maps_sweep(struct mesh_maps *mm)
 {
+	unsigned dropped = 0;
 	for (unsigned i = 0; i < mm->n;) {
 		struct stat st;
-		if (stat(mm->v[i].path, &st) != 0 || !same_file(&mm->v[i], &st))
+		if (stat(mm->v[i].path, &st) != 0 || !same_file(&mm->v[i], &st)) {
 			drop(mm, i);
-		else
+			dropped++;
+		} else {
 			i++;
+		}
 	}
+	return dropped;
 }
 
 void mesh_maps_free(struct mesh_maps *mm)

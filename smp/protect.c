@@ -385,8 +385,9 @@ static void protect_free(struct protect_run *p)
 	snap_ec_encode_free(p->enc);
 }
 
-void mesh_parity_sweep(struct snap_mesh *mesh)
+unsigned mesh_parity_sweep(struct snap_mesh *mesh)
 {
+	unsigned dropped = 0;
 	for (struct mjob *j = mesh->jobs; j; j = j->next) {
 		char path[SNAP_FILE_MAX];
 		struct stat st;
@@ -394,14 +395,17 @@ void mesh_parity_sweep(struct snap_mesh *mesh)
 		if (j->par_map && (stat(path, &st) != 0 || (uint64_t)st.st_size != j->par_len)) {
 			munmap(j->par_map, j->par_len);
 			j->par_map = NULL;
+			dropped++;
 		}
 		spare_path(mesh, j->name, path, sizeof(path));
 		if (j->spare_map && (stat(path, &st) != 0 || (uint64_t)st.st_size != j->spare_len)) {
 			munmap(j->spare_map, j->spare_len);
 			j->spare_map = NULL;
 			j->spare_len = 0;
+			dropped++;
 		}
 	}
+	return dropped;
 }
 
 int mesh_protect(struct snap_mesh *mesh, struct mjob *j, uint64_t g)

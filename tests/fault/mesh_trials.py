@@ -348,12 +348,10 @@ def main():
                         committed += [int(x) for x in re.findall(r"^committed (\d+)$", f.read(), re.M)]
                 step = max(committed)  # nothing newer can be restored
             else:
-                deadline = time.time() + 30
-                while not have_record(mesh, a, target):
-                    if time.time() > deadline:
-                        fail(f"trial {t}: step {target} was not protected within 30 s")
-                        break
-                    time.sleep(0.02)
+                # each node writes its record before it logs the step
+                # protected: the log's growth wakes the waiter
+                if not waiter.until(lambda: have_record(mesh, a, target), limit=30):
+                    fail(f"trial {t}: step {target} was not protected within 30 s")
                 # Quiescent (trainers gone, target protected everywhere):
                 # the budget must count exactly what the files hold.
                 done = re.compile(rf"job {JOB} step {target} protected")
@@ -417,9 +415,7 @@ def main():
             # A protect that fails on one node (its parity file cannot be
             # created) fails everywhere; the previous protected step P stays
             # protected on every node and is what a relaunch rebuilds.
-            deadline = time.time() + 30
-            while not have_record(mesh, a, target) and time.time() < deadline:
-                time.sleep(0.02)
+            waiter.until(lambda: have_record(mesh, a, target), limit=30)
             P = target
             ec0 = os.path.join(mesh.root(0), JOB, "ec")
             blocks = [os.path.join(ec0, f"step-{P + i}.parity.tmp") for i in range(1, 12)]
@@ -520,10 +516,9 @@ def main():
             fail(f"sweep: the daemons map none of job sweep's slot or parity files: {before}")
         for n in range(a.nodes):
             shutil.rmtree(os.path.join(mesh.root(n), "sweep"))
-        deadline = time.monotonic() + 60   # a round is --period ms; 60 s is the failure verdict only
-        while mapped("sweep") and time.monotonic() < deadline:
-            time.sleep(0.05)
-        if mapped("sweep"):
+        # each daemon logs "dropped N mapping(s)" after it unmapped them:
+        # the log's growth wakes the waiter (60 s: the failure verdict only)
+        if not waiter.until(lambda: not mapped("sweep"), limit=60):
             fail(f"sweep: 60 s after job sweep's directories were removed, still mapped: {mapped('sweep')[:3]}")
         print(f"sweep: {len(before)} mappings of job sweep's files dropped after its directories were removed")
         if a.final_loss:
