@@ -143,14 +143,16 @@ def snaptool_latest(args, store):
     return jobs[0]["latest"] or 0 if jobs else 0
 
 
-def wait_until(cond, limit):
-    """Poll cond() until true; False after `limit` seconds (a stall, not a slow step)."""
-    deadline = time.time() + limit
-    while not cond():
-        if time.time() > deadline:
-            return False
-        time.sleep(0.002)
-    return True
+def wait_until(cond, limit, logdir, procs):
+    """Until cond() is true, re-checked whenever a file in logdir (the
+    trainers' logs) changes or one of procs exits; False after `limit`
+    seconds (a stall, not a slow step)."""
+    w = Waiter()
+    try:
+        w.watch(logdir)
+        return bool(w.until(cond, limit, procs=procs))
+    finally:
+        w.close()
 
 
 def live_trials(args, rng, store, logdir):
@@ -165,7 +167,8 @@ def live_trials(args, rng, store, logdir):
         # The event to interrupt: the job is committing. Every rank must go
         # past what it had committed before the previous kill (no stall).
         before = newest()
-        if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s):
+        if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir,
+                          [p for p, _ in job.procs]):
             print(f"trial {t}: STALL: ranks' newest committed steps stayed at {newest()} for {args.stall_s} s"
                   f" (snapsmp {'alive' if job.smp.poll() is None else f'exited {job.smp.returncode}'})")
             stalls += 1
@@ -204,7 +207,8 @@ def live_trials(args, rng, store, logdir):
     committed = newest()
     lo, hi = min(committed), max(committed) + 1
     job.start_trainers(logdir, 1)
-    ok = wait_until(lambda: all(parse_log(log)[0] is not None for _, log in job.procs), args.stall_s)
+    ok = wait_until(lambda: all(parse_log(log)[0] is not None for _, log in job.procs), args.stall_s, logdir,
+                    [p for p, _ in job.procs])
     job.kill_trainers()
     restored = {parse_log(log)[0] for _, log in job.procs}
     if not ok or len(restored) != 1 or not all(x is not None and lo <= x <= hi for x in restored):
