@@ -13,7 +13,8 @@ Modes:
   smp-live kill snapsmp at a random moment while the trainers keep running,
            restart it, and let the trainers reconnect by themselves (issue
            10). Each trial waits for the job to commit (the event it wants
-           to interrupt), strikes at a random moment within the next step,
+           to interrupt), strikes at a random moment within the next step
+           (its length measured on the same job before the first trial),
            freezes the trainers (SIGSTOP), restarts snapsmp and checks with
            `snaptool status` that the newest restorable step is not below
            the newest step every rank had logged committed (no committed
@@ -163,12 +164,26 @@ def live_trials(args, rng, store, logdir):
     logs = [log for _, log in job.procs]
     newest = lambda: [parse_log(log)[1] or 0 for log in logs]
     lost, stalls, failures, kills = 0, 0, 0, 0
+    procs = [p for p, _ in job.procs]
+    strike_s = args.strike_s
+    if strike_s is None:
+        # How long one step takes here, now (a slower machine or build
+        # strikes within its own step): every rank commits once more, twice,
+        # and the second is timed (the first includes the start).
+        for timed in (False, True):
+            before, t0 = newest(), time.monotonic()
+            if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir, procs):
+                print(f"calibration: STALL: ranks' newest committed steps stayed at {newest()}")
+                job.kill_trainers()
+                job.kill_smp()
+                return 1
+        strike_s = time.monotonic() - t0
+        print(f"one step takes {strike_s * 1e3:.1f} ms: strikes fall within it", flush=True)
     for t in range(args.trials):
         # The event to interrupt: the job is committing. Every rank must go
         # past what it had committed before the previous kill (no stall).
         before = newest()
-        if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir,
-                          [p for p, _ in job.procs]):
+        if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir, procs):
             print(f"trial {t}: STALL: ranks' newest committed steps stayed at {newest()} for {args.stall_s} s"
                   f" (snapsmp {'alive' if job.smp.poll() is None else f'exited {job.smp.returncode}'})")
             stalls += 1
@@ -180,7 +195,7 @@ def live_trials(args, rng, store, logdir):
         # steps. Sometimes strike again right after the restart, while the
         # trainers reconnect and recommit (the event: they were resumed).
         for strike in range(2 if rng.random() < 0.25 else 1):
-            time.sleep(rng.uniform(0, args.strike_s if strike == 0 else args.strike_s / 4))
+            strike_within(rng, strike_s if strike == 0 else strike_s / 4)
             job.kill_smp()
             kills += 1
             for p, _ in job.procs:
@@ -235,8 +250,9 @@ def main():
     ap.add_argument("--mode", choices=["trainer", "smp", "smp-live"], required=True)
     ap.add_argument("--stall-s", type=float, default=45.0,
                     help="smp-live: a rank that commits nothing new for this long is a stall")
-    ap.add_argument("--strike-s", type=float, default=0.01,
-                    help="smp-live: strike within this many seconds after a commit")
+    ap.add_argument("--strike-s", type=float, default=None,
+                    help="smp-live: strike within this many seconds after a commit (default: the time "
+                         "the job took to commit one step, measured before the first trial)")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--bytes", default="2M")
