@@ -58,6 +58,7 @@ run snapshot 0 "$snaptool" bench snapshot --size 64K --ranks 2 --iters 1
 has snapshot "^  save -> committed +$num +$num +${num}x"
 has snapshot "^  restore, new context +$num +$num +${num}x"
 has snapshot "^    the same, fresh buffers +$num +$num +${num}x"
+has snapshot "^  read\(2\) of the same bytes +$num +$num +${num}x +\(a new context's restore takes ${num}x of it\)"
 has snapshot "^  memcpy, 1 thread +$num "
 # torch.save is "unavailable" where the interpreter lacks torch; else the ratio.
 has snapshot "^  torch.save to /dev/shm +(unavailable|$num .*\(commit is ${num}x faster\))"

@@ -11,6 +11,7 @@
  * job waits for it), then report the median over iterations.
  */
 #include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -33,8 +34,10 @@
 #include "snapbench.h"
 
 #define MAX_ITERS 64
-#define NRES 6   /* per iteration: save blocks, save -> committed, restore, restore by a new context, the same
-                   into fresh buffers, the same as the first but verifying every chunk first */
+#define NRES 7   /* per iteration: save blocks, save -> committed, restore, restore by a new context, the same
+                   into fresh buffers, the same as the first but verifying every chunk first, read(2) of a
+                   file of the same bytes on the store's file system */
+#define READ_BLOCK (256u << 10)   /* the restore's bounce block */
 
 /* snapsmp next to this binary (build tree or install), else on PATH. */
 static void find_smp(char *out, size_t cap)
@@ -165,6 +168,37 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 		if (fresh != MAP_FAILED)
 			munmap(fresh, r.bytes ? r.bytes : 1);
 	}
+	/* The floor for a restore that reads the store through the page cache
+	 * (a new context on a store it does not map): read(2) of a file of the
+	 * same bytes beside the store, on the same file system, into a block
+	 * the size of the restore's bounce block; every rank at once. */
+	char rpath[PATH_MAX + 32];
+	snprintf(rpath, sizeof(rpath), "%s.read-%d", store, rank);
+	int rfd = rc ? -1 : open(rpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+	uint8_t *blk = malloc(READ_BLOCK);
+	if (!rc && (rfd < 0 || !blk || write(rfd, buf, bytes) != (ssize_t)bytes)) {
+		fprintf(stderr, "bench rank %d: cannot write %s: %s\n", rank, rpath, strerror(errno));
+		rc = SNAP_EIO;
+	}
+	for (int it = -1; it < iters; it++) {
+		pthread_barrier_wait(bar);
+		if (rc)
+			continue;
+		uint64_t t0 = snap_now_ns();
+		for (uint64_t off = 0; off < bytes && !rc;) {
+			ssize_t n = pread(rfd, blk, bytes - off < READ_BLOCK ? bytes - off : READ_BLOCK, (off_t)off);
+			if (n <= 0)
+				rc = SNAP_EIO;
+			off += n > 0 ? (uint64_t)n : 0;
+		}
+		if (it >= 0)
+			res[NRES * it + 6] = (snap_now_ns() - t0) / 1e9;
+	}
+	if (rfd >= 0) {
+		close(rfd);
+		unlink(rpath);
+	}
+	free(blk);
 	if (rc)
 		fprintf(stderr, "bench rank %d: %s\n", rank, ctx ? snap_errmsg(ctx) : snap_strerror(rc));
 	if (ctx)
@@ -423,7 +457,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 	}
 	close(pfd[1]);
 	double block[MAX_ITERS] = { 0 }, commit[MAX_ITERS] = { 0 }, restore[MAX_ITERS] = { 0 },
-	       cold[MAX_ITERS] = { 0 }, fresh[MAX_ITERS] = { 0 }, cold_first[MAX_ITERS] = { 0 }, res[NRES * MAX_ITERS];
+	       cold[MAX_ITERS] = { 0 }, fresh[MAX_ITERS] = { 0 }, cold_first[MAX_ITERS] = { 0 },
+	       sread[MAX_ITERS] = { 0 }, res[NRES * MAX_ITERS];
 	int ok = 1;
 	for (int r = 0; r < ranks; r++) {
 		size_t want = sizeof(double) * NRES * (size_t)iters, got = 0;
@@ -444,6 +479,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 			cold[i] = res[NRES * i + 3] > cold[i] ? res[NRES * i + 3] : cold[i];
 			fresh[i] = res[NRES * i + 4] > fresh[i] ? res[NRES * i + 4] : fresh[i];
 			cold_first[i] = res[NRES * i + 5] > cold_first[i] ? res[NRES * i + 5] : cold_first[i];
+			sread[i] = res[NRES * i + 6] > sread[i] ? res[NRES * i + 6] : sread[i];
 		}
 	}
 	close(pfd[0]);
@@ -462,7 +498,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	uint64_t total = per * (uint64_t)ranks;
 	double b = bench_median(block, iters), cm = bench_median(commit, iters), rs = bench_median(restore, iters);
 	double rc_new = bench_median(cold, iters), rc_fresh = bench_median(fresh, iters);
-	double rc_first = bench_median(cold_first, iters);
+	double rc_first = bench_median(cold_first, iters), rd = bench_median(sread, iters);
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	double mc = bench_memcpy(total, iters);
 	double mct = bench_memcpy_mt(total, iters, cores > 64 ? 64 : (int)cores);
@@ -473,9 +509,9 @@ int cmd_bench_snapshot(int argc, char **argv)
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
 		       "\"restore_s\":%.6g,\"restore_new_ctx_s\":%.6g,\"restore_new_ctx_verify_first_s\":%.6g,"
-		       "\"restore_fresh_buffers_s\":%.6g,\"memcpy_s\":%.6g,\"memcpy_all_cores_s\":%.6g,"
-		       "\"store_hugepages\":%s,\"torch_save_s\":", total, ranks, codec, b, cm, rs, rc_new, rc_first,
-		       rc_fresh, mc, mct, huge == 1 ? "true" : "false");
+		       "\"restore_fresh_buffers_s\":%.6g,\"store_read_s\":%.6g,\"memcpy_s\":%.6g,"
+		       "\"memcpy_all_cores_s\":%.6g,\"store_hugepages\":%s,\"torch_save_s\":", total, ranks, codec, b,
+		       cm, rs, rc_new, rc_first, rc_fresh, rd, mc, mct, huge == 1 ? "true" : "false");
 		ts < 0 ? printf("null}\n") : printf("%.6g}\n", ts);
 		return SB_OK;
 	}
@@ -494,6 +530,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 	       rc_first / mc);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "  the same, fresh buffers", rc_fresh, total / rc_fresh / 1e9,
 	       rc_fresh / mc);
+	printf("  %-28s %10.4f %10.2f %11.2fx   (a new context's restore takes %.2fx of it)\n",
+	       "read(2) of the same bytes", rd, total / rd / 1e9, rd / mc, rc_new / rd);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, 1 thread", mc, total / mc / 1e9, 1.0);
 	if (mct > 0)
 		printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, all cores", mct, total / mct / 1e9, mct / mc);
