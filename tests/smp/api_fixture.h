@@ -18,20 +18,25 @@
 
 #define N (256 * 1024)   /* floats: 1 MiB, several 256 KiB chunks */
 
-static float w[N];
+/* Region "w" lives at wp: w, 64-byte aligned like PyTorch's tensors, or
+ * w_mis, 16 bytes past that like numpy's large arrays. */
+static float w[N] __attribute__((aligned(64)));
+static float w_mis_store[N + 16] __attribute__((aligned(64)));
+static float *const w_mis = w_mis_store + 4;
+static float *wp = w;
 static uint8_t rng[100];
 
 static inline void fill(uint64_t step)
 {
 	for (int i = 0; i < N; i++)
-		w[i] = (float)step + (float)i * 1e-3f;
+		wp[i] = (float)step + (float)i * 1e-3f;
 	memset(rng, (int)step, sizeof(rng));
 }
 
 static inline int is_step(uint64_t step)
 {
 	for (int i = 0; i < N; i++)
-		if (w[i] != (float)step + (float)i * 1e-3f)
+		if (wp[i] != (float)step + (float)i * 1e-3f)
 			return 0;
 	for (size_t i = 0; i < sizeof(rng); i++)
 		if (rng[i] != (uint8_t)step)
@@ -43,7 +48,7 @@ static inline int is_step(uint64_t step)
 static inline int holds(uint64_t step, int from, int to)
 {
 	for (int i = from; i < to; i++)
-		if (w[i] != (float)step + (float)i * 1e-3f)
+		if (wp[i] != (float)step + (float)i * 1e-3f)
 			return 0;
 	return 1;
 }
@@ -62,7 +67,7 @@ static inline snap_ctx *open_job_verify(const struct smp_proc *p, const char *jo
 		return NULL;
 	}
 	if (with_regions) {
-		struct snap_region a = { .name = "w", .ptr = w, .bytes = sizeof(w), .dtype = SNAP_DTYPE_F32,
+		struct snap_region a = { .name = "w", .ptr = wp, .bytes = sizeof(w), .dtype = SNAP_DTYPE_F32,
 					 .kind = SNAP_KIND_PARAM, .ndim = 1, .shape = { N }, .global_shape = { N } };
 		struct snap_region b = { .name = "rng", .ptr = rng, .bytes = sizeof(rng), .dtype = SNAP_DTYPE_U8,
 					 .kind = SNAP_KIND_RNG };

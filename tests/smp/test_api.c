@@ -113,14 +113,20 @@ static void test_corrupt_chunk(struct smp_proc *p)
 	CHECK_RC(slot_of(p->store, "a", 3, path, sizeof(path)), 0);
 	flip_byte(path, 300 * 1024);   /* inside chunk 1 of "w" */
 	/* restore_verify auto, in a context that has not saved: each chunk is
-	 * checked as it is copied. Refused by name; the good chunks were copied. */
-	snap_ctx *ctx = open_job(p, "a", 1);
-	fill(77);
-	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
-	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
-	CHECK(strstr(snap_errmsg(ctx), "partly overwritten") && strstr(snap_errmsg(ctx), "as it was copied"));
-	CHECK(holds(3, 0, N / 4) && holds(3, N / 2, N));
-	snap_close(ctx);
+	 * checked as it is copied. Refused by name; the good chunks were copied.
+	 * Into a buffer aligned like the slot and into one that is not. */
+	snap_ctx *ctx;
+	for (int mis = 0; mis < 2; mis++) {
+		wp = mis ? w_mis : w;
+		ctx = open_job(p, "a", 1);
+		fill(77);
+		CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
+		CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
+		CHECK(strstr(snap_errmsg(ctx), "partly overwritten") && strstr(snap_errmsg(ctx), "as it was copied"));
+		CHECK(holds(3, 0, N / 4) && holds(3, N / 2, N));
+		snap_close(ctx);
+	}
+	wp = w;
 	/* first: every chunk before any byte is written, memory untouched. */
 	ctx = open_job_verify(p, "a", 1, SNAP_VERIFY_FIRST);
 	fill(77);

@@ -108,10 +108,23 @@ ssize_t pread(int fd, void *buf, size_t n, off_t off)
  * restore_verify first, memory untouched when the failure came in the
  * verify pass (reads 1-5) and said to be partly overwritten in the copy
  * (6-10); inline, always said to be partly overwritten. */
+static void read_fails(struct smp_proc *p);
+
 static void test_read_fails(struct smp_proc *p)
 {
 	char path[512];
 	snap_close(open_saved(p, "eio", SNAP_VERIFY_AUTO, path, sizeof(path)));
+	/* into a buffer aligned like the slot and into one that is not (the
+	 * bounce block's non-temporal copy takes either) */
+	for (int mis = 0; mis < 2; mis++) {
+		wp = mis ? w_mis : w;
+		read_fails(p);
+	}
+	wp = w;
+}
+
+static void read_fails(struct smp_proc *p)
+{
 	for (int verify = SNAP_VERIFY_FIRST; verify <= SNAP_VERIFY_INLINE; verify++) {
 		int reads = verify == SNAP_VERIFY_FIRST ? 10 : 5;
 		for (int k = 1; k <= reads; k++) {
