@@ -170,7 +170,7 @@ def live_trials(args, rng, store, logdir):
         # How long one step takes here, now (a slower machine or build
         # strikes within its own step): every rank commits once more, twice,
         # and the second is timed (the first includes the start).
-        for timed in (False, True):
+        for _ in range(2):
             before, t0 = newest(), time.monotonic()
             if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir, procs):
                 print(f"calibration: STALL: ranks' newest committed steps stayed at {newest()}")

@@ -124,7 +124,8 @@ int main(int argc, char **argv)
 			_exit(flush_step(dir, step, ev[1], NULL));
 		}
 		close(ev[1]);
-		/* every third trial a rank's file each, else a phase at random */
+		/* two trials in three strike a rank's file (rank 0, then rank 1),
+		 * the third a phase at random */
 		int p = t % 3 == 2 ? rand() % PHASES : t % 3;
 		char c;
 		for (int seen = 0; seen <= p; seen++)
