@@ -54,6 +54,10 @@ class Waiter:
         except BlockingIOError:
             pass
 
+    def drain(self, on_event=None):
+        """Read what is queued now (on_event sees each event), without waiting."""
+        self._drain(on_event)
+
     def until(self, pred, limit=120, dirs=lambda: (), procs=(), on_event=None):
         """pred()'s first true value, or None after `limit` seconds. dirs()
         names directories to watch, asked again after each wake-up (so a

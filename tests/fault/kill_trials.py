@@ -13,8 +13,9 @@ Modes:
   smp-live kill snapsmp at a random moment while the trainers keep running,
            restart it, and let the trainers reconnect by themselves (issue
            10). Each trial waits for the job to commit (the event it wants
-           to interrupt), strikes at a random moment within the next step
-           (its length measured on the same job before the first trial),
+           to interrupt), strikes at a random file-system event of the
+           next step (a manifest the daemon writes, a trainer's log line;
+           as many as one step showed before the first trial),
            freezes the trainers (SIGSTOP), restarts snapsmp and checks with
            `snaptool status` that the newest restorable step is not below
            the newest step every rank had logged committed (no committed
@@ -38,6 +39,7 @@ the step number against the logs:
                   trainer wrote its log line).
 """
 import argparse
+import glob
 import json
 import os
 import random
@@ -144,18 +146,6 @@ def snaptool_latest(args, store):
     return jobs[0]["latest"] or 0 if jobs else 0
 
 
-def wait_until(cond, limit, logdir, procs):
-    """Until cond() is true, re-checked whenever a file in logdir (the
-    trainers' logs) changes or one of procs exits; False after `limit`
-    seconds (a stall, not a slow step)."""
-    w = Waiter()
-    try:
-        w.watch(logdir)
-        return bool(w.until(cond, limit, procs=procs))
-    finally:
-        w.close()
-
-
 def live_trials(args, rng, store, logdir):
     """Daemon SIGKILLs under a live job; see the module docstring (smp-live)."""
     job = Job(args, store)
@@ -165,25 +155,43 @@ def live_trials(args, rng, store, logdir):
     newest = lambda: [parse_log(log)[1] or 0 for log in logs]
     lost, stalls, failures, kills = 0, 0, 0, 0
     procs = [p for p, _ in job.procs]
-    strike_s = args.strike_s
-    if strike_s is None:
-        # How long one step takes here, now (a slower machine or build
-        # strikes within its own step): every rank commits once more, twice,
-        # and the second is timed (the first includes the start).
+    # Strikes land on file-system events of the job: the daemon writing a
+    # rank's manifest at its commit, a trainer logging it. seen[0] counts
+    # them; until() wakes on each.
+    seen = [0]
+    w = Waiter()
+
+    def count(_dir, _mask, _name):
+        seen[0] += 1
+
+    def until(cond):
+        return w.until(cond, args.stall_s, dirs=lambda: [logdir, *glob.glob(os.path.join(store, "kt", "rank-*"))],
+                       procs=procs, on_event=count)
+
+    def past(before):
+        return lambda: all(n > b for n, b in zip(newest(), before))
+
+    per_step = args.strike_events
+    if per_step is None:
+        # How many events one step shows (every rank commits once more,
+        # twice; the second is counted, the first includes the start).
         for _ in range(2):
-            before, t0 = newest(), time.monotonic()
-            if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir, procs):
+            before = newest()
+            w.drain(count)
+            base = seen[0]
+            if not until(past(before)):
                 print(f"calibration: STALL: ranks' newest committed steps stayed at {newest()}")
                 job.kill_trainers()
                 job.kill_smp()
                 return 1
-        strike_s = time.monotonic() - t0
-        print(f"one step takes {strike_s * 1e3:.1f} ms: strikes fall within it", flush=True)
+        per_step = max(1, seen[0] - base)
+        print(f"one step shows {per_step} events in the store and the logs: strikes fall on one of them",
+              flush=True)
     for t in range(args.trials):
         # The event to interrupt: the job is committing. Every rank must go
         # past what it had committed before the previous kill (no stall).
         before = newest()
-        if not wait_until(lambda: all(n > b for n, b in zip(newest(), before)), args.stall_s, logdir, procs):
+        if not until(past(before)):
             print(f"trial {t}: STALL: ranks' newest committed steps stayed at {newest()} for {args.stall_s} s"
                   f" (snapsmp {'alive' if job.smp.poll() is None else f'exited {job.smp.returncode}'})")
             stalls += 1
@@ -191,19 +199,21 @@ def live_trials(args, rng, store, logdir):
         dead = [r for r, (p, _) in enumerate(job.procs) if p.poll() is not None]
         if dead:
             break
-        # A random moment within the next step or so: copy, commit, or between
-        # steps. Sometimes strike again right after the restart, while the
-        # trainers reconnect and recommit (the event: they were resumed).
+        # At the j-th event of the next step or so (0: now, as the ranks
+        # start copying it): a copy, a commit, or between steps. Sometimes
+        # strike again right after the restart, at one of the first events
+        # of the trainers reconnecting and recommitting.
         for strike in range(2 if rng.random() < 0.25 else 1):
-            strike_within(rng, strike_s if strike == 0 else strike_s / 4)
+            j = rng.randint(0, per_step if strike == 0 else max(1, per_step // 4))
+            w.drain(count)
+            base = seen[0]
+            until(lambda: seen[0] - base >= j)   # a stalled job is struck after stall_s all the same
             job.kill_smp()
             kills += 1
             for p, _ in job.procs:
                 p.send_signal(signal.SIGSTOP)
             committed = newest()
             lo = min(committed)
-            if rng.random() < 0.3:
-                time.sleep(rng.uniform(0, 0.02))   # the daemon stays away a while
             job.start_smp()
             latest = snaptool_latest(args, store)
             if latest < lo:
@@ -222,8 +232,9 @@ def live_trials(args, rng, store, logdir):
     committed = newest()
     lo, hi = min(committed), max(committed) + 1
     job.start_trainers(logdir, 1)
-    ok = wait_until(lambda: all(parse_log(log)[0] is not None for _, log in job.procs), args.stall_s, logdir,
-                    [p for p, _ in job.procs])
+    ok = w.until(lambda: all(parse_log(log)[0] is not None for _, log in job.procs), args.stall_s,
+                 dirs=lambda: [logdir], procs=[p for p, _ in job.procs])
+    w.close()
     job.kill_trainers()
     restored = {parse_log(log)[0] for _, log in job.procs}
     if not ok or len(restored) != 1 or not all(x is not None and lo <= x <= hi for x in restored):
@@ -250,9 +261,9 @@ def main():
     ap.add_argument("--mode", choices=["trainer", "smp", "smp-live"], required=True)
     ap.add_argument("--stall-s", type=float, default=45.0,
                     help="smp-live: a rank that commits nothing new for this long is a stall")
-    ap.add_argument("--strike-s", type=float, default=None,
-                    help="smp-live: strike within this many seconds after a commit (default: the time "
-                         "the job took to commit one step, measured before the first trial)")
+    ap.add_argument("--strike-events", type=int, default=None,
+                    help="smp-live: strike at one of this many file-system events after a commit (default: "
+                         "as many as one step showed before the first trial)")
     ap.add_argument("--trials", type=int, default=200)
     ap.add_argument("--ranks", type=int, default=3)
     ap.add_argument("--bytes", default="2M")
