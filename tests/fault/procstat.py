@@ -58,4 +58,3 @@ def compare(who, a, b, steps, allow, unit="steps"):
     if b["threads"] != a["threads"]:
         problems.append(f"{who} runs {b['threads']}, before {a['threads']}")
     return line, problems
-

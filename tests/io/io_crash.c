@@ -9,12 +9,11 @@
  * count a calibration flush showed there: the strike always lands on
  * something the flush did, on any machine, never after a time. The phase
  * bytes read after the kill say where it died. After each kill: every
- * listed step verifies; the
- * killed step is listed and restores bit-exact if its MANIFEST was seen
- * renamed into place, and is not listed if the child died before the seal
- * began; the step persisted before still verifies and restores bit-exact.
- * Retention runs between trials and must clean the leftovers without
- * touching those steps.
+ * listed step verifies; the killed step is listed and restores bit-exact
+ * if its MANIFEST was seen renamed into place, and is not listed if the
+ * child died before the seal began; the step persisted before still
+ * verifies and restores bit-exact. Retention runs between trials and must
+ * clean the leftovers without touching those steps.
  * usage: io_crash DIR [TRIALS]
  */
 #include <inttypes.h>
@@ -32,6 +31,8 @@
 static float A[N], B[N];
 static struct io_t_frames FR; /* A as lossless codec frames */
 
+/* The phases, in the order the child announces them; after phase p's byte
+ * the parent has read p + 1 bytes. */
 enum { PH_RANK0, PH_RANK1, PH_SEAL, PH_END };
 
 /* A phase starts: one byte to the parent (evfd >= 0). */

@@ -376,6 +376,11 @@ static void test_planted_fd(const struct smp_proc *p)
 	check_reference(p, "planted descriptors");
 }
 
+/*
+ * Another user reaching the socket is refused by SO_PEERCRED. The 0700 store
+ * directory and 0600 socket normally stop them before that check, so open
+ * both up for the test: the daemon's own check must still say no.
+ */
 static void test_foreign_uid(const struct smp_proc *p)
 {
 	if (geteuid() != 0) {

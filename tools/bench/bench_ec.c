@@ -272,13 +272,13 @@ int cmd_bench_ec(int argc, char **argv)
 	double raw_enc = prot / best_raw, kern = prot / best_kern, raw_dec = prot / best_dec;
 	double move = bench_jnum(line, "mpi_move_gbps"), mesh = bench_jnum(line, "mesh_encode_gbps");
 	double reb = bench_jnum(line, "rebuild_gbps"), alt = bench_jnum(line, "alt_reduce_scatter_gbps");
-	/* CPU per GB of protected data, and what it allows on this host: the
-	 * ranks share its cores, so a run cannot beat (CPU seconds / cores). */
+	/* CPU per GB of protected data, and the ceiling it sets on this host. */
 	double cores = bench_cores();
 	double move_s = bench_jnum(line, "mpi_move_s"), cpu_move = bench_jnum(line, "mpi_move_cpu_s") / prot;
 	double cpu_enc = bench_jnum(line, "mesh_encode_cpu_s") / prot, cpu_reb = bench_jnum(line, "rebuild_cpu_s") / prot;
 	double cpu_dec = best_dec / prot;
-	double enc_ceiling = cores / cpu_enc / move, reb_ceiling = cores / cpu_reb / raw_dec;
+	double enc_ceiling = bench_cpu_ceiling(cores, cpu_enc, move);
+	double reb_ceiling = bench_cpu_ceiling(cores, cpu_reb, raw_dec);
 	if (json) {
 		printf("{\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"chunk\":%" PRIu64 ",\"reps\":%d,"
 		       "\"raw_encode_gbps\":%.3f,\"kernel_encode_gbps\":%.3f,\"mpi_move_gbps\":%.3f,"

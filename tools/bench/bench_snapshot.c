@@ -176,7 +176,10 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	snprintf(rpath, sizeof(rpath), "%s.read-%d", store, rank);
 	int rfd = rc ? -1 : open(rpath, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
 	uint8_t *blk = malloc(READ_BLOCK);
-	if (!rc && (rfd < 0 || !blk || write(rfd, buf, bytes) != (ssize_t)bytes)) {
+	uint64_t put = 0;   /* write(2) moves at most ~2 GiB a call */
+	for (ssize_t n = 1; !rc && rfd >= 0 && put < bytes && n > 0; put += n > 0 ? (uint64_t)n : 0)
+		n = write(rfd, (const char *)buf + put, bytes - put);
+	if (!rc && (rfd < 0 || !blk || put != bytes)) {
 		fprintf(stderr, "bench rank %d: cannot write %s: %s\n", rank, rpath, strerror(errno));
 		rc = SNAP_EIO;
 	}

@@ -34,6 +34,16 @@ static inline double bench_cores(void)
 	return n > 0 ? (double)n : 1;
 }
 
+/* The best ratio to `limit_gbps` that work costing cpu_s_per_gb CPU
+ * seconds per GB can reach on `cores` cores: where simulated nodes share
+ * the host and MPI's link is a kernel memcpy on the same cores, no run
+ * beats cores / CPU per GB (snapbench ec and mesh print it as the
+ * "ceiling"). */
+static inline double bench_cpu_ceiling(double cores, double cpu_s_per_gb, double limit_gbps)
+{
+	return cores / cpu_s_per_gb / limit_gbps;
+}
+
 static inline int bench_cmp_dbl(const void *a, const void *b)
 {
 	double x = *(const double *)a, y = *(const double *)b;
