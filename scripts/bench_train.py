@@ -11,6 +11,7 @@ optionally under bf16 autocast. The same N steps run in each mode:
   base           no checkpointing (run first and again last: the noise floor)
   snap@K         libsnap.torch Checkpointer.save every K steps (K = 1, 10)
   snap-lossless@K  the same with the lossless float codec on params and Adam state
+  snap-tN@K      (and snap-lossless-tN@K) with N copy threads (SNAP_COPY_THREADS)
   dcp@K          torch.distributed.checkpoint.async_save to /dev/shm every K
                  steps, the previous save awaited first (skipped, saying why,
                  where this torch has no async_save)
@@ -555,9 +556,15 @@ def run_mode(args, m, model, init, data, g, amp, dev, gstep, base_peak):
         if name.startswith("base"):
             saver = NoSave()
         elif name.startswith("snap"):
-            codec = "lossless" if name == "snap-lossless" else None
+            # snap[-lossless][-tN]: the lossless codec, N copy threads
+            parts = name.split("-")[1:]
+            bad = [x for x in parts if x != "lossless" and not (x[:1] == "t" and x[1:].isdigit())]
+            if bad:
+                raise SystemExit(f"mode {m!r}: unknown part {bad[0]!r} (snap[-lossless][-tN]@K)")
+            codec = "lossless" if "lossless" in parts else None
+            threads = next((int(x[1:]) for x in parts if x[:1] == "t"), args.copy_threads)
             r["codec"] = codec or "none"
-            saver = SnapSave(model, opt, args.store, codec, dev, args.copy_threads)
+            saver = SnapSave(model, opt, args.store, codec, dev, threads)
             r["copy_threads"] = saver.copy_threads
         elif name == "dcp":
             saver = DcpSave(model, opt, os.path.join(args.shm, "bench_train_dcp"))
@@ -700,8 +707,8 @@ def _g(x, k=None, scale=1.0, fmt="{:.2f}"):
 
 def fmt_row(r):
     if r["status"] in ("skipped", "failed"):
-        return f"{r['mode']:<18} {r['status'].upper()}: {r.get('reason')}"
-    return (f"{r['mode']:<18} {_g(r['step_ms'], 'median'):>9} {_g(r['step_ms'], 'p10'):>8}-{_g(r['step_ms'], 'p90'):<8} "
+        return f"{r['mode']:<20} {r['status'].upper()}: {r.get('reason')}"
+    return (f"{r['mode']:<20} {_g(r['step_ms'], 'median'):>9} {_g(r['step_ms'], 'p10'):>8}-{_g(r['step_ms'], 'p90'):<8} "
             f"{_g(r['step_ms'], 'mean'):>9} {_g(r.get('overhead_pct')):>7} {_g(r.get('stall_ms'), 'median'):>9} "
             f"{_g(r.get('stall_ms'), 'max'):>9} {_g(r.get('commit_ms'), 'median'):>9} "
             f"{_g(r.get('every_k_for_1pct'), fmt='{}'):>6} {_g(r.get('host_rss_added_bytes'), scale=2**-30):>7} "
@@ -709,7 +716,7 @@ def fmt_row(r):
             f"{_g(r.get('gpu_added_bytes'), scale=2**-30):>7}")
 
 
-HEADER = (f"{'mode':<18} {'med ms':>9} {'p10-p90 ms':^17} {'mean ms':>9} {'ovh %':>7} {'stall ms':>9} "
+HEADER = (f"{'mode':<20} {'med ms':>9} {'p10-p90 ms':^17} {'mean ms':>9} {'ovh %':>7} {'stall ms':>9} "
           f"{'stall max':>9} {'commit ms':>9} {'1%@K':>6} {'RSS+GiB':>7} {'pin GiB':>7} {'GPU+GiB':>7}")
 
 

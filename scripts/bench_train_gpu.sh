@@ -2,12 +2,14 @@
 # SPDX-License-Identifier: BSD-3-Clause
 # The GPU run of scripts/bench_train.py behind docs/benchmarks-train.md: a
 # 124M and a 1.3B GPT on one GPU, and the recovery trials of the 124M, each
-# phase under its own time limit; JSON and logs into OUT.
+# phase under its own time limit (T124, T13, TREC seconds); JSON and logs
+# into OUT. libsnap's modes run before DCP's and torch.save's, which take
+# seconds per save at 1.3B.
 #
 # usage: bench_train_gpu.sh OUT [DIR]
-#   DIR holds bench_train.py, bin/snapsmp, pylib/libsnap.so (+ libsnap_cuda.so)
-#   and python/libsnap (default: this script's folder laid out so; from a
-#   build tree, see docs/benchmarks-train.md).
+#   DIR holds bench_train.py, bin/snapsmp, pylib/libsnap.so (+ libsnap_cuda.so,
+#   libisal.so.2) and python/libsnap (default: this script's folder); see
+#   docs/benchmarks-train.md, "Commands".
 set -u
 out=${1:?usage: bench_train_gpu.sh OUT [DIR]}
 d=$(cd "${2:-$(dirname "$0")}" && pwd)
@@ -26,15 +28,17 @@ stop() {   # a phase cut by its time limit leaves its snapsmp (own session) behi
 	df -h /dev/shm; free -g; nproc
 } 2>&1 | tee "$out/env.log"
 s=/dev/shm/bt124
-timeout ${T124:-120} $b bench --preset 124m --steps ${STEPS124:-30} --store $s --snapsmp $d/bin/snapsmp \
-	--mem-limit 12G --mode-budget-s 20 --json "$out/bench_124m.json" 2>&1 | tee "$out/bench_124m.log"
-stop $s
-s=/dev/shm/btrec
-timeout ${TREC:-100} $b recover --preset 124m --steps 20 --every-other 5 --store $s --snapsmp $d/bin/snapsmp \
-	--mem-limit 12G --json "$out/recover_124m.json" 2>&1 | tee "$out/recover_124m.log"
+timeout ${T124:-110} $b bench --preset 124m --steps ${STEPS124:-30} --store $s --snapsmp $d/bin/snapsmp \
+	--modes base snap@1 snap@10 snap-t8@1 snap-t8@10 snap-lossless-t8@10 dcp@10 dcp@1 torch@10 base2 \
+	--mem-limit 12G --mode-budget-s 12 --json "$out/bench_124m.json" 2>&1 | tee "$out/bench_124m.log"
 stop $s
 s=/dev/shm/bt1p3
-timeout ${T13:-170} $b bench --preset 1.3b --steps ${STEPS13:-20} --probes 1 --modes base torch@10 dcp@10 snap@1 snap@10 base2 \
+timeout ${T13:-150} $b bench --preset 1.3b --steps ${STEPS13:-20} --probes 1 \
+	--modes base snap-t8@1 snap-t8@10 snap@10 base2 dcp@10 torch@10 \
 	--store $s --snapsmp $d/bin/snapsmp --mem-limit 40G --mode-budget-s 25 --json "$out/bench_1p3b.json" 2>&1 \
 	| tee "$out/bench_1p3b.log"
+stop $s
+s=/dev/shm/btrec
+timeout ${TREC:-150} $b recover --preset 124m --steps 16 --every-other 4 --copy-threads 8 --store $s \
+	--snapsmp $d/bin/snapsmp --mem-limit 12G --json "$out/recover_124m.json" 2>&1 | tee "$out/recover_124m.log"
 stop $s
