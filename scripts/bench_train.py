@@ -467,7 +467,9 @@ def start_snapsmp(args, state):
     while not os.path.exists(sock):
         if p.poll() is not None or time.monotonic() > deadline:
             with open(args.store.rstrip("/") + ".smp.log") as f:
-                raise SystemExit(f"snapsmp did not start (exit {p.poll()}): {f.read()[-2000:]}")
+                why = f.read()[-2000:]
+            stop_snapsmp(p, args.store)
+            raise SystemExit(f"snapsmp did not start (exit {p.poll()}): {why}")
         time.sleep(0.01)
     return p
 

@@ -53,6 +53,9 @@ try:
                          "--json", bench_json] + common, timeout=600).returncode
     if rc != 0:
         fail(f"bench exited {rc}")
+    if not os.path.exists(bench_json):
+        fail("bench wrote no JSON")
+        raise SystemExit(1)
     res = json.load(open(bench_json))
     state = res["meta"]["state_bytes"]
     if not state > 0:
@@ -101,6 +104,9 @@ try:
                          "--json", rec_json] + common, timeout=600).returncode
     if rc != 0:
         fail(f"recover exited {rc}")
+    if not os.path.exists(rec_json):
+        fail("recover wrote no JSON")
+        raise SystemExit(1)
     rec = json.load(open(rec_json))
     runs = {r["ckpt"]: r for r in rec["runs"]}
     for k in ("snap", "dcp", "torch"):
