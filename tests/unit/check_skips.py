@@ -53,7 +53,7 @@ exits77 = {}
 for path in sources():
     lines = read(path)
     rel = os.path.relpath(path, src)
-    exits77[path] = any(EXIT77.search(line) for line in lines)
+    exits77[path] = path != os.path.abspath(__file__) and any(EXIT77.search(line) for line in lines)
     if path in RULE_FILES:
         continue
     for i, line in enumerate(lines):
