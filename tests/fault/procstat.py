@@ -41,18 +41,26 @@ def sample(pid):
             "fds": sorted(fds), "threads": sorted(threads)}
 
 
-def compare(who, a, b, steps, allow, unit="steps"):
+def compare(who, a, b, steps, allow, unit="steps", allow_data=None):
     """Two samples of one process `steps` apart: (the line to print, the
-    problems: anonymous memory grown past `allow` bytes, a descriptor or a
-    thread more or less)."""
+    problems: anonymous resident memory grown past `allow` bytes, VmData
+    grown past `allow_data` (default `allow`: what malloc holds, touched or
+    not, so a leaked block mapped on its own, never resident, shows here),
+    a descriptor or a thread more or less). `allow` over `steps` is the leak
+    per step that passes unseen: allow / steps bytes."""
+    if allow_data is None:
+        allow_data = allow
     grew = b["rss_anon"] - a["rss_anon"]
+    grew_data = b["vm_data"] - a["vm_data"]
     line = (f"{who}: RssAnon {a['rss_anon'] >> 10} -> {b['rss_anon'] >> 10} KiB over {steps} {unit} "
             f"({grew / steps:+.0f} bytes each; allowed {allow >> 10} KiB), VmData "
-            f"{(b['vm_data'] - a['vm_data']) >> 10:+} KiB, {len(a['fds'])} -> {len(b['fds'])} descriptors, "
+            f"{grew_data >> 10:+} KiB (allowed {allow_data >> 10} KiB), {len(a['fds'])} -> {len(b['fds'])} descriptors, "
             f"{len(a['threads'])} -> {len(b['threads'])} threads")
     problems = []
     if grew > allow:
         problems.append(f"{who}'s anonymous memory grew {grew >> 10} KiB over {steps} {unit}")
+    if grew_data > allow_data:
+        problems.append(f"{who}'s VmData grew {grew_data >> 10} KiB over {steps} {unit}")
     if b["fds"] != a["fds"]:
         problems.append(f"{who} holds {b['fds']}, before {a['fds']}")
     if b["threads"] != a["threads"]:
