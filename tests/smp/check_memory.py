@@ -30,7 +30,8 @@ configuration only; the script then exits 0 only if the daemon's growth
 check failed, and every other check passed.
 
 Under AddressSanitizer freed blocks wait in its quarantine and count as
-resident: the check runs with the quarantine off (ASAN_OPTIONS).
+resident: the check runs with the quarantine off (ASAN_OPTIONS), and the
+daemon's allowance is 192 KiB (393 bytes per step).
 usage: check_memory.py SNAPSMP SNAPTOOL TRAINER WORKDIR (on a disk: the flush goes there)
 """
 import json
@@ -44,14 +45,17 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from checks import Checks  # noqa: E402
 from events import Waiter, wait_socket  # noqa: E402
-from procstat import compare, sample  # noqa: E402
+from procstat import compare, sample, sanitized  # noqa: E402
 
 SMP, SNAPTOOL, TRAINER, WORK = sys.argv[1:5]
 PLANT = sys.argv[6:8] if len(sys.argv) == 8 and sys.argv[5] == "--plant-leak" else None
 WARM, MORE = 100, 500
 # Bytes of RssAnon (and of VmData) growth allowed over MORE steps (the
 # daemon) and over MORE - 100 (a trainer): 131 and 164 bytes per step.
-ALLOW = {"snapsmp": 64 << 10, "trainer": 64 << 10}
+# Under AddressSanitizer its allocator settles higher (the daemon grew 36-60
+# KiB over 500 steps): 192 KiB, 393 bytes per step; the gcc build catches
+# the smaller leaks.
+ALLOW = {"snapsmp": (192 if sanitized(SMP) else 64) << 10, "trainer": 64 << 10}
 check = Checks()
 planted_seen = []
 
