@@ -95,7 +95,10 @@ fi
 left=$(find "$t/tmp" -mindepth 1)
 [ -z "$left" ] || fail "flush left its scratch files behind: $left"
 
-run ec 0 env "$no_leaks" "$snaptool" bench ec --k 2 --m 1 --size 4096 --reps 1
+# One chunk (256 KiB) per node: at 4 KiB a loaded machine timed MPI at 0.000
+# GB/s, and the ratio printed "-nan%".
+run ec 0 env "$no_leaks" "$snaptool" bench ec --k 2 --m 1 --size 262144 --reps 1
+grep -qiw 'nan' "$t/ec.out" && fail "ec: a figure printed as nan"
 has ec "^  kernel_encode_gbps +$num +ec/ kernel, 1 process \(${num}% of raw\)"
 has ec "^  mesh_encode_gbps +$num +end-to-end protect \(${num}% of MPI move\)"
 has ec "^  rebuild_gbps +$num +rebuild of 1 lost members over MPI, verified"
