@@ -36,6 +36,8 @@ from skiprule import Skips, can_mount  # noqa: E402
 
 BUILD = sys.argv[1]
 TRIALS = int(sys.argv[2]) if len(sys.argv) > 2 else 50
+# usage: flush_faults.py BUILD [TRIALS] [--seed S] (S replays a run's kills)
+SEED = int(sys.argv[4]) if len(sys.argv) > 4 and sys.argv[3] == "--seed" else None
 SMP = os.path.join(BUILD, "smp", "snapsmp")
 TRAINER = os.path.join(BUILD, "integration", "trainer")
 SNAPTOOL = os.path.join(BUILD, "tools", "snaptool")
@@ -431,8 +433,9 @@ def test_lost_manifest():
 
 def main():
     os.environ["HDF5_PLUGIN_PATH"] = PLUGINS   # before h5py loads HDF5
-    seed = random.randrange(1 << 30)
-    print(f"flush_faults: seed {seed}")
+    seed = SEED if SEED is not None else random.randrange(1 << 30)
+    replay = f"replay: {sys.argv[0]} {BUILD} {TRIALS} --seed {seed}"
+    print(f"flush_faults: seed {seed}\n{replay}", flush=True)
     shutil.rmtree(BASE, ignore_errors=True)
     shutil.rmtree(DISK, ignore_errors=True)
     os.makedirs(BASE)
@@ -447,6 +450,8 @@ def main():
         shutil.rmtree(BASE, ignore_errors=True)
         if not failures:
             shutil.rmtree(DISK, ignore_errors=True)
+    if failures:
+        print(replay)
     print(f"{passed} passed, {failures} failed, {skips.summary()}")
     return 1 if failures else 0
 
