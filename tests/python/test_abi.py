@@ -29,7 +29,25 @@ structs = {"snap_config": C.SnapConfig, "snap_region": C.SnapRegion, "snap_regio
 consts = {}
 consts.update({f"SNAP_DTYPE_{k.upper()}": v for k, v in C.DTYPE.items()})
 consts.update({f"SNAP_KIND_{k.upper()}": v for k, v in C.KIND.items()})
-consts.update({"SNAP_CODEC_NONE": 0, "SNAP_CODEC_LOSSLESS": 1, "SNAP_CODEC_LOSSY_ABS": 2, "SNAP_CODEC_LOSSY_REL": 3})
+# The codec names come from the header (types.h's enum), each paired with its
+# spelling in the mirror (C.CODEC, SNAP_CODEC_PARAM's words); the values
+# compared are the mirror's, so a codec added, renumbered or removed on either
+# side fails here.
+CODEC_SPELLING = {"NONE": "none", "LOSSLESS": "lossless", "LOSSY_ABS": "abs", "LOSSY_REL": "rel"}
+with open(os.path.join(args.src, "common", "include", "snap", "types.h")) as f:
+    header_codecs = re.findall(r"^\s*SNAP_CODEC_(\w+?)\s*(?:=|,)", f.read(), re.M)
+header_codecs = [c for c in header_codecs if c != "COUNT_"]
+abi_bad = []
+if not header_codecs:
+    abi_bad.append("no SNAP_CODEC_* enum found in common/include/snap/types.h")
+for c in header_codecs:
+    word = CODEC_SPELLING.get(c)
+    if word is None or word not in C.CODEC:
+        abi_bad.append(f"SNAP_CODEC_{c} (types.h) has no entry in the Python mirror's CODEC {C.CODEC}")
+    else:
+        consts[f"SNAP_CODEC_{c}"] = C.CODEC[word]
+if sorted(CODEC_SPELLING[c] for c in header_codecs if c in CODEC_SPELLING) != sorted(C.CODEC):
+    abi_bad.append(f"the mirror's CODEC {sorted(C.CODEC)} is not the header's {header_codecs}")
 consts.update({"SNAP_DEVICE_HOST": C.DEVICE_HOST, "SNAP_DEVICE_CUDA": C.DEVICE_CUDA,
                "SNAP_MAX_NDIM": C.MAX_NDIM, "SNAP_NAME_MAX": C.NAME_MAX, "SNAP_JOB_MAX": C.JOB_MAX,
                "SNAP_PATH_MAX": C.PATH_MAX, "SNAP_DTYPE_COUNT_": len(C.DTYPE), "SNAP_KIND_COUNT_": len(C.KIND),
@@ -56,7 +74,7 @@ subprocess.run([args.cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(args
                 "-o", exe, src], check=True)
 out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split("\n")
 
-bad = []
+bad = list(abi_bad)
 checked = 0
 for line in out:
     p = line.split()
