@@ -53,11 +53,11 @@ def classify(optimizer, generic):
             raise UnsupportedError("libsnap.torch: ZeroRedundancyOptimizer with overlap_with_ddp=True is not "
                                    "supported (its local optimizer is a functional one, built at run time)")
         inner = optimizer.optim
-        kind, _ = classify(inner, generic)
-        if kind != "plain":
-            raise UnsupportedError(f"libsnap.torch: ZeroRedundancyOptimizer over {qualname(inner)} is not "
-                                   f"supported: its shards are snapshotted zero-copy, for the optimizers "
-                                   f"{', '.join(ZERO_COPY)}")
+        cls = type(inner)
+        if not (_torch_optim(cls) and cls.__name__ in ZERO_COPY) or generic:
+            raise UnsupportedError(f"libsnap.torch: ZeroRedundancyOptimizer over {qualname(cls)} is not "
+                                   f"supported: its shards are snapshotted zero-copy, for the local optimizers "
+                                   f"torch.optim.{', '.join(ZERO_COPY)}")
         return "zero", inner
     cls = type(optimizer)
     if _torch_optim(cls) and cls.__name__ in ZERO_COPY:
