@@ -16,6 +16,7 @@ leaves the job's store without a step.
     (state keyed by a string, not a parameter; state of a parameter outside
     its param_groups): refused at the save that would register it.
 
+A store saved with DDP's "module." names restores into the bare module.
 And what the refusal points to works: optimizer_state="state_dict" takes
 the custom optimizer through its own state_dict()/load_state_dict(), and a
 fresh Checkpointer restores it exactly.
@@ -182,6 +183,32 @@ def run():
     check(sd["optimizer_layout"] == "state_dict" and sd["optimizer_class"] == "Lion" and
           torch.equal(sd["optimizer"]["state"][0]["m"], want_o["state"][0]["m"]), "custom optimizer: load_state_dict")
     print("optimizer_state='state_dict': a custom optimizer restored exactly through its own state_dict()")
+
+    # A store whose model names carry DDP's "module." (as a wrapper's
+    # state_dict() has them) restores into the bare module: the names a
+    # DistributedDataParallel model had before Checkpointer unwrapped it.
+    class Holder(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.module = torch.nn.Linear(6, 3)
+    h = Holder()
+    opt = torch.optim.Adam(h.parameters())
+    train(h.module, opt)
+    c = ck(h, opt, "r11")
+    c.save(2)
+    c.wait()
+    c.close()
+    bare = torch.nn.Linear(6, 3)
+    opt2 = torch.optim.Adam(bare.parameters())
+    c = ck(bare, opt2, "r11")
+    check(c.restore() == 2, "module. names: restore did not return step 2")
+    check(all(torch.equal(bare.state_dict()[k], v) for k, v in h.module.state_dict().items()) and
+          torch.equal(opt2.state_dict()["state"][0]["exp_avg"], opt.state_dict()["state"][0]["exp_avg"]),
+          "module. names: the bare module differs from the saved one")
+    c.save(3)     # saved under the bare names from now on
+    c.close()
+    check(list(lt.load_state_dict(store, job="r11")["model"]) == ["weight", "bias"], "module. names: resaved names")
+    print("a store with DDP's module. names restores into the bare module")
 
 
 def main():
