@@ -210,6 +210,17 @@ def run():
     check(list(lt.load_state_dict(store, job="r11")["model"]) == ["weight", "bias"], "module. names: resaved names")
     print("a store with DDP's module. names restores into the bare module")
 
+    # the optimizer's state saved one way does not restore the other way
+    bare2 = torch.nn.Linear(6, 3)
+    c = ck(bare2, torch.optim.Adam(bare2.parameters()), "r11", optimizer_state="state_dict")
+    try:
+        c.restore()
+        check(False, "a zero-copy store restored through state_dict: no error")
+    except lt.MismatchError as e:
+        check("optimizer_state='state_dict'" in str(e), f"path mismatch: the error does not say how: {e}")
+        print(f"a zero-copy store into a state_dict Checkpointer: {str(e)[:150]}")
+    c.close()
+
 
 def main():
     shutil.rmtree(store, ignore_errors=True)

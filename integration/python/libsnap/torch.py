@@ -18,6 +18,10 @@ What a snapshot holds, one region each (`snaptool inspect` shows them):
   optim/<i>/<key>       every optimizer state tensor (Adam's exp_avg,
                         exp_avg_sq and step tensors ...), i numbering the
                         optimizer's parameters as optimizer.state_dict() does
+                        (ZeroRedundancyOptimizer: its local optimizer's, this
+                        rank's shard)
+  optim-state-dict      instead, for LBFGS and optimizer_state="state_dict":
+                        the optimizer's own state_dict(), pickled
   meta/<Class>/<sizes>  a pickle: param_groups (lr ...), non-tensor optimizer
                         state, true shapes; the optimizer class and the group
                         sizes are in the name, so a restore checks them first
@@ -93,6 +97,20 @@ class Checkpointer:
     fence_forward  fence before every forward (a pre-hook on the model), for
               models whose forward writes registered memory (BatchNorm's
               running statistics). Default: when the model has buffers.
+    optimizer_state  None: the optimizer's state tensors are registered by
+              pointer (every torch.optim optimizer but LBFGS, and
+              ZeroRedundancyOptimizer's shard over them); "state_dict": its
+              own state_dict() is pickled each save and restored with its
+              load_state_dict() (for a custom optimizer whose state_dict()
+              holds all its state; LBFGS always goes this way).
+
+    What is supported and what is refused: docs/torch.md. An optimizer or
+    model the Checkpointer cannot capture completely (an unknown optimizer
+    class, FullyShardedDataParallel) raises UnsupportedError naming the
+    class here; an optimizer whose state_dict() holds state the snapshot
+    would miss raises it at the save that would register it. A
+    DistributedDataParallel or DataParallel model is snapshotted as its
+    .module, under the module's names.
 
     Ranks come from torch.distributed when it is initialized, else from
     SNAP_RANK / SNAP_WORLD_SIZE (or RANK / WORLD_SIZE, OMPI_*, PMI_*,
@@ -632,6 +650,12 @@ class Checkpointer:
                                       payload=b""))
             else:
                 problems.append(f"the snapshot holds region {n!r}, which libsnap.torch does not know")
+        generic = "optim-state-dict" in seen
+        if generic != (self._okind == "generic"):
+            problems.append("the snapshot holds the optimizer's state " + (
+                "as its pickled state_dict() (optimizer_state='state_dict'), this Checkpointer registers it "
+                "tensor by tensor" if generic else "tensor by tensor, this Checkpointer takes it through its "
+                "state_dict() (optimizer_state='state_dict')"))
         for n, (sdn, t) in model.items():
             if n not in seen:
                 problems.append(f"model tensor {sdn!r} ({list(t.shape)}) is not in the snapshot")
