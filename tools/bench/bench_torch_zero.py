@@ -65,7 +65,6 @@ def rank_main(mode):
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo")
-    rank = dist.get_rank()
     torch.manual_seed(1)
     layers = []
     for _ in range(args.layers):
