@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""libsnap.torch with every optimizer torch has, ZeroRedundancyOptimizer and
+"""libsnap.torch with every optimizer torch has, ZeroRedundancyOptimizer (over
+AdamW; over Adam with two param groups and parameters_as_bucket_view) and
 DistributedDataParallel, each with an LR scheduler and a GradScaler, under
 SIGKILL: 2 ranks over gloo (tests/python/optim_train.py, one case after
 another in each process) against one real snapsmp.
@@ -18,7 +19,7 @@ another in each process) against one real snapsmp.
    equal the digest of the state at that step before the kill, per rank.
 3. Every loss and digest any launch logs equals the reference's, so the
    resumed loss curve is the uninterrupted one.
-4. From the node store, load_state_dict of the ZeRO case at world size 1
+4. From the node store, load_state_dict of the ZeRO cases at world size 1
    (and with no world size, and at 3) equals ZeroRedundancyOptimizer's own
    consolidated state_dict() at the last step; at world size 2 each rank's
    shard equals its local optimizer's state_dict(); the DDP case's model
@@ -42,7 +43,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from events import Waiter, free_port, strike_within, wait_socket  # noqa: E402
 
 ALL = ["sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta", "adamax", "nadam", "radam", "asgd",
-       "sparseadam", "rprop", "lbfgs", "zero", "ddp"]
+       "sparseadam", "rprop", "lbfgs", "zero", "ddp", "zerogroups"]
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
 ap.add_argument("--src", required=True)
@@ -321,21 +322,22 @@ def loads():
     import torch
     import libsnap.torch as lt
     n0 = len(failures)
-    if "zero" in cases:
-        job = "mx-zero"
-        f = [torch.load(os.path.join(root, f"zero-rank{r}.pt")) for r in range(RANKS)]
+    for z in ("zero", "zerogroups"):
+        if z not in cases:
+            continue
+        f = [torch.load(os.path.join(root, f"{z}-rank{r}.pt")) for r in range(RANKS)]
         want = f[0]["consolidated"]
         for ws in (1, None, 3):
-            sd = lt.load_state_dict(store, job=job, **({} if ws is None else {"world_size": ws, "rank": 0}))
-            same(sd["optimizer"], want, f"zero: load_state_dict(world_size={ws}) vs ZeroRedundancyOptimizer's "
+            sd = lt.load_state_dict(store, job=f"mx-{z}", **({} if ws is None else {"world_size": ws, "rank": 0}))
+            same(sd["optimizer"], want, f"{z}: load_state_dict(world_size={ws}) vs ZeroRedundancyOptimizer's "
                  "consolidated state_dict()")
-            same(sd["optimizer_layout"], "zero-consolidated", "zero: layout")
-            same(sd["step"], args.steps, "zero: step")
+            same(sd["optimizer_layout"], "zero-consolidated", f"{z}: layout")
+            same(sd["step"], args.steps, f"{z}: step")
         for r in range(RANKS):
-            sd = lt.load_state_dict(store, job=job, world_size=RANKS, rank=r, prefix="module.")
-            same(sd["optimizer"], f[r]["local"], f"zero: rank {r}'s shard vs its local optimizer's state_dict()")
-            same(sd["model"], f[r]["model"], f"zero: rank {r}'s model (prefix module.)")
-        print("zero: load_state_dict at world size 1, 3 and whole = the consolidated state_dict(); at 2 each "
+            sd = lt.load_state_dict(store, job=f"mx-{z}", world_size=RANKS, rank=r, prefix="module.")
+            same(sd["optimizer"], f[r]["local"], f"{z}: rank {r}'s shard vs its local optimizer's state_dict()")
+            same(sd["model"], f[r]["model"], f"{z}: rank {r}'s model (prefix module.)")
+        print(f"{z}: load_state_dict at world size 1, 3 and whole = the consolidated state_dict(); at 2 each "
               "rank's shard = its local optimizer's", flush=True)
     if "ddp" in cases:
         want = torch.load(os.path.join(root, "ddp-rank0.pt"))

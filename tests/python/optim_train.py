@@ -2,7 +2,8 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """One rank of the optimizer matrix (tests/python/optim_matrix.py): real
 training over gloo of a small model for each case in turn, each with its own
-optimizer (every torch.optim class, ZeroRedundancyOptimizer over AdamW, a
+optimizer (every torch.optim class, ZeroRedundancyOptimizer over AdamW and
+over Adam with two param groups and parameters_as_bucket_view, a
 DistributedDataParallel wrapper), an LR scheduler (StepLR or LambdaLR) and a
 GradScaler (disabled on CPU, as torch makes it, and still saved), with dropout
 and noise from torch's, numpy's and Python's generators, so a generator not
@@ -21,7 +22,7 @@ right before save(S), or right after restore returned S), "step C S LOSSHEX",
 optimizer's own state_dict() (for ZeRO: its local optimizer's, and on rank 0
 the consolidated ZeroRedundancyOptimizer.state_dict()), the scheduler's and
 the scaler's state_dict(), and the torch, numpy and random generators.
-At the last step of the zero and ddp cases it writes what
+At the last step of the zero, zerogroups, ddp and lbfgs cases it writes what
 optim_matrix.py compares load_state_dict with (torch.save, --out).
 """
 import argparse
@@ -42,7 +43,7 @@ from torch.distributed.optim import ZeroRedundancyOptimizer
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 CASES = ["sgd", "adam", "adamw", "adagrad", "rmsprop", "adadelta", "adamax", "nadam", "radam", "asgd",
-         "sparseadam", "rprop", "lbfgs", "zero", "ddp"]
+         "sparseadam", "rprop", "lbfgs", "zero", "ddp", "zerogroups"]
 
 ap = argparse.ArgumentParser()
 ap.add_argument("--steps", type=int, default=10)
@@ -119,7 +120,7 @@ class Bag(nn.Module):
 
 def build(case):
     model = Bag() if case == "sparseadam" else MLP()
-    wrapped = DDP(model) if case in ("zero", "ddp") else model
+    wrapped = DDP(model) if case in ("zero", "ddp", "zerogroups") else model
     p = wrapped.parameters()
     opt = {"sgd": lambda: torch.optim.SGD(p, lr=0.05, momentum=0.9, nesterov=True),
            "adam": lambda: torch.optim.Adam(p, lr=1e-2, amsgrad=True),
@@ -135,7 +136,11 @@ def build(case):
            "rprop": lambda: torch.optim.Rprop(p, lr=1e-2),
            "lbfgs": lambda: torch.optim.LBFGS(p, lr=0.5, max_iter=3, history_size=4),
            "zero": lambda: ZeroRedundancyOptimizer(p, optimizer_class=torch.optim.AdamW, lr=1e-2),
-           "ddp": lambda: torch.optim.AdamW(p, lr=1e-2)}[case]()
+           "ddp": lambda: torch.optim.AdamW(p, lr=1e-2),
+           # two param groups, parameters as views into ZeRO's buckets
+           "zerogroups": lambda: ZeroRedundancyOptimizer(
+               [{"params": list(model.l1.parameters())}, {"params": list(model.l2.parameters()), "lr": 5e-3}],
+               optimizer_class=torch.optim.Adam, parameters_as_bucket_view=True, lr=1e-2, amsgrad=True)}[case]()
     if CASES.index(case) % 2:
         sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: 1.0 / (1.0 + 0.1 * s))
     else:
@@ -222,7 +227,7 @@ def run(case):
             opt.zero_grad()
             loss = F.cross_entropy(wrapped(x), y)
             scaler.scale(loss).backward()
-            if case not in ("zero", "ddp"):
+            if case not in ("zero", "ddp", "zerogroups"):
                 reduce_grads(model)
             return loss
         if case == "lbfgs":
@@ -244,9 +249,9 @@ def run(case):
                 if args.hold == f"{case}:{step}":
                     say("held", case, step)
                     os.kill(os.getpid(), signal.SIGSTOP)
-    if args.out and case in ("zero", "ddp", "lbfgs"):
+    if args.out and case in ("zero", "ddp", "lbfgs", "zerogroups"):
         final = {"model": wrapped.state_dict()}
-        if case == "zero":
+        if case.startswith("zero"):
             final["local"] = opt.optim.state_dict()
             opt.consolidate_state_dict(to=0)
             if rank == 0:
