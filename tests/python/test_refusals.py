@@ -16,7 +16,9 @@ leaves the job's store without a step.
     (state keyed by a string, not a parameter; state of a parameter outside
     its param_groups): refused at the save that would register it.
 
-A store saved with DDP's "module." names restores into the bare module.
+A store saved with DDP's "module." names restores into the bare module;
+SGD's None momentum buffers come back as they were; a store saved tensor by
+tensor is not restored through state_dict() (MismatchError).
 And what the refusal points to works: optimizer_state="state_dict" takes
 the custom optimizer through its own state_dict()/load_state_dict(), and a
 fresh Checkpointer restores it exactly.
@@ -209,6 +211,23 @@ def run():
     c.close()
     check(list(lt.load_state_dict(store, job="r11")["model"]) == ["weight", "bias"], "module. names: resaved names")
     print("a store with DDP's module. names restores into the bare module")
+
+    # plain SGD keeps a None momentum buffer per parameter: a Python value,
+    # restored as such (state_dict() equal, None and all)
+    torch.manual_seed(5)
+    m6 = torch.nn.Linear(6, 3)
+    opt = torch.optim.SGD(m6.parameters(), lr=0.1)
+    train(m6, opt)
+    c = ck(m6, opt, "r12")
+    c.save(2)
+    c.wait()
+    c.close()
+    m7 = torch.nn.Linear(6, 3)
+    opt7 = torch.optim.SGD(m7.parameters(), lr=0.5)
+    c = ck(m7, opt7, "r12")
+    check(c.restore() == 2 and opt7.state_dict() == opt.state_dict(),
+          f"SGD without momentum: {opt7.state_dict()} != {opt.state_dict()}")
+    c.close()
 
     # the optimizer's state saved one way does not restore the other way
     bare2 = torch.nn.Linear(6, 3)
