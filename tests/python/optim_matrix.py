@@ -322,9 +322,19 @@ def same(a, b, what):
         fail(f"{what}: {a!r} != {b!r}")
 
 
+def local_model():
+    """optim_train.py's MLP as a plain sequence (the same parameter order)."""
+    import torch
+    return torch.nn.Sequential(torch.nn.Linear(12, 24), torch.nn.Linear(24, 6))
+
+
 def loads():
     import torch
+    import torch.distributed as dist
     import libsnap.torch as lt
+    if not dist.is_initialized():   # a 1-rank group for ZeroRedundancyOptimizer
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+        dist.init_process_group("gloo", rank=0, world_size=1)
     n0 = len(failures)
     for z in ("zero", "zerogroups"):
         if z not in cases:
@@ -341,8 +351,23 @@ def loads():
             sd = lt.load_state_dict(store, job=f"mx-{z}", world_size=RANKS, rank=r, prefix="module.")
             same(sd["optimizer"], f[r]["local"], f"{z}: rank {r}'s shard vs its local optimizer's state_dict()")
             same(sd["model"], f[r]["model"], f"{z}: rank {r}'s model (prefix module.)")
+        # the consolidated dictionary loads into a plain optimizer, and into
+        # a ZeroRedundancyOptimizer of one rank (which takes its part itself)
+        sd = lt.load_state_dict(store, job=f"mx-{z}", world_size=1, rank=0)
+        plain = local_model()
+        groups = [{"params": list(plain[0].parameters())}, {"params": list(plain[1].parameters())}] \
+            if z == "zerogroups" else list(plain.parameters())
+        opt = (torch.optim.Adam if z == "zerogroups" else torch.optim.AdamW)(groups)
+        opt.load_state_dict(sd["optimizer"])
+        same(opt.state_dict(), want, f"{z}: the consolidated state loaded into a plain optimizer")
+        from torch.distributed.optim import ZeroRedundancyOptimizer
+        zopt = ZeroRedundancyOptimizer(groups, optimizer_class=torch.optim.Adam if z == "zerogroups"
+                                       else torch.optim.AdamW)
+        zopt.load_state_dict(lt.load_state_dict(store, job=f"mx-{z}")["optimizer"])
+        zopt.consolidate_state_dict(to=0)
+        same(zopt.state_dict(), want, f"{z}: loaded into a ZeroRedundancyOptimizer of world size 1")
         print(f"{z}: load_state_dict at world size 1, 3 and whole = the consolidated state_dict(); at 2 each "
-              "rank's shard = its local optimizer's", flush=True)
+              "rank's shard = its local optimizer's; it loads into AdamW/Adam and a 1-rank ZeRO", flush=True)
     if "ddp" in cases:
         want = torch.load(os.path.join(root, "ddp-rank0.pt"))
         sd = lt.load_state_dict(store, job="mx-ddp", world_size=1, rank=0, prefix="module.")
