@@ -21,7 +21,8 @@ another in each process) against one real snapsmp.
    resumed loss curve is the uninterrupted one.
 4. From the node store, load_state_dict of the ZeRO cases at world size 1
    (and with no world size, and at 3) equals ZeroRedundancyOptimizer's own
-   consolidated state_dict() at the last step; at world size 2 each rank's
+   consolidated state_dict() at the last step, and loads into a plain
+   AdamW/Adam and a 1-rank ZeroRedundancyOptimizer; at world size 2 each rank's
    shard equals its local optimizer's state_dict(); the DDP case's model
    loads with prefix "module." under the wrapper's names; LBFGS (the
    generic state_dict path) gives its own state_dict().
