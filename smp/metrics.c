@@ -53,6 +53,7 @@ static const struct {
 } cnt_names[SMP_CNT_N] = {
 	{ "libsnap_flush_failures_total", "Flushes of a step to HDF5 that failed.", 1 },
 	{ "libsnap_protect_failures_total", "Erasure-codings of a step that did not protect it.", 1 },
+	{ "libsnap_rebuilt_chunks_total", "Chunks rebuilt from parity when the mesh started (lost or corrupt here).", 1 },
 	{ "libsnap_rejected_connections_total", "Connections refused: another uid, or too many.", 0 },
 	{ "libsnap_request_errors_total", "Trainer and snaptool requests answered with an error.", 0 },
 	{ "libsnap_log_warnings_total", "Log lines at warn: something refused, lost or damaged.", 0 },
@@ -118,7 +119,7 @@ void smp_metrics_observe(enum smp_hist h, const char *job, double seconds)
 	pthread_mutex_unlock(&mu);
 }
 
-void smp_metrics_count(enum smp_counter c, const char *job)
+void smp_metrics_add(enum smp_counter c, const char *job, uint64_t n)
 {
 	if (!smp_metrics_on() || (unsigned)c >= SMP_CNT_N)
 		return;
@@ -126,11 +127,16 @@ void smp_metrics_count(enum smp_counter c, const char *job)
 	if (cnt_names[c].per_job) {
 		struct mjobm *j = job ? job_entry(job) : NULL;
 		if (j)
-			j->cnt[c]++;
+			j->cnt[c] += n;
 	} else {
-		node_cnt[c]++;
+		node_cnt[c] += n;
 	}
 	pthread_mutex_unlock(&mu);
+}
+
+void smp_metrics_count(enum smp_counter c, const char *job)
+{
+	smp_metrics_add(c, job, 1);
 }
 
 uint64_t smp_metrics_since(const char *job, int kind, uint64_t step, uint64_t now)
@@ -239,7 +245,7 @@ void smp_metrics_format(struct smp_text *t)
 		if (h != SMP_HIST_PROTECT || mesh_rank >= 0)
 			format_hist(t, h);
 	for (int c = 0; c < SMP_CNT_N; c++) {
-		if (c == SMP_CNT_PROTECT_FAILED && mesh_rank < 0)
+		if ((c == SMP_CNT_PROTECT_FAILED || c == SMP_CNT_REBUILT_CHUNKS) && mesh_rank < 0)
 			continue;
 		smp_text_printf(t, "# HELP %s %s\n# TYPE %s counter\n", cnt_names[c].name, cnt_names[c].help,
 				cnt_names[c].name);

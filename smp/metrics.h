@@ -32,11 +32,12 @@ enum smp_hist {
 	SMP_HIST_N
 };
 
-/* Counters: per job (SMP_CNT_FLUSH_FAILED, SMP_CNT_PROTECT_FAILED) or per
- * node (the rest; job NULL). */
+/* Counters: per job (flushes, protects, rebuilt chunks) or per node (the
+ * rest; job NULL). */
 enum smp_counter {
 	SMP_CNT_FLUSH_FAILED,     /* flushes of a step that failed */
 	SMP_CNT_PROTECT_FAILED,   /* mesh: encodes of a step that did not protect it */
+	SMP_CNT_REBUILT_CHUNKS,   /* mesh: chunks rebuilt from parity at a relaunch (lost or corrupt) */
 	SMP_CNT_REJECTED,         /* connections refused (wrong uid, too many) */
 	SMP_CNT_REQ_ERRORS,       /* requests answered with an error (not "busy, retry") */
 	SMP_CNT_LOG_WARN,         /* log lines at warn (refused, lost, damaged) ... */
@@ -61,6 +62,8 @@ void smp_metrics_stop(void);
 void smp_metrics_observe(enum smp_hist h, const char *job, double seconds);
 /* Count one event (job NULL for the per-node counters). */
 void smp_metrics_count(enum smp_counter c, const char *job);
+/* Count n events at once. */
+void smp_metrics_add(enum smp_counter c, const char *job, uint64_t n);
 
 /* The exposition under construction (export.c). */
 struct smp_text {
