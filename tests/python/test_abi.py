@@ -6,7 +6,7 @@ size and offset of every field of struct snap_config, snap_region and
 snap_region_info and the value of every enum and limit, and compare with
 ctypes. A header change not made in Python fails here. Also: every C field
 of snap_config is a Python setting and a SNAP_* variable named in
-docs/design.md's configuration table.
+docs/design/configuration.md's table.
 
 usage: test_abi.py --cc CC --src SOURCE_DIR --out DIR
 """
@@ -90,15 +90,15 @@ for s, py in structs.items():
         bad.append(f"struct {s}: C fields {cnames}, ctypes {pnames}")
 
 # One config: the C fields are the Python settings and (upper-cased) SNAP_*
-# variables documented in docs/design.md (rank/world_size/local_rank and the
+# variables documented in docs/design/configuration.md (rank/world_size/local_rank and the
 # codec bounds ride on their variables).
-design = open(os.path.join(args.src, "docs", "design.md")).read()
+design = open(os.path.join(args.src, "docs", "design", "configuration.md")).read()
 for f, _ in C.SnapConfig._fields_:
     if f.endswith("_bound") or f == "size":
         continue
     var = "SNAP_" + f.upper()
     if var not in design:
-        bad.append(f"snap_config.{f}: {var} is not in docs/design.md")
+        bad.append(f"snap_config.{f}: {var} is not in docs/design/configuration.md")
 cfg, py = C.config({"chunk_size": "1M", "copy_threads": 3, "codec_optim": "rel:1e-3", "job": "abi",
                      "flush_dir": "/x"})
 d = C.config_dict(cfg, py)
@@ -126,7 +126,7 @@ for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": 
 # The daemon's settings are still one config: each is a SNAP_* variable in the docs.
 for f in C.DAEMON_SETTINGS:
     if "SNAP_" + f.upper() not in design:
-        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/design.md")
+        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/design/configuration.md")
 L = C.lib()
 if L.snap_version() != 10000 * VERSION[0] + 100 * VERSION[1] + VERSION[2] or \
         L.snap_version_string().decode() != "%d.%d.%d" % VERSION:

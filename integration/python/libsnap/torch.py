@@ -312,7 +312,7 @@ class Checkpointer:
     def _reopen(self):
         """A new context for a new layout. The old one is closed first (it
         waits for its in-flight commit): snapsmp allows one connection per
-        rank. Committed steps stay (docs/design.md, generations)."""
+        rank. Committed steps stay (docs/design/store-and-protocol.md, generations)."""
         ctx, self._ctx = self._ctx, None
         ctx.close()
         cfg = self.cfg
