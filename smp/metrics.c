@@ -109,7 +109,7 @@ void smp_metrics_observe(enum smp_hist h, const char *job, double seconds)
 	while (b < NB && seconds > bounds[b])
 		b++;
 	pthread_mutex_lock(&mu);
-	struct mjobm *j = job_entry(job);
+	struct mjobm *j = smp_metrics_on() ? job_entry(job) : NULL;
 	if (j) {
 		if (b < NB)
 			j->h[h].le[b]++;
@@ -124,7 +124,9 @@ void smp_metrics_add(enum smp_counter c, const char *job, uint64_t n)
 	if (!smp_metrics_on() || (unsigned)c >= SMP_CNT_N)
 		return;
 	pthread_mutex_lock(&mu);
-	if (cnt_names[c].per_job) {
+	if (!smp_metrics_on()) {
+		/* stopped meanwhile: the table is gone */
+	} else if (cnt_names[c].per_job) {
 		struct mjobm *j = job ? job_entry(job) : NULL;
 		if (j)
 			j->cnt[c] += n;
@@ -144,7 +146,7 @@ uint64_t smp_metrics_since(const char *job, int kind, uint64_t step, uint64_t no
 	if (kind < 0 || kind > 3)
 		return now;
 	pthread_mutex_lock(&mu);
-	struct mjobm *j = job_entry(job);
+	struct mjobm *j = smp_metrics_on() ? job_entry(job) : NULL;
 	uint64_t t = now;
 	if (j) {
 		if (!j->seen[kind].has || j->seen[kind].step != step) {
@@ -364,6 +366,8 @@ int smp_metrics_start(const char *file, const char *node, int mesh_node, char *e
 	}
 	snprintf(node_name, sizeof(node_name), "%s", node);
 	mesh_rank = mesh_node;
+	stopping = 0;   /* a process may serve again after a stop (tests) */
+	werr_new = werr_was = 0;
 	/* Fail at start, not silently in the writer: the directory must take it. */
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {
@@ -394,9 +398,12 @@ void smp_metrics_stop(void)
 	pthread_mutex_unlock(&mu);
 	pthread_join(thr, NULL);
 	unlink(path);
+	pthread_mutex_lock(&mu);
 	while (jobs) {
 		struct mjobm *j = jobs;
 		jobs = j->next;
 		free(j);
 	}
+	memset(node_cnt, 0, sizeof(node_cnt));
+	pthread_mutex_unlock(&mu);
 }

@@ -10,7 +10,8 @@
  *
  *   8  main.c                   flags -> config, --ec, snap_smp_serve
  *   7  daemon.c                 poll loop, connections, signals, shutdown
- *   6  requests.c               the trainers' requests and their dispatch
+ *   6  requests.c export.c      the trainers' requests and their dispatch;
+ *                               the store's state as metrics (--metrics-file)
  *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
  *   4  persist.c meshflush.c filereq.c
  *                               flush policy (-> flush.c); the mesh's flush
@@ -27,9 +28,11 @@
  *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c
  *                               (meshmap: slot files kept mapped; fileent:
  *                               a job's captured-file entries)
- *   0  store.c slots.c reserve.c meshfiles.c   (libraries snapstore,
- *                               snapmeshfiles; reserve: slot files
- *                               reserved by a thread)
+ *   0  store.c slots.c reserve.c meshfiles.c metrics.c   (libraries
+ *                               snapstore, snapmeshfiles; reserve: slot
+ *                               files reserved by a thread; metrics:
+ *                               histograms, counters, the file's writer
+ *                               thread, recorded into from every layer)
  *
  * So requests.c answers requests and logs through log.c/reply.c, which
  * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and
