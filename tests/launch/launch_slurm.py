@@ -22,7 +22,9 @@ per run:
                 wiped (its memory is gone); n2 is resumed as the replacement
                 and the job is launched again on n1-n4: the mesh rebuilds
                 n2's store from parity and every rank restores the same
-                step, at least the newest one every node had protected.
+                step, at least the newest one every node had protected;
+                n2's --metrics-file shows that step protected and the
+                chunks rebuilt, labelled node="n2", mesh_node="1".
   preempt       the recipe under sbatch --requeue with SNAP_FLUSH_DIR; once a
                 step is protected everywhere, `scancel --signal=USR1 --batch`
                 (what --signal=B:USR1@N does before the time limit) makes the
@@ -320,6 +322,9 @@ def scenario_node_failure(run):
             raise SystemExit(1)
         time.sleep(0.2)
     say("n2 is down, its store gone; resumed as the replacement")
+    mdir = os.path.join(run.tmp, "metrics")
+    os.makedirs(mdir)
+    run.env.update(SNAP_METRICS_FILE=mdir + "/snapsmp%n.prom", SNAP_METRICS_INTERVAL="1")
     jobid = run.alloc()
     mesh = run.step_mesh(jobid)
     tr = run.step_trainers(jobid, "--steps", "0", "--bytes", "262144", "--resume")
@@ -328,6 +333,23 @@ def scenario_node_failure(run):
     check(got in run.protected(0), f"restored step {got} was never protected")
     rebuilt = run.read("smp1.log")
     check("rebuilt this lost node" in rebuilt, "node 1 (n2) did not log its store's rebuild")
+    # The replacement's metrics file says the same: its protected step, the
+    # chunks rebuilt there, under its SLURM node name and mesh rank.
+    mfile = os.path.join(mdir, "snapsmp1.prom")
+
+    def metric(name):
+        try:
+            with open(mfile) as f:
+                text = f.read()
+        except FileNotFoundError:
+            return None
+        m = re.search(rf'^{name}{{job="{JOB}",node="n2",mesh_node="1"}} (\S+)$', text, re.M)
+        return float(m.group(1)) if m else None
+    run.w.watch(mdir)
+    run.until(lambda: metric("libsnap_protected_step") == got and (metric("libsnap_rebuilt_chunks_total") or 0) > 0,
+              "n2's metrics file to show the rebuild", limit=60, procs=[mesh])
+    say(f"n2's metrics: protected step {metric('libsnap_protected_step'):.0f}, "
+        f"{metric('libsnap_rebuilt_chunks_total'):.0f} chunks rebuilt")
     check(run.stop(mesh, step="mesh") == 0, "the mesh did not stop cleanly")
     run.slurm("scancel", jobid)
 
