@@ -532,6 +532,23 @@ EXPORT int access(const char *path, int mode)
 	return pl_real.faccessat(AT_FDCWD, path, mode, 0);
 }
 
+/* glibc's euidaccess reaches access past the PLT (sort checks its inputs with it). */
+EXPORT int euidaccess(const char *path, int mode)
+{
+	PL_INIT();
+	if (pl_cfg.enabled) {
+		int h, r = pl_access(AT_FDCWD, path, mode, &h);
+		if (h)
+			return r;
+	}
+	return pl_real.faccessat(AT_FDCWD, path, mode, AT_EACCESS);
+}
+
+EXPORT int eaccess(const char *path, int mode)
+{
+	return euidaccess(path, mode);
+}
+
 EXPORT int faccessat(int dirfd, const char *path, int mode, int flags)
 {
 	PL_INIT();
