@@ -91,6 +91,32 @@ int plf_split_dir(const char *abs, char *dir, size_t cap)
 	return 0;
 }
 
+int plf_follow(char *abs)
+{
+	/* A real symbolic link under a captured directory may name a store file: follow it lexically. */
+	for (int hops = 0; hops < 8; hops++) {
+		struct stat st;
+		char t[PATH_MAX], n[2 * PATH_MAX];
+		if (pl_real.fstatat(AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode))
+			return hops > 0;
+		ssize_t l = readlink(abs, t, sizeof(t) - 1);
+		if (l <= 0)
+			return 0;
+		t[l] = '\0';
+		if (t[0] == '/') {
+			snprintf(n, sizeof(n), "%s", t);
+		} else {
+			char dir[PATH_MAX];
+			if (plf_split_dir(abs, dir, sizeof(dir)))
+				return 0;
+			snprintf(n, sizeof(n), "%s/%s", dir, t);
+		}
+		if (pl_normalize(n, abs, PATH_MAX))
+			return 0;
+	}
+	return 0;
+}
+
 void plf_data_mode(int fd, uint32_t mode)
 {
 	/* the program's fstat on its descriptor sees its mode; snapsmp keeps read and write */
@@ -282,6 +308,11 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 				return pl_real.openat(AT_FDCWD, dp, flags & ~(O_CREAT | O_EXCL));
 			int fd = plf_open_committed(abs, flags);
 			if (fd != -2)
+				return fd;
+			char to[PATH_MAX], ta[PATH_MAX];
+			snprintf(to, sizeof(to), "%s", abs);
+			if (!(flags & O_NOFOLLOW) && plf_follow(to) && pl_resolve(AT_FDCWD, to, ta) &&
+			    (fd = plf_open_committed(ta, flags)) != -2)
 				return fd;
 		}
 		int fd = pl_real.openat(dirfd, path, flags, mode);
@@ -766,6 +797,16 @@ void pl_export_fd(int fd, const char *why)
 	export_file(p, why);
 	pthread_mutex_unlock(&p->mu);
 	pl_release(p, 0);
+}
+
+int pl_files_open(void)
+{
+	pthread_mutex_lock(&plf_tab_mu);
+	int any = 0;
+	for (struct pl_file *p = writing; p && !any; p = p->wnext)
+		any = !atomic_load(&p->exported) && p->owner == getpid();
+	pthread_mutex_unlock(&plf_tab_mu);
+	return any;
 }
 
 void pl_files_at_exit(void)

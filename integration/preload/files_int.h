@@ -42,6 +42,8 @@ PL_HIDDEN struct pl_file *plf_find_writing(const char *abs);
 PL_HIDDEN int plf_split_dir(const char *abs, char *dir, size_t cap);
 PL_HIDDEN int plf_copy_range(int from, int to, uint64_t len);
 PL_HIDDEN void plf_data_mode(int fd, uint32_t mode);
+/* abs is a real symbolic link: abs becomes what it names (normalized), 1; else 0. */
+PL_HIDDEN int plf_follow(char *abs);
 /* A hidden name beside abs for bytes headed for the file system. */
 PL_HIDDEN int plf_fallback_name(const char *abs, char *out, size_t cap);
 /* Rename a finished temporary over path, the store's older copy dropped first. */

@@ -62,6 +62,9 @@ int pl_stat(int dirfd, const char *path, struct stat *st, int flags, int *handle
 	if (((flags & AT_EMPTY_PATH) && path && !path[0]) || !pl_resolve(dirfd, path, abs))
 		return -1;
 	int r = plf_store_stat(abs, st);
+	char ta[PATH_MAX];
+	if (r == 0 && !(flags & AT_SYMLINK_NOFOLLOW) && plf_follow(abs) && pl_resolve(AT_FDCWD, abs, ta))
+		r = plf_store_stat(ta, st);
 	if (r == 0)
 		return -1;
 	*handled = 1;

@@ -175,9 +175,17 @@ int pl_resolve(int dirfd, const char *path, char *out)
 				return 0;   /* working directory unknown (removed) */
 		} else {
 			struct pl_file *p = pl_get(dirfd);
-			if (!p || p->kind != PL_DIR)
-				return 0;
-			snprintf(tmp, PATH_MAX, "%s", p->path);
+			if (p && p->kind == PL_DIR) {
+				snprintf(tmp, PATH_MAX, "%s", p->path);
+			} else {
+				/* A directory opened past the preload (O_PATH, inside a library): the kernel knows where. */
+				char link[64];
+				snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
+				ssize_t n = readlink(link, tmp, PATH_MAX - 1);
+				if (n <= 0 || tmp[0] != '/')
+					return 0;
+				tmp[n] = '\0';
+			}
 		}
 		bl = strlen(tmp);
 		size_t pl = strlen(path);

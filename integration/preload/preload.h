@@ -224,6 +224,8 @@ PL_HIDDEN void pl_export_all(const char *why);
 PL_HIDDEN void pl_export_fd(int fd, const char *why);
 /* The process ends (exit, _exit): commit what it still has open, as the kernel's close would. */
 PL_HIDDEN void pl_files_at_exit(void);
+/* This process has store files open for writing. */
+PL_HIDDEN int pl_files_open(void);
 /* Metadata on captured paths and descriptors (meta.c). */
 PL_HIDDEN int pl_meta_mode(int dirfd, const char *path, int fd, mode_t mode, int flags, int *handled);
 PL_HIDDEN int pl_meta_times(int dirfd, const char *path, int fd, const struct timespec ts[2], int flags, int *handled);

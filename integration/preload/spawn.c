@@ -287,10 +287,11 @@ EXPORT void _Exit(int status)
 
 __attribute__((destructor)) static void pl_at_exit(void)
 {
-	if (!atomic_load(&pl_ready) || !pl_cfg.enabled)
+	if (!atomic_load(&pl_ready) || !pl_cfg.enabled || !pl_files_open())
 		return;
 	/* exit() flushes the streams after the destructors: a stream still open
-	 * on a captured file must reach it before its commit. */
+	 * on a captured file must reach it before its commit. (Only then: a
+	 * stream another thread holds locked would block here.) */
 	fflush(NULL);
 	pl_files_at_exit();
 }
