@@ -105,6 +105,34 @@ with open("sp", "a") as f:
     subprocess.run(["echo", "child"], stdout=f, check=True)
     f.write("after\n")
 subprocess.run("seq 3 > sh1; echo x >> sh1", shell=True, check=True)
+pid = os.posix_spawnp("seq", ["seq", "7"], os.environ,
+                      file_actions=[(os.POSIX_SPAWN_OPEN, 1, "ps", os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)])
+assert os.waitpid(pid, 0)[1] == 0
+with open("ps2", "w") as f:
+    f.write("before\n")
+    f.flush()
+    pid = os.posix_spawnp("echo", ["echo", "spawned"], os.environ, file_actions=[(os.POSIX_SPAWN_DUP2, f.fileno(), 1)])
+    assert os.waitpid(pid, 0)[1] == 0
+import socket
+a, b = socket.socketpair()
+pid = os.fork()
+if pid == 0:
+    a.close()
+    msg, fds, _, _ = socket.recv_fds(b, 10, 1)
+    os.write(fds[0], b"from the receiver\n")
+    os._exit(0)
+b.close()
+with open("passed", "w") as f:
+    f.write("sender\n")
+    f.flush()
+    socket.send_fds(a, [b"x"], [f.fileno()])
+    assert os.waitpid(pid, 0)[1] == 0
+    f.write("sender again\n")
+with open("exitopen", "w") as f:
+    pass
+# A process that ends without closing its file (os._exit: no finalizers): the end is its close.
+subprocess.run([sys.executable, "-c", "import os; f = open('noclose', 'w'); f.write('never closed'); f.flush(); "
+                "os._exit(0)"], check=True)
 os.chmod("c1", 0o600)
 os.utime("c1", ns=(1_500_000_000_000_000_000, 1_500_000_000_123_456_789))
 os.symlink("c1", "c1link")
@@ -134,6 +162,12 @@ exec 4> fd4; echo a >&4; seq 3 >&4; echo b >&4; exec 4>&-
 head -c 100000 /dev/zero | tr '\0' x > blob
 { echo one; seq 2; } > group; (echo sub; seq 2) > subsh
 echo marker > m1 && cat m1 > m2 && cat m1 m2 > m3''', False),
+    ("shell2", r'''seq 5 &> both; { echo out; echo err >&2; } > mixed 2>&1; echo x >| clob; cat > cat1 <<< "here string"
+exec 5>> app; echo 1 >&5; (echo 2 >&5); echo 3 >&5; exec 5>&-
+seq 100 | split -l 30 - part.; awk '{print > ("awk." ($1 % 3))}' part.aa; seq 10 | xargs -n 3 echo > xa
+t=$(mktemp -p .); echo temp > "$t"; mv "$t" mt; perl -e 'open(F,">","pl") or die; print F "perl\n"; close F'
+perl -pi -e 's/perl/PERL/' pl; find . -name 'part.*' | sort | xargs cat > found; csplit -s -f cs found 50
+(exec > whole; echo a; seq 2; echo b)''', False),
     ("cp", r'''cp -a "$SRC/tree" tree; cp "$SRC/tree/a.txt" plain.txt; cp -p "$SRC/tree/x.bin" p.bin
 cp -r "$SRC/tree" r; cp a-missing b 2> err; echo rc=$? >> err''', True),
     ("mv", r'''cp "$SRC/tree/a.txt" m1; mv m1 m2; mkdir d; cp -r "$SRC/tree" d/; mv d d2; cp -a "$SRC/tree/a.txt" m3
