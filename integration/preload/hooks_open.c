@@ -9,6 +9,7 @@
  * owner, times, links), spawn.c (fork, exec, the process's end).
  * docs/preload.md has the table.
  */
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -16,6 +17,7 @@
 #include <string.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "preload.h"
@@ -269,4 +271,70 @@ EXPORT int fcntl64(int fd, int cmd, ...)
 	void *arg = va_arg(ap, void *);
 	va_end(ap);
 	return do_fcntl(fd, cmd, arg);
+}
+
+/* ---- temporaries ----------------------------------------------------------- */
+
+/*
+ * glibc's mkstemp family opens past the PLT: in a captured directory the
+ * name is made here and opened through the hooks, so the temporary (sed -i,
+ * zip, tempfile) is a store file like any other.
+ */
+static int do_mkstemp(char *tmpl, int suffixlen, int flags)
+{
+	PL_INIT();
+	char abs[PATH_MAX];
+	size_t len = tmpl ? strlen(tmpl) : 0;
+	if (!pl_cfg.enabled || suffixlen < 0 || len < 6 + (size_t)suffixlen || !pl_resolve(AT_FDCWD, tmpl, abs)) {
+		/* mkstemp(t) is mkostemps(t, 0, 0), and so on */
+		int (*real)(char *, int, int) = NULL;
+		void *p = dlsym(RTLD_NEXT, "mkostemps");
+		memcpy(&real, &p, sizeof(p));
+		return real(tmpl, suffixlen, flags);
+	}
+	char *x = tmpl + len - suffixlen - 6;
+	if (memcmp(x, "XXXXXX", 6) != 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	static const char set[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
+	uint64_t v = (uint64_t)time(NULL) ^ ((uint64_t)getpid() << 20) ^ (uint64_t)(uintptr_t)&v;
+	for (int tries = 0; tries < 10000; tries++) {
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		v = v * 6364136223846793005ull + (uint64_t)ts.tv_nsec + 1442695040888963407ull;
+		uint64_t r = v;
+		for (int i = 0; i < 6; i++, r /= 62)
+			x[i] = set[r % 62];
+		int fd = do_open(AT_FDCWD, tmpl, O_RDWR | O_CREAT | O_EXCL | (flags & ~O_ACCMODE), 0600);
+		if (fd >= 0 || errno != EEXIST)
+			return fd;
+	}
+	errno = EEXIST;
+	return -1;
+}
+
+EXPORT int mkstemp(char *tmpl)
+{
+	return do_mkstemp(tmpl, 0, 0);
+}
+
+EXPORT int mkstemp64(char *tmpl)
+{
+	return do_mkstemp(tmpl, 0, 0);
+}
+
+EXPORT int mkostemp(char *tmpl, int flags)
+{
+	return do_mkstemp(tmpl, 0, flags);
+}
+
+EXPORT int mkstemps(char *tmpl, int suffixlen)
+{
+	return do_mkstemp(tmpl, suffixlen, 0);
+}
+
+EXPORT int mkostemps(char *tmpl, int suffixlen, int flags)
+{
+	return do_mkstemp(tmpl, suffixlen, flags);
 }
