@@ -12,11 +12,12 @@ Before anything is compared the preload proves it is loaded and capturing:
 a preloaded Python writes a marker that must be in the store's namespace and
 not on the disk.
 
-  --kill N   SIGKILL trials: a preloaded Python and a preloaded shell write
-             numbered files, each killed at a random file (after that file
-             was reported complete); afterwards every visible file of the
-             Python writer is complete, and every file reported earlier by
-             either writer is there with its bytes.
+  --kill N   SIGKILL trials, N of each: a preloaded Python and a preloaded
+             shell write numbered files, tar x and cp -r copy 300 files,
+             each killed at a random file (after the program reported it);
+             afterwards every visible file of Python, tar and cp is whole,
+             and every file finished before the kill is there with its
+             bytes, under the preload and on disk after the flush.
 """
 import argparse
 import hashlib
@@ -381,6 +382,41 @@ def kill_trials(rng, smp):
                         continue
                     i = int(n[1:])
                     check(v[0] == f"f{1000 + 997 * i}", f"kill python {t}: a visible file is complete: {n} {v}")
+    # tar x and cp -r killed mid-run: they name each file as they start it (-v), so a file named
+    # before the last one is complete; every file visible afterwards must be whole (a store file
+    # appears only at its close), and the ones finished before the kill must be there.
+    big = f"{ROOT}/killsrc"
+    if not os.path.isdir(big):
+        os.makedirs(big)
+        for i in range(300):
+            with open(f"{big}/k{i:03d}", "wb") as f:
+                f.write(bytes([i % 251]) * (4096 + 7919 * i))
+        subprocess.run(["tar", "cf", f"{ROOT}/kill.tar", "-C", big, "."], check=True)
+    sizes = {f"k{i:03d}": 4096 + 7919 * i for i in range(300)}
+    for kind, argv in (("tar", ["tar", "xvf", f"{ROOT}/kill.tar"]), ("cp", ["cp", "-rv", f"{big}/.", "."])):
+        for t in range(args.kill):
+            d = f"{CAP}/kill-{kind}-{t}"
+            os.makedirs(d)
+            at = rng.randrange(2, 250)
+            p = subprocess.Popen(argv, cwd=d, env=env(True), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+            started = []
+            for line in p.stdout:
+                name = os.path.basename(line.decode().split(" -> ")[-1].strip().strip("'"))
+                if name in sizes:
+                    started.append(name)
+                if len(started) > at:
+                    break
+            p.kill()
+            p.wait()
+            p.stdout.close()
+            seen = walk(d, True)
+            for n in started[:-1]:
+                check(seen.get(n, [""])[0] == f"f{sizes[n]}",
+                      f"kill {kind} {t}: {n}, finished before the kill, is there whole: {seen.get(n)}")
+                KEPT.append((os.path.join(d, n), sizes[n]))
+            for n, v in seen.items():
+                if n in sizes:
+                    check(v[0] == f"f{sizes[n]}", f"kill {kind} {t}: a visible file is whole: {n} {v}")
     # snapsmp still serves: the next case's commits work (checked by the caller's flush comparison).
     return smp
 
