@@ -6,7 +6,7 @@
  * the same settings to find what a daemon would use.
  *
  * One config: each field <-> its SNAP_* variable <-> the snapsmp flag
- * (--mem-limit <-> SNAP_MEM_LIMIT <-> mem_limit), as docs/design.md lists.
+ * (--mem-limit <-> SNAP_MEM_LIMIT <-> mem_limit), as docs/design/configuration.md lists.
  */
 #ifndef SNAP_SMP_CONFIG_H
 #define SNAP_SMP_CONFIG_H
