@@ -12,6 +12,7 @@ pkgs=(
   python3-numpy python3-h5py python3-torch
   python3-venv python3-pip python3-setuptools   # python.install: pip install ./integration/python into a venv
   fio
+  git sqlite3 zip unzip rsync   # preload.transparency: real programs run plainly and under the preload
 )
 
 missing=()

@@ -168,6 +168,21 @@ void pl_track_dir(int fd, const char *abs)
 	track_new(fd, p);
 }
 
+/* A committed store file opened for reading: remember its path (fchmod, futimens, fchown on it). */
+static int track_read(int fd, const char *abs)
+{
+	if (fd < 0 || (unsigned)fd >= PL_MAXFD)
+		return fd;
+	struct pl_file *p = calloc(1, sizeof(*p));
+	if (!p || !(p->path = strdup(abs))) {
+		free(p);
+		return fd;   /* untracked: metadata calls on it act on the data file only */
+	}
+	p->kind = PL_READ;
+	track_new(fd, p);
+	return fd;
+}
+
 static int request_grow(struct pl_file *p, uint64_t bytes, char *msg, size_t msglen)
 {
 	struct snap_wbuf w = { 0 };
@@ -308,12 +323,12 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 				return pl_real.openat(AT_FDCWD, dp, flags & ~(O_CREAT | O_EXCL));
 			int fd = plf_open_committed(abs, flags);
 			if (fd != -2)
-				return fd;
+				return track_read(fd, abs);
 			char to[PATH_MAX], ta[PATH_MAX];
 			snprintf(to, sizeof(to), "%s", abs);
 			if (!(flags & O_NOFOLLOW) && plf_follow(to) && pl_resolve(AT_FDCWD, to, ta) &&
 			    (fd = plf_open_committed(ta, flags)) != -2)
-				return fd;
+				return track_read(fd, ta);
 		}
 		int fd = pl_real.openat(dirfd, path, flags, mode);
 		if (fd >= 0 && pl_real.fstatat(fd, "", &rst, AT_EMPTY_PATH) == 0 && S_ISDIR(rst.st_mode))

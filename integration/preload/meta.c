@@ -105,10 +105,18 @@ static int store_set(const char *abs, int fd, int set, mode_t mode, uint64_t mti
 	return 1;
 }
 
-static int resolve(int dirfd, const char *path, int fd, char *abs)
+/* *fd >= 0: a descriptor call; one on a committed file opened for reading acts on its path (*fd = -1). */
+static int resolve(int dirfd, const char *path, int *fd, char *abs)
 {
-	if (fd >= 0)
-		return pl_get(fd) != NULL;
+	if (*fd >= 0) {
+		struct pl_file *p = pl_get(*fd);
+		if (p && p->kind == PL_READ) {
+			snprintf(abs, PATH_MAX, "%s", p->path);
+			*fd = -1;
+			return 1;
+		}
+		return p && p->kind == PL_WRITE;
+	}
 	return path && pl_resolve(dirfd, path, abs);
 }
 
@@ -118,7 +126,7 @@ int pl_meta_mode(int dirfd, const char *path, int fd, mode_t mode, int flags, in
 	(void)flags;
 	*handled = 0;
 	int rc = 0;
-	if (!resolve(dirfd, path, fd, abs) || !store_set(abs, fd, SET_MODE, mode, 0, &rc))
+	if (!resolve(dirfd, path, &fd, abs) || !store_set(abs, fd, SET_MODE, mode, 0, &rc))
 		return -1;
 	*handled = 1;
 	return rc;
@@ -136,7 +144,7 @@ int pl_meta_times(int dirfd, const char *path, int fd, const struct timespec ts[
 	char abs[PATH_MAX];
 	(void)flags;
 	*handled = 0;
-	if (!resolve(dirfd, path, fd, abs))
+	if (!resolve(dirfd, path, &fd, abs))
 		return -1;
 	/* The store keeps one time, the mtime; an atime-only change has nothing to change. */
 	int set = SET_MTIME;
@@ -171,7 +179,10 @@ int pl_meta_owner(int dirfd, const char *path, int fd, uid_t uid, gid_t gid, int
 	char abs[PATH_MAX];
 	(void)flags;
 	*handled = 0;
-	if (fd >= 0) {
+	if (fd >= 0 && pl_get(fd) && pl_get(fd)->kind == PL_READ) {
+		if (!resolve(dirfd, path, &fd, abs))
+			return -1;
+	} else if (fd >= 0) {
 		struct pl_file *p = hold_fd(fd);
 		if (!p)
 			return -1;
@@ -270,6 +281,12 @@ EXPORT int chmod(const char *path, mode_t mode)
 {
 	NEXT(chmod_t, "chmod");
 	META(pl_meta_mode(AT_FDCWD, path, -1, mode, 0, &h_), real_(path, mode));
+}
+
+EXPORT int lchmod(const char *path, mode_t mode)
+{
+	NEXT(chmod_t, "lchmod");
+	META(pl_meta_mode(AT_FDCWD, path, -1, mode, AT_SYMLINK_NOFOLLOW, &h_), real_(path, mode));
 }
 
 EXPORT int fchmod(int fd, mode_t mode)

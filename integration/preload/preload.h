@@ -153,7 +153,8 @@ PL_HIDDEN void pl_conn_atfork_parent(void);
 PL_HIDDEN void pl_conn_atfork_child(void);
 
 /* ---- descriptors and captured files (files.c, nsread.c, nsops.c) ---- */
-enum { PL_WRITE = 1, PL_DIR = 2 };
+/* PL_READ: a committed store file opened for reading (its path, for fchmod and the like). */
+enum { PL_WRITE = 1, PL_DIR = 2, PL_READ = 3 };
 
 struct pl_file {
 	int kind;
