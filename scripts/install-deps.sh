@@ -14,6 +14,7 @@ pkgs=(
   fio
   prometheus prometheus-node-exporter    # smp.metrics_prometheus: a real scrape of --metrics-file
   slurmd slurmctld slurm-client munge    # launch.slurm*: a private 4-node SLURM cluster (tests/launch/slurm_cluster.sh)
+  git sqlite3 zip unzip rsync   # preload.transparency: real programs run plainly and under the preload
 )
 
 missing=()

@@ -115,8 +115,11 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 			goto out;
 		}
 	}
-	/* The mode the creating process asked for, whatever snapsmp's umask. */
-	if (fchmod(fd, m->mode & 07777) != 0 || fsync(fd) != 0) {
+	/* The mode the creating process asked for (or set later), whatever
+	 * snapsmp's umask; the mtime of its commit, or the one it set itself. */
+	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+				  { .tv_sec = (time_t)(m->mtime_ns / 1000000000ull), .tv_nsec = (long)(m->mtime_ns % 1000000000ull) } };
+	if (fchmod(fd, m->mode & 07777) != 0 || futimens(fd, ts) != 0 || fsync(fd) != 0) {
 		snap_fmt(why, whylen, "cannot sync %s: %s", tmp, strerror(errno));
 		goto out;
 	}

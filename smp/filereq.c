@@ -112,8 +112,11 @@ static int on_commit(struct snap_files *f, struct fjob *j, struct conn *c, struc
 	uint64_t id = snap_get_u64(r), size = snap_get_u64(r);
 	uint32_t chunk = snap_get_u32(r), n = snap_get_u32(r);
 	struct fwip *w = files_find_wip(j, id, c);
+	size_t left = snap_rbuf_left(r);
+	/* An optional trailer: what the program set itself (u32 flags: 1 mode, 2 mtime; u32 mode; u64 mtime_ns). */
+	int trailer = left == (size_t)n * 4 + 16;
 	if (r->bad || !w || chunk < 4096 || chunk > (1u << 31) || n != snap_fman_nchunks(size, chunk) ||
-	    snap_rbuf_left(r) != (size_t)n * 4) {
+	    (left != (size_t)n * 4 && !trailer)) {
 		snap_fmt(err, errlen, "malformed FCOMMIT (file %016" PRIx64 ", %" PRIu64 " bytes, chunk %u, %u CRCs)", id,
 			 size, chunk, n);
 		return SNAP_EPROTO;
@@ -131,6 +134,14 @@ static int on_commit(struct snap_files *f, struct fjob *j, struct conn *c, struc
 	e->man.size = e->size = size;
 	e->man.mtime_ns = e->mtime_ns = files_wall_ns();
 	e->man.mode = w->mode;
+	if (trailer) {
+		uint32_t set = snap_get_u32(r), mode = snap_get_u32(r);
+		uint64_t mtime = snap_get_u64(r);
+		if ((set & 1) && mode <= 07777)
+			e->man.mode = mode;
+		if (set & 2)
+			e->man.mtime_ns = mtime;
+	}
 	e->man.chunk = chunk;
 	e->man.nchunks = n;
 	e->job = j;
@@ -153,6 +164,16 @@ static int on_commit(struct snap_files *f, struct fjob *j, struct conn *c, struc
 		}
 		if (p != MAP_FAILED)
 			munmap((void *)p, size);
+	}
+	if (fd >= 0 && !rc) {
+		/* fstat on a reader's descriptor (the data file itself) then says
+		 * what stat says: the mode (snapsmp keeps read and write) and mtime. */
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+					  { .tv_sec = (time_t)(e->man.mtime_ns / 1000000000ull),
+					    .tv_nsec = (long)(e->man.mtime_ns % 1000000000ull) } };
+		if (fchmod(fd, (e->man.mode | 0600) & 07777) != 0 || futimens(fd, ts) != 0) {
+			/* cosmetic: the manifest holds the truth */
+		}
 	}
 	if (fd >= 0)
 		close(fd);

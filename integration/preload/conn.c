@@ -60,7 +60,7 @@ static int ensure(int force)
 	int s = -1;
 	if (strlen(pl_cfg.socket) < sizeof(a.sun_path)) {
 		strcpy(a.sun_path, pl_cfg.socket);
-		s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+		s = pl_hide_fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
 	}
 	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0 && attach(s) == 0) {
 		sock = s;

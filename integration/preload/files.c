@@ -21,6 +21,8 @@ static atomic_int maxfd;           /* highest descriptor ever tracked */
 
 /* ---- small helpers ------------------------------------------------------- */
 
+static void apply_meta(struct pl_file *p, int fd);
+
 void plf_data_path(uint64_t id, char *out, size_t cap)
 {
 	char name[17];
@@ -64,7 +66,7 @@ static void free_file(struct pl_file *p)
 struct pl_file *plf_find_writing(const char *abs)
 {
 	for (struct pl_file *p = writing; p; p = p->wnext)
-		if (!p->unlinked && strcmp(p->path, abs) == 0)
+		if (!p->unlinked && !atomic_load(&p->exported) && strcmp(p->path, abs) == 0)
 			return p;
 	return NULL;
 }
@@ -87,6 +89,40 @@ int plf_split_dir(const char *abs, char *dir, size_t cap)
 	memcpy(dir, abs, dl);
 	dir[dl] = '\0';
 	return 0;
+}
+
+int plf_follow(char *abs)
+{
+	/* A real symbolic link under a captured directory may name a store file: follow it lexically. */
+	for (int hops = 0; hops < 8; hops++) {
+		struct stat st;
+		char t[PATH_MAX], n[2 * PATH_MAX];
+		if (pl_real.fstatat(AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISLNK(st.st_mode))
+			return hops > 0;
+		ssize_t l = readlink(abs, t, sizeof(t) - 1);
+		if (l <= 0)
+			return 0;
+		t[l] = '\0';
+		if (t[0] == '/') {
+			snprintf(n, sizeof(n), "%s", t);
+		} else {
+			char dir[PATH_MAX];
+			if (plf_split_dir(abs, dir, sizeof(dir)))
+				return 0;
+			snprintf(n, sizeof(n), "%s/%s", dir, t);
+		}
+		if (pl_normalize(n, abs, PATH_MAX))
+			return 0;
+	}
+	return 0;
+}
+
+void plf_data_mode(int fd, uint32_t mode)
+{
+	/* the program's fstat on its descriptor sees its mode; snapsmp keeps read and write */
+	if (syscall(SYS_fchmod, fd, (mode | 0600) & 07777) != 0) {
+		/* the manifest holds the mode all the same */
+	}
 }
 
 int plf_copy_range(int from, int to, uint64_t len)
@@ -132,6 +168,21 @@ void pl_track_dir(int fd, const char *abs)
 	track_new(fd, p);
 }
 
+/* A committed store file opened for reading: remember its path (fchmod, futimens, fchown on it). */
+static int track_read(int fd, const char *abs)
+{
+	if (fd < 0 || (unsigned)fd >= PL_MAXFD)
+		return fd;
+	struct pl_file *p = calloc(1, sizeof(*p));
+	if (!p || !(p->path = strdup(abs))) {
+		free(p);
+		return fd;   /* untracked: metadata calls on it act on the data file only */
+	}
+	p->kind = PL_READ;
+	track_new(fd, p);
+	return fd;
+}
+
 static int request_grow(struct pl_file *p, uint64_t bytes, char *msg, size_t msglen)
 {
 	struct snap_wbuf w = { 0 };
@@ -161,7 +212,7 @@ static void send_abort(uint64_t id)
 }
 
 /* A hidden name beside abs for bytes that go to the file system (renamed over abs at close). */
-static int fallback_name(const char *abs, char *out, size_t cap)
+int plf_fallback_name(const char *abs, char *out, size_t cap)
 {
 	static atomic_uint seq;
 	char dir[PATH_MAX];
@@ -219,7 +270,7 @@ static int open_fallback(const char *abs, int flags, uint32_t fmode, int exists)
 {
 	char tmp[PATH_MAX + 64];
 	struct pl_file *p = new_write(abs, flags & O_ACCMODE, flags, fmode);
-	if (!p || fallback_name(abs, tmp, sizeof(tmp)) || !(p->data = strdup(tmp))) {
+	if (!p || plf_fallback_name(abs, tmp, sizeof(tmp)) || !(p->data = strdup(tmp))) {
 		if (p)
 			free_file(p);
 		errno = ENOMEM;
@@ -237,7 +288,7 @@ static int open_fallback(const char *abs, int flags, uint32_t fmode, int exists)
 			pl_real.close(wfd);
 	}
 	if (fd >= 0)
-		p->rfd = pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC);
+		p->rfd = pl_hide_fd(pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC));
 	if (fd < 0 || p->rfd < 0 || (unsigned)fd >= PL_MAXFD) {
 		if (fd >= 0)
 			e = EMFILE, pl_real.close(fd);
@@ -272,7 +323,12 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 				return pl_real.openat(AT_FDCWD, dp, flags & ~(O_CREAT | O_EXCL));
 			int fd = plf_open_committed(abs, flags);
 			if (fd != -2)
-				return fd;
+				return track_read(fd, abs);
+			char to[PATH_MAX], ta[PATH_MAX];
+			snprintf(to, sizeof(to), "%s", abs);
+			if (!(flags & O_NOFOLLOW) && plf_follow(to) && pl_resolve(AT_FDCWD, to, ta) &&
+			    (fd = plf_open_committed(ta, flags)) != -2)
+				return track_read(fd, ta);
 		}
 		int fd = pl_real.openat(dirfd, path, flags, mode);
 		if (fd >= 0 && pl_real.fstatat(fd, "", &rst, AT_EMPTY_PATH) == 0 && S_ISDIR(rst.st_mode))
@@ -366,8 +422,10 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 	}
 	p->id = id;
 	int fd = pl_real.openat(AT_FDCWD, dp, (flags & KEEP_FLAGS) | O_NOFOLLOW);
-	p->rfd = fd >= 0 ? pl_real.openat(AT_FDCWD, dp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW) : -1;
+	p->rfd = fd >= 0 ? pl_hide_fd(pl_real.openat(AT_FDCWD, dp, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) : -1;
 	int ok = fd >= 0 && p->rfd >= 0 && (unsigned)fd < PL_MAXFD;
+	if (ok)
+		plf_data_mode(fd, fmode);
 	if (ok && !(flags & O_TRUNC) && exists) {
 		/* Opened for update: the new version starts as a copy of the current one. */
 		struct stat st;
@@ -398,6 +456,10 @@ static void redirect(struct pl_file *p, int realfd)
 	for (int fd = 0; fd <= top && fd < PL_MAXFD; fd++) {
 		if (atomic_load(&pl_tab[fd]) != p)
 			continue;
+		struct stat a, b;
+		if (pl_real.fstatat(fd, "", &a, AT_EMPTY_PATH) != 0 || pl_real.fstatat(p->rfd, "", &b, AT_EMPTY_PATH) != 0 ||
+		    a.st_dev != b.st_dev || a.st_ino != b.st_ino)
+			continue;   /* a stale entry: that number names something else now */
 		int cloexec = pl_real.fcntl(fd, F_GETFD) & FD_CLOEXEC;
 		pl_real.dup3(realfd, fd, cloexec ? O_CLOEXEC : 0);
 	}
@@ -417,11 +479,11 @@ static int fall_back(struct pl_file *p, int fd, const char *why)
 		return 0;
 	char tmp[PATH_MAX + 64];
 	int acc = p->accmode == O_RDONLY ? O_RDWR : p->accmode;
-	int realfd = fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
+	int realfd = plf_fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
 		pl_real.openat(AT_FDCWD, tmp, acc | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
 	struct stat st;
 	off_t pos = lseek(fd, 0, SEEK_CUR);
-	int rfd = realfd >= 0 ? pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC) : -1;
+	int rfd = realfd >= 0 ? pl_hide_fd(pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC)) : -1;
 	char *data = rfd >= 0 ? strdup(tmp) : NULL;
 	if (!data || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
 	    plf_copy_range(p->rfd, realfd, (uint64_t)st.st_size) != 0) {
@@ -459,6 +521,8 @@ void pl_prewrite(struct pl_file *p, int fd, int64_t off, uint64_t n)
 {
 	if (p->kind != PL_WRITE || atomic_load(&p->fallen) || p->owner != getpid())
 		return;
+	if (atomic_load_explicit(&p->tset, memory_order_relaxed))
+		atomic_store(&p->tset, 0);   /* a write after futimens moves the mtime on, as on disk */
 	uint64_t end;
 	if (off >= 0) {
 		end = (uint64_t)off + n;
@@ -498,7 +562,7 @@ int pl_write_failed(struct pl_file *p, int fd)
 }
 
 /* Put a finished temporary in place of its path: first the store's older copy goes, so it can never shadow this one. */
-static int install_real(const char *tmp, const char *path)
+int plf_install_real(const char *tmp, const char *path)
 {
 	plf_store_forget(path);
 	if (pl_real.renameat(AT_FDCWD, tmp, AT_FDCWD, path) != 0) {
@@ -520,7 +584,7 @@ static int save_to_disk(struct pl_file *p, const char *why)
 {
 	char tmp[PATH_MAX + 64];
 	struct stat st;
-	int fd = fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
+	int fd = plf_fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
 		pl_real.openat(AT_FDCWD, tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
 	int ok = fd >= 0 && pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) == 0 &&
 		 plf_copy_range(p->rfd, fd, (uint64_t)st.st_size) == 0 && fsync(fd) == 0;
@@ -536,7 +600,7 @@ static int save_to_disk(struct pl_file *p, const char *why)
 	}
 	pl_warn_once(PL_WARN_FALLBACK, "%s: not committed to the node store (%s); written to the file system instead",
 		     p->path, why);
-	return install_real(tmp, p->path);
+	return plf_install_real(tmp, p->path);
 }
 
 static int commit(struct pl_file *p)
@@ -559,6 +623,12 @@ static int commit(struct pl_file *p)
 	for (uint32_t i = 0; i < n; i++)
 		snap_put_u32(&w, crc[i]);
 	free(crc);
+	uint32_t set = (atomic_load(&p->mset) ? 1u : 0u) | (atomic_load(&p->tset) ? 2u : 0u);
+	if (set) {
+		snap_put_u32(&w, set);
+		snap_put_u32(&w, p->mode);
+		snap_put_u64(&w, atomic_load(&p->mtime_ns));
+	}
 	void *pl;
 	uint32_t len;
 	char msg[512];
@@ -581,12 +651,14 @@ int pl_release(struct pl_file *p, int failed)
 	if (!last)
 		return 0;
 	int rc = 0;
-	if (p->kind == PL_WRITE && p->owner == getpid()) {
+	if (p->kind == PL_WRITE && p->owner == getpid() && !atomic_load(&p->exported)) {
 		if (p->realtmp) {
-			if (p->unlinked || failed)
+			if (p->unlinked || failed) {
 				pl_real.unlinkat(AT_FDCWD, p->data, 0);
-			else
-				rc = install_real(p->data, p->path);
+			} else {
+				apply_meta(p, p->rfd);
+				rc = plf_install_real(p->data, p->path);
+			}
 		} else if (p->unlinked || failed) {
 			send_abort(p->id);
 		} else {
@@ -611,6 +683,158 @@ int pl_dup_track(int oldfd, int newfd)
 	}
 	/* dup2 onto a tracked descriptor closed it. */
 	return prev ? pl_release(prev, 0) : 0;
+}
+
+/* ---- export: the file leaves the store for good ---------------------------- */
+
+/* The times and mode the program set, onto a real descriptor. */
+static void apply_meta(struct pl_file *p, int fd)
+{
+	if (fchmod(fd, p->mode & 07777) != 0) {
+		/* the file keeps the mode it was created with */
+	}
+	if (atomic_load(&p->tset)) {
+		uint64_t t = atomic_load(&p->mtime_ns);
+		struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
+					  { .tv_sec = (time_t)(t / 1000000000ull), .tv_nsec = (long)(t % 1000000000ull) } };
+		futimens(fd, ts);
+	}
+}
+
+/*
+ * p becomes a plain file at its real path, now: its bytes so far go to a
+ * temporary beside it, renamed over the path at once, and that real file
+ * takes the store file's place under every descriptor of p (dup3 onto the
+ * same numbers, same offset and flags). From here on the program writes a
+ * real file, as without the preload, whichever process holds it and
+ * whenever the last one closes it. A file already headed for the file
+ * system (realtmp) only takes its name now. Under p->mu.
+ */
+static int export_file(struct pl_file *p, const char *why)
+{
+	if (atomic_load(&p->exported))
+		return 0;
+	int fd = -1, top = atomic_load(&maxfd);
+	for (int i = 0; i <= top && i < PL_MAXFD && fd < 0; i++)
+		if (atomic_load(&pl_tab[i]) == p)
+			fd = i;
+	if (!p->realtmp) {
+		if (fd < 0)
+			return 0;
+		char tmp[PATH_MAX + 64];
+		int acc = p->accmode == O_RDONLY ? O_RDWR : p->accmode;
+		int realfd = plf_fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
+			pl_real.openat(AT_FDCWD, tmp, acc | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
+		struct stat st;
+		off_t pos = lseek(fd, 0, SEEK_CUR);
+		if (realfd < 0 || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
+		    plf_copy_range(p->rfd, realfd, (uint64_t)st.st_size) != 0) {
+			pl_say("%s: cannot move it to the file system (%s): %s; it stays in the node store", p->path, why,
+			       strerror(errno));
+			if (realfd >= 0) {
+				pl_real.close(realfd);
+				pl_real.unlinkat(AT_FDCWD, tmp, 0);
+			}
+			return -1;
+		}
+		if (pos >= 0)
+			lseek(realfd, pos, SEEK_SET);
+		if (p->append)
+			pl_real.fcntl(realfd, F_SETFL, O_APPEND);
+		apply_meta(p, realfd);
+		redirect(p, realfd);
+		pl_real.close(realfd);
+		if (p->owner == getpid())
+			send_abort(p->id);
+		pthread_mutex_lock(&plf_tab_mu);
+		free(p->data);
+		p->data = strdup(tmp);
+		pthread_mutex_unlock(&plf_tab_mu);
+	} else if (fd >= 0) {
+		apply_meta(p, fd);
+	}
+	atomic_store(&p->fallen, 1);
+	atomic_store(&p->exported, 1);
+	char data[PATH_MAX + 64];
+	pthread_mutex_lock(&plf_tab_mu);
+	snprintf(data, sizeof(data), "%s", p->data ? p->data : "");
+	pthread_mutex_unlock(&plf_tab_mu);
+	if (p->unlinked)
+		pl_real.unlinkat(AT_FDCWD, data, 0);
+	else if (plf_install_real(data, p->path) != 0)
+		return -1;
+	pl_warn_once(PL_WARN_EXPORT, "%s: %s, so it is written to the file system, not the node store", p->path, why);
+	return 0;
+}
+
+/* The files being written, each held once (plf_tab_mu dropped while exporting). */
+static size_t snapshot_writing(struct pl_file **out, size_t cap)
+{
+	size_t n = 0;
+	pthread_mutex_lock(&plf_tab_mu);
+	for (struct pl_file *p = writing; p && n < cap; p = p->wnext)
+		if (!atomic_load(&p->exported)) {
+			p->refs++;
+			out[n++] = p;
+		}
+	pthread_mutex_unlock(&plf_tab_mu);
+	return n;
+}
+
+void pl_export_all(const char *why)
+{
+	struct pl_file *v[256];
+	for (;;) {
+		size_t n = snapshot_writing(v, 256);
+		if (!n)
+			return;
+		int moved = 0;
+		for (size_t i = 0; i < n; i++) {
+			pthread_mutex_lock(&v[i]->mu);
+			moved += export_file(v[i], why) == 0;
+			pthread_mutex_unlock(&v[i]->mu);
+			pl_release(v[i], 0);
+		}
+		if (!moved || n < 256)
+			return;
+	}
+}
+
+void pl_export_fd(int fd, const char *why)
+{
+	struct pl_file *p = pl_get(fd);
+	if (!p || p->kind != PL_WRITE || atomic_load(&p->exported))
+		return;
+	pthread_mutex_lock(&plf_tab_mu);
+	p->refs++;
+	pthread_mutex_unlock(&plf_tab_mu);
+	pthread_mutex_lock(&p->mu);
+	export_file(p, why);
+	pthread_mutex_unlock(&p->mu);
+	pl_release(p, 0);
+}
+
+int pl_files_open(void)
+{
+	pthread_mutex_lock(&plf_tab_mu);
+	int any = 0;
+	for (struct pl_file *p = writing; p && !any; p = p->wnext)
+		any = !atomic_load(&p->exported) && p->owner == getpid();
+	pthread_mutex_unlock(&plf_tab_mu);
+	return any;
+}
+
+void pl_files_at_exit(void)
+{
+	/* The kernel closes every descriptor at the end: commit as that close would. */
+	for (int fd = 0, top = atomic_load(&maxfd); fd <= top && fd < PL_MAXFD; fd++) {
+		struct pl_file *p = atomic_load(&pl_tab[fd]);
+		if (!p || p->kind != PL_WRITE)
+			continue;
+		p = atomic_exchange(&pl_tab[fd], NULL);
+		if (p)
+			pl_release(p, 0);
+	}
 }
 
 /* ---- fork ---------------------------------------------------------------- */

@@ -8,6 +8,9 @@
  *             process itself when no snapsmp runs
  *   nsops.c   stat, access, rename, unlink, truncate and listings, merged
  *             with the real directories
+ *   meta.c    mode, owner, times, links and the calls that must see a
+ *             real file (freopen, spawn file actions)
+ *   spawn.c   fork, exec, spawn, passing descriptors, the process's end
  *
  * All of it is hidden (the library's default visibility and preload.map).
  */
@@ -23,6 +26,7 @@
 #include <sys/mman.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
@@ -37,6 +41,15 @@ PL_HIDDEN int plf_ns_path(const char *abs, char *out, size_t cap);
 PL_HIDDEN struct pl_file *plf_find_writing(const char *abs);
 PL_HIDDEN int plf_split_dir(const char *abs, char *dir, size_t cap);
 PL_HIDDEN int plf_copy_range(int from, int to, uint64_t len);
+PL_HIDDEN void plf_data_mode(int fd, uint32_t mode);
+/* abs is a real symbolic link: abs becomes what it names (normalized), 1; else 0. */
+PL_HIDDEN int plf_follow(char *abs);
+/* A hidden name beside abs for bytes headed for the file system. */
+PL_HIDDEN int plf_fallback_name(const char *abs, char *out, size_t cap);
+/* Rename a finished temporary over path, the store's older copy dropped first. */
+PL_HIDDEN int plf_install_real(const char *tmp, const char *path);
+/* nsops.c: the stat of abs as the store sees it (a file being written, a committed one): 1, 0 not there, -1. */
+PL_HIDDEN int plf_store_stat(const char *abs, struct stat *st);
 
 /* filecrc.c: crc[0..n) of the file's chunk-byte chunks; 0, or -1 if a read failed. */
 PL_HIDDEN int plf_file_crcs(int fd, uint64_t size, uint32_t chunk, uint32_t n, uint32_t *crc);

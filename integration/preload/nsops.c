@@ -19,17 +19,22 @@ static void patch_stat(struct stat *st, const struct snap_fman *m)
 }
 
 /* The stat of abs as the store sees it: 1 found, 0 not ours, -1 error. */
-static int store_stat(const char *abs, struct stat *st)
+int plf_store_stat(const char *abs, struct stat *st)
 {
 	pthread_mutex_lock(&plf_tab_mu);
 	struct pl_file *w = plf_find_writing(abs);
 	int rfd = w ? pl_real.dup(w->rfd) : -1;
 	uint32_t mode = w ? w->mode : 0;
+	uint64_t mt = w && atomic_load(&w->tset) ? atomic_load(&w->mtime_ns) : 0;
 	pthread_mutex_unlock(&plf_tab_mu);
 	if (rfd >= 0) {
 		int rc = pl_real.fstatat(rfd, "", st, AT_EMPTY_PATH);
 		pl_real.close(rfd);
 		st->st_mode = S_IFREG | mode;
+		if (mt) {
+			st->st_mtim.tv_sec = (time_t)(mt / 1000000000ull);
+			st->st_mtim.tv_nsec = (long)(mt % 1000000000ull);
+		}
 		return rc == 0 ? 1 : -1;
 	}
 	for (int tries = 0; tries < 16; tries++) {
@@ -56,7 +61,10 @@ int pl_stat(int dirfd, const char *path, struct stat *st, int flags, int *handle
 	*handled = 0;
 	if (((flags & AT_EMPTY_PATH) && path && !path[0]) || !pl_resolve(dirfd, path, abs))
 		return -1;
-	int r = store_stat(abs, st);
+	int r = plf_store_stat(abs, st);
+	char ta[PATH_MAX];
+	if (r == 0 && !(flags & AT_SYMLINK_NOFOLLOW) && plf_follow(abs) && pl_resolve(AT_FDCWD, abs, ta))
+		r = plf_store_stat(ta, st);
 	if (r == 0)
 		return -1;
 	*handled = 1;
@@ -70,7 +78,7 @@ int pl_statx(int dirfd, const char *path, int flags, unsigned mask, struct statx
 	if (((flags & AT_EMPTY_PATH) && path && !path[0]) || !pl_resolve(dirfd, path, abs) || !pl_real.statx)
 		return -1;
 	struct stat st;
-	int r = store_stat(abs, &st);
+	int r = plf_store_stat(abs, &st);
 	if (r == 0)
 		return -1;
 	*handled = 1;
@@ -104,7 +112,7 @@ int pl_access(int dirfd, const char *path, int mode, int *handled)
 	*handled = 0;
 	if (!pl_resolve(dirfd, path, abs))
 		return -1;
-	int r = store_stat(abs, &st);
+	int r = plf_store_stat(abs, &st);
 	if (r == 0)
 		return -1;
 	*handled = 1;
@@ -122,7 +130,7 @@ int pl_access(int dirfd, const char *path, int mode, int *handled)
 static int exists_anywhere(const char *abs)
 {
 	struct stat st;
-	return store_stat(abs, &st) != 0 || pl_real.fstatat(AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW) == 0;
+	return plf_store_stat(abs, &st) != 0 || pl_real.fstatat(AT_FDCWD, abs, &st, AT_SYMLINK_NOFOLLOW) == 0;
 }
 
 /* Move a store file out of the captured directories: its bytes to `to`, then unlink it. */
@@ -237,7 +245,7 @@ int pl_rename(int od, const char *old, int nd, const char *new, unsigned flags, 
 			return -1;
 		}
 		struct stat st;
-		if (store_stat(from, &st) > 0)
+		if (plf_store_stat(from, &st) > 0)
 			return move_out(from, to);
 		return pl_real.renameat(od, old, nd, new);
 	}
@@ -353,7 +361,7 @@ int pl_truncate(const char *path, off_t len, int *handled)
 	char abs[PATH_MAX];
 	struct stat st;
 	*handled = 0;
-	if (!pl_resolve(AT_FDCWD, path, abs) || store_stat(abs, &st) <= 0)
+	if (!pl_resolve(AT_FDCWD, path, abs) || plf_store_stat(abs, &st) <= 0)
 		return -1;
 	*handled = 1;
 	/* A new version of the file, through the hooks (copy, truncate, commit). */

@@ -37,9 +37,30 @@ void pl_say(const char *fmt, ...)
 	va_end(ap);
 	size_t len = strlen(msg);
 	msg[len++] = '\n';
+	/* A warning must not become part of a file the program writes (2> into a captured directory). */
+	char link[PATH_MAX], abs[PATH_MAX];
+	ssize_t ll = readlink("/proc/self/fd/2", link, sizeof(link) - 1);
+	if (ll > 0) {
+		link[ll] = '\0';
+		if (link[0] == '/' && pl_resolve(AT_FDCWD, link, abs))
+			return;
+	}
+	if (pl_get(2))
+		return;
 	if (pl_real.write && pl_real.write(2, msg, len) < 0) {
 		/* nowhere else to say it */
 	}
+}
+
+int pl_hide_fd(int fd)
+{
+	if (fd < 0 || fd >= PL_HIDE_FD)
+		return fd;
+	int h = pl_real.fcntl(fd, F_DUPFD_CLOEXEC, PL_HIDE_FD);
+	if (h < 0)
+		return fd;   /* a low RLIMIT_NOFILE: it stays where it is */
+	pl_real.close(fd);
+	return h;
 }
 
 void pl_warn_once(int kind, const char *fmt, ...)
@@ -154,9 +175,17 @@ int pl_resolve(int dirfd, const char *path, char *out)
 				return 0;   /* working directory unknown (removed) */
 		} else {
 			struct pl_file *p = pl_get(dirfd);
-			if (!p || p->kind != PL_DIR)
-				return 0;
-			snprintf(tmp, PATH_MAX, "%s", p->path);
+			if (p && p->kind == PL_DIR) {
+				snprintf(tmp, PATH_MAX, "%s", p->path);
+			} else {
+				/* A directory opened past the preload (O_PATH, inside a library): the kernel knows where. */
+				char link[64];
+				snprintf(link, sizeof(link), "/proc/self/fd/%d", dirfd);
+				ssize_t n = readlink(link, tmp, PATH_MAX - 1);
+				if (n <= 0 || tmp[0] != '/')
+					return 0;
+				tmp[n] = '\0';
+			}
 		}
 		bl = strlen(tmp);
 		size_t pl = strlen(path);

@@ -122,9 +122,19 @@ PL_HIDDEN int pl_resolve(int dirfd, const char *path, char *out);
 PL_HIDDEN void pl_cwd_update(void);
 PL_HIDDEN extern _Atomic mode_t pl_umask;
 /* Messages to stderr: once per process for each kind (warn_once), or always. */
-enum { PL_WARN_ABSENT, PL_WARN_FULL, PL_WARN_FALLBACK, PL_WARN_KINDS };
+enum { PL_WARN_ABSENT, PL_WARN_FULL, PL_WARN_FALLBACK, PL_WARN_EXPORT, PL_WARN_META, PL_WARN_KINDS };
 PL_HIDDEN void pl_warn_once(int kind, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 PL_HIDDEN void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/*
+ * The preload's own long-lived descriptors (the socket, a file's private
+ * read descriptor) move up to PL_HIDE_FD or above, out of the low numbers
+ * that programs claim by number (a shell's `exec 3>`, dup2 onto 3..9), which
+ * would otherwise close them under the preload. Returns the new fd (the old
+ * one closed), or fd itself when it cannot move.
+ */
+#define PL_HIDE_FD 700
+PL_HIDDEN int pl_hide_fd(int fd);
 
 /* ---- the snapsmp connection (conn.c) ---- */
 /*
@@ -143,7 +153,8 @@ PL_HIDDEN void pl_conn_atfork_parent(void);
 PL_HIDDEN void pl_conn_atfork_child(void);
 
 /* ---- descriptors and captured files (files.c, nsread.c, nsops.c) ---- */
-enum { PL_WRITE = 1, PL_DIR = 2 };
+/* PL_READ: a committed store file opened for reading (its path, for fchmod and the like). */
+enum { PL_WRITE = 1, PL_DIR = 2, PL_READ = 3 };
 
 struct pl_file {
 	int kind;
@@ -161,6 +172,10 @@ struct pl_file {
 	pid_t owner;                 /* only the opening process commits (not fork children) */
 	int unlinked;                /* unlinked while open: discarded at close */
 	atomic_int fallen;           /* moved to the real file system (store full, no snapsmp) */
+	atomic_int exported;         /* now a plain real file at its path: nothing to do at close */
+	atomic_int mset;             /* the program set its mode (fchmod): sent with the commit */
+	atomic_int tset;             /* the program set its mtime (futimens) after its last write */
+	_Atomic uint64_t mtime_ns;   /* that mtime */
 	pthread_mutex_t mu;          /* growth and fallback of this file */
 	struct pl_file *wnext;       /* files being written (pl_tab_mu) */
 	/* PL_DIR: listing state for getdents64 */
@@ -200,6 +215,24 @@ PL_HIDDEN void pl_dir_closed(DIR *d);
 PL_HIDDEN void pl_dir_rewound(DIR *d);
 PL_HIDDEN extern atomic_int pl_ndirs;
 PL_HIDDEN ssize_t pl_getdents(struct pl_file *p, int fd, void *buf, size_t n);
+/*
+ * Every captured file this process is writing becomes a plain file at its
+ * real path now (spawn.c: before a fork, an exec, a spawn or passing the
+ * descriptor away, whose receivers cannot know it is a store file).
+ */
+PL_HIDDEN void pl_export_all(const char *why);
+/* Export one descriptor's file (sendmsg of SCM_RIGHTS). */
+PL_HIDDEN void pl_export_fd(int fd, const char *why);
+/* The process ends (exit, _exit): commit what it still has open, as the kernel's close would. */
+PL_HIDDEN void pl_files_at_exit(void);
+/* This process has store files open for writing. */
+PL_HIDDEN int pl_files_open(void);
+/* Metadata on captured paths and descriptors (meta.c). */
+PL_HIDDEN int pl_meta_mode(int dirfd, const char *path, int fd, mode_t mode, int flags, int *handled);
+PL_HIDDEN int pl_meta_times(int dirfd, const char *path, int fd, const struct timespec ts[2], int flags, int *handled);
+PL_HIDDEN int pl_meta_owner(int dirfd, const char *path, int fd, uid_t uid, gid_t gid, int flags, int *handled);
+/* A committed store file at abs goes to the real file system (bytes, mode, mtime): 0, or -1 (errno). */
+PL_HIDDEN int pl_materialize(const char *abs, const char *why);
 PL_HIDDEN void pl_files_atfork_prepare(void);
 PL_HIDDEN void pl_files_atfork_parent(void);
 PL_HIDDEN void pl_files_atfork_child(void);

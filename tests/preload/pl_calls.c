@@ -231,7 +231,8 @@ static int use(void)
 	CHECK(close(fd4) == 0);
 	CHECK(same_as(P("c.bin"), buf, 3 * MB));
 
-	/* 9. fork: a child closing its inherited copy neither commits nor discards */
+	/* 9. fork: the file open across it becomes a real file (both processes
+	 * hold it); a child closing its inherited copy loses nothing */
 	fd = open(P("d.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	fill(buf, 2 * MB, 5, 0);
 	CHECK(fd >= 0 && write(fd, buf, MB) == MB);
@@ -337,8 +338,8 @@ static int use(void)
 	CHECK(unlink(outside) == 0);
 
 	/* 17. exec: a program the shell runs (it inherits LD_PRELOAD) writes its own
-	 * captured file; our open file, inherited without O_CLOEXEC, is neither
-	 * committed nor discarded when the child exits */
+	 * captured file; our open file, shared with the child, becomes a real
+	 * file before the spawn and keeps every byte written on either side */
 	fd = open(P("x.bin"), O_WRONLY | O_CREAT | O_TRUNC, 0644);
 	CHECK(fd >= 0 && write(fd, "parent", 6) == 6);
 	char cmd[4200];

@@ -34,7 +34,7 @@ enum snap_msg_type {
 	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */
 	SNAP_MSG_FCREATE = 17,  /* str path, u32 mode, u8 excl -> u32 errno, u64 id (files/data/<id> created empty) */
 	SNAP_MSG_FGROW = 18,    /* u64 id, u64 bytes -> (empty); SNAP_ENOSPC: the store is full */
-	SNAP_MSG_FCOMMIT = 19,  /* u64 id, u64 size, u32 chunk, u32 n, u32 crc[n] -> (empty) */
+	SNAP_MSG_FCOMMIT = 19,  /* u64 id, u64 size, u32 chunk, u32 n, u32 crc[n] [u32 set, u32 mode, u64 mtime_ns] -> (empty) */
 	SNAP_MSG_FABORT = 20,   /* u64 id -> (empty) */
 	SNAP_MSG_FRENAME = 21,  /* str from, str to -> u32 errno */
 	SNAP_MSG_FUNLINK = 22,  /* str path, u8 store_only -> u32 errno */
