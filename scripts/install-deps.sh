@@ -13,7 +13,7 @@ pkgs=(
   python3-venv python3-pip python3-setuptools   # python.install: pip install ./integration/python into a venv
   fio
   prometheus prometheus-node-exporter    # smp.metrics_prometheus: a real scrape of --metrics-file
-  slurmd slurmctld slurm-client munge    # launch.slurm*: a private 4-node SLURM cluster (tests/launch/slurm_cluster.sh)
+  slurmd slurmctld slurm-client munge    # launch.slurm*: a private 4-node SLURM cluster (tests/launch/slurm_cluster.py)
   git sqlite3 zip unzip rsync   # preload.transparency: real programs run plainly and under the preload
 )
 
