@@ -384,7 +384,21 @@ static void serve_shutdown(struct smp *m)
 	snap_store_close(m->store);
 }
 
-int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+/* Tell snapsmp --detach's waiting parent that clients can connect now. */
+static void say_ready(int *ready_fd)
+{
+	if (!ready_fd || *ready_fd < 0)
+		return;
+	ssize_t n;
+	do
+		n = write(*ready_fd, "1", 1);
+	while (n < 0 && errno == EINTR);
+	close(*ready_fd);
+	*ready_fd = -1;
+}
+
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, int *ready_fd, char *err,
+		   size_t errlen)
 {
 	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
 	/* Blocked before any thread starts (the flush thread does in
@@ -397,8 +411,10 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 	int rc = serve_open_store(&m, quiet, err, errlen);
 	if (rc)
 		return rc;
-	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen)))
+	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
+		say_ready(ready_fd);
 		rc = serve_loop(&m, err, errlen);
+	}
 	serve_shutdown(&m);
 	return rc;
 }

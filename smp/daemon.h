@@ -13,6 +13,9 @@
 struct snap_mesh;
 /* Serve cfg->store on cfg->socket until SIGTERM/SIGINT, 0 on clean shutdown;
  * as one node of an --ec mesh when mesh is set (from snap_mesh_init). */
-int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen);
+/* *ready_fd, when >= 0, gets one byte and is closed (set to -1) once the
+ * daemon listens with its store loaded (snapsmp --detach's parent waits on it). */
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, int *ready_fd, char *err,
+		   size_t errlen);
 
 #endif

@@ -106,6 +106,7 @@ struct pl_cfg {
 	uint32_t chunk;                 /* SNAP_CHUNK_SIZE: CRC granularity */
 	unsigned timeout_ms;            /* SNAP_TIMEOUT_MS: one request's reply */
 	char store[PATH_MAX];
+	int autostart;                  /* SNAP_AUTOSTART: start snapsmp when none answers (not 0) */
 };
 PL_HIDDEN extern struct pl_cfg pl_cfg;
 PL_HIDDEN void pl_config_load(void);

@@ -12,6 +12,7 @@ usage: test_abi.py --cc CC --src SOURCE_DIR --out DIR
 """
 import argparse
 import ctypes
+import glob
 import os
 import re
 import subprocess
@@ -92,13 +93,15 @@ for s, py in structs.items():
 # One config: the C fields are the Python settings and (upper-cased) SNAP_*
 # variables documented in docs/design.md (rank/world_size/local_rank and the
 # codec bounds ride on their variables).
-design = open(os.path.join(args.src, "docs", "design.md")).read()
+# Every SNAP_* name is documented somewhere under docs/ (design.md lists most).
+design = "".join(open(p).read() for p in sorted(glob.glob(os.path.join(args.src, "docs", "**", "*.md"),
+                                                          recursive=True)))
 for f, _ in C.SnapConfig._fields_:
     if f.endswith("_bound") or f == "size":
         continue
     var = "SNAP_" + f.upper()
     if var not in design:
-        bad.append(f"snap_config.{f}: {var} is not in docs/design.md")
+        bad.append(f"snap_config.{f}: {var} is not in docs/")
 cfg, py = C.config({"chunk_size": "1M", "copy_threads": 3, "codec_optim": "rel:1e-3", "job": "abi",
                      "flush_dir": "/x"})
 d = C.config_dict(cfg, py)
@@ -116,6 +119,16 @@ try:
 except ValueError as e:
     if "restore_verify" not in str(e):
         bad.append(f"the error for a bad restore_verify does not name it: {e}")
+# autostart: True/False over the struct's 0 = default (on), as SNAP_AUTOSTART=0|1.
+if (C.config({"autostart": False})[0].autostart, C.config({"autostart": True})[0].autostart,
+        C.config({})[0].autostart if os.environ.get("SNAP_AUTOSTART") is None else 0) != (-1, 1, 0):
+    bad.append("autostart False/True/default did not reach the struct as SNAP_AUTOSTART_OFF/ON/DEFAULT")
+try:
+    C.config({"autostart": 5})
+    bad.append("autostart 5 was accepted")
+except ValueError as e:
+    if "autostart" not in str(e):
+        bad.append(f"the error for a bad autostart does not name it: {e}")
 for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": "1G"}, "a daemon setting")):
     try:
         C.config(wrong)
@@ -126,7 +139,7 @@ for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": 
 # The daemon's settings are still one config: each is a SNAP_* variable in the docs.
 for f in C.DAEMON_SETTINGS:
     if "SNAP_" + f.upper() not in design:
-        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/design.md")
+        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/")
 L = C.lib()
 if L.snap_version() != 10000 * VERSION[0] + 100 * VERSION[1] + VERSION[2] or \
         L.snap_version_string().decode() != "%d.%d.%d" % VERSION:
