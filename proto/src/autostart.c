@@ -33,6 +33,14 @@ extern char **environ;
 #define SNAP_BUILD_LIB_TO_SMP "../smp"
 #endif
 
+/* access(2) without the preload's interposer: the path may lie under a
+ * captured directory, and asking the preload about it from inside its own
+ * connect would re-enter it. */
+static int can_exec(const char *path)
+{
+	return syscall(SYS_faccessat, AT_FDCWD, path, X_OK) == 0 ? 0 : -1;
+}
+
 /* $SNAPSMP (as snapbench reads it), else snapsmp in the prefix this library
  * is installed in (or beside it in the build tree), else "snapsmp" on PATH. */
 static int find_smp(char *out, size_t cap, int *on_path, char *err, size_t errlen)
@@ -41,7 +49,7 @@ static int find_smp(char *out, size_t cap, int *on_path, char *err, size_t errle
 	const char *env = getenv("SNAPSMP");
 	if (env && *env) {
 		errno = 0;
-		if (access(env, X_OK) != 0 || snprintf(out, cap, "%s", env) >= (int)cap) {
+		if (can_exec(env) != 0 || snprintf(out, cap, "%s", env) >= (int)cap) {
 			snap_fmt(err, errlen, "SNAPSMP=%s: %s", env, errno ? strerror(errno) : "path too long");
 			return SNAP_ENOENT;
 		}
@@ -54,7 +62,7 @@ static int find_smp(char *out, size_t cap, int *on_path, char *err, size_t errle
 		static const char *const rel[] = { SNAP_LIB_TO_BIN, SNAP_BUILD_LIB_TO_SMP };
 		for (size_t i = 0; slash && i < sizeof(rel) / sizeof(rel[0]); i++)
 			if (snprintf(out, cap, "%.*s/%s/snapsmp", dirlen, di.dli_fname, rel[i]) < (int)cap &&
-			    access(out, X_OK) == 0)
+			    can_exec(out) == 0)
 				return 0;
 	}
 	snprintf(out, cap, "snapsmp");
