@@ -385,20 +385,19 @@ static void serve_shutdown(struct smp *m)
 }
 
 /* Tell snapsmp --detach's waiting parent that clients can connect now. */
-static void say_ready(int *ready_fd)
+static void say_ready(int ready_fd)
 {
-	if (!ready_fd || *ready_fd < 0)
+	if (ready_fd < 0)
 		return;
 	ssize_t n;
 	do
-		n = write(*ready_fd, "1", 1);
+		n = write(ready_fd, "1", 1);
 	while (n < 0 && errno == EINTR);
-	close(*ready_fd);
-	*ready_fd = -1;
+	close(ready_fd);
 }
 
-int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, int *ready_fd, char *err,
-		   size_t errlen)
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, int ready_fd, int *serving,
+		   char *err, size_t errlen)
 {
 	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
 	/* Blocked before any thread starts (the flush thread does in
@@ -412,6 +411,7 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 	if (rc)
 		return rc;
 	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
+		*serving = 1;
 		say_ready(ready_fd);
 		rc = serve_loop(&m, err, errlen);
 	}

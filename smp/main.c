@@ -390,8 +390,9 @@ int main(int argc, char **argv)
 	struct smp_log lg = { .node = mesh ? snap_mesh_rank(mesh) : -1 };
 	log_settings(&lg, &cfg, f.ec);
 	/* Below info, the daemon's info lines (and the store scan's) stay off. */
-	int rc = snap_smp_serve(&cfg, cfg.log_level < SNAP_SMP_LOG_INFO, mesh, &ready_fd, err, sizeof(err));
-	if (rc == SNAP_EBUSY && ready_fd >= 0) {
+	int serving = 0;
+	int rc = snap_smp_serve(&cfg, cfg.log_level < SNAP_SMP_LOG_INFO, mesh, ready_fd, &serving, err, sizeof(err));
+	if (rc == SNAP_EBUSY && !serving && !mesh) {
 		/* Not serving yet: the store's lock is another snapsmp's, which
 		 * serves it (the race of clients that start one each is decided here). */
 		smp_logf(&lg, f.detach ? SMP_LOG_INFO : SMP_LOG_ERROR, "%s: this one exits", err);

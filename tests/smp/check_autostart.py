@@ -7,8 +7,10 @@ started by the test.
   alone       a trainer with no daemon: one snapsmp appears for the store
               (found beside libsnap.so, no SNAPSMP), in a session of its own,
               stdin /dev/null, logging to STORE/snapsmp.log; it outlives the
-              trainer, a second trainer restores from it bit-exact, and it
-              stops cleanly (exit, socket gone) on SIGTERM
+              trainer, a second trainer restores from it bit-exact, a
+              second snapsmp on its store (by hand or --detach) exits 3 and
+              leaves it serving, and it stops cleanly (exit, socket gone)
+              on SIGTERM
   race        8 trainers released together by one pipe: exactly one snapsmp
               for the store, every trainer saves and then restores
   off         SNAP_AUTOSTART=0: the clear error naming the socket and the
@@ -126,6 +128,14 @@ def test_alone():
     check(r.returncode == 0 and "restored step 3 (verified bit-exact)" in r.stdout and "step 5 committed" in r.stdout,
           f"alone: a second trainer restores from the started daemon: {r.stdout} {r.stderr}")
     check(daemons(store) == [pid], f"alone: still the one daemon: {daemons(store)}")
+    # A second snapsmp on the held store, by hand or detached: exit 3, the store's daemon untouched.
+    for extra in ([], ["--detach"]):
+        r = subprocess.run([SMP, "--store", store, *extra], capture_output=True, text=True, timeout=LIMIT,
+                           env=env(store))
+        check(r.returncode == 3 and "in use by another snapsmp" in r.stderr,
+              f"alone: snapsmp {extra} on the served store exits 3: {r.returncode} {r.stderr}")
+    check(daemons(store) == [pid] and os.path.exists(os.path.join(store, "smp.sock")),
+          f"alone: the serving daemon is untouched by the refused ones: {daemons(store)}")
     check(stop(pid), "alone: the daemon exits on SIGTERM")
     check(not os.path.exists(os.path.join(store, "smp.sock")), "alone: its socket is gone after SIGTERM")
     check("shutting down" in open(log).read(), "alone: the log says it shut down")
