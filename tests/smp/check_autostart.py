@@ -168,6 +168,8 @@ def test_race(n=8):
     check(daemons(store) == pids, f"race: still one snapsmp: {daemons(store)}")
     log = open(os.path.join(store, "snapsmp.log")).read()
     check(" error " not in log, f"race: no error in the log: {log[-2000:]}")
+    # How many lost the race depends on timing; it is told, not required.
+    print(f"race: {log.count('this one exits')} more snapsmp started and exited on the held lock", flush=True)
     for pid in pids:
         check(stop(pid), "race: the daemon exits on SIGTERM")
 
