@@ -11,6 +11,8 @@ started by the test.
               second snapsmp on its store (by hand or --detach) exits 3 and
               leaves it serving, and it stops cleanly (exit, socket gone)
               on SIGTERM
+  crash       the started daemon SIGKILLed (its socket file left behind):
+              the next trainer starts a new one, which restores its step
   race        8 trainers released together by one pipe: exactly one snapsmp
               for the store, every trainer saves and then restores
   off         SNAP_AUTOSTART=0: the clear error naming the socket and the
@@ -141,6 +143,24 @@ def test_alone():
     check("shutting down" in open(log).read(), "alone: the log says it shut down")
 
 
+def test_crash():
+    store = fresh("crash")
+    r = trainer(store, "--steps", "3")
+    pids = daemons(store)
+    if not check(r.returncode == 0 and len(pids) == 1, f"crash: a first trainer started one: {pids} {r.stderr}"):
+        return
+    check(stop(pids[0], signal.SIGKILL), "crash: the daemon is gone after SIGKILL")
+    check(os.path.exists(os.path.join(store, "smp.sock")), "crash: the dead daemon's socket file is left")
+    # connect() gets ECONNREFUSED from the stale socket: the next trainer starts a new daemon, which re-attaches.
+    r = trainer(store, "--steps", "4", "--resume")
+    check(r.returncode == 0 and "restored step 3 (verified bit-exact)" in r.stdout,
+          f"crash: a new trainer restarts snapsmp and restores: {r.stdout} {r.stderr}")
+    now = daemons(store)
+    check(len(now) == 1 and now != pids, f"crash: a new daemon serves the store: {now} (old {pids})")
+    for pid in now:
+        check(stop(pid), "crash: the new daemon exits on SIGTERM")
+
+
 def test_race(n=8):
     store = fresh("race")
     rd, wr = os.pipe()
@@ -216,10 +236,10 @@ def test_preload():
 def main():
     t0 = time.monotonic()
     try:
-        for case in (test_alone, test_race, test_off, test_preload):
+        for case in (test_alone, test_crash, test_race, test_off, test_preload):
             case()
     finally:
-        left = [p for d in ("alone", "race", "off", "preload") for p in daemons(f"{BASE}/{d}")]
+        left = [p for d in ("alone", "crash", "race", "off", "preload") for p in daemons(f"{BASE}/{d}")]
         for pid in left:
             stop(pid, signal.SIGKILL)
         check(not left, f"no daemon left running by a case: {left}")
