@@ -26,6 +26,7 @@ Every daemon a case started is found by its command line (/proc) and killed
 by pid at the end. usage: check_autostart.py --build BUILD_DIR
 """
 import argparse
+import glob
 import json
 import os
 import select
@@ -60,7 +61,10 @@ def check(cond, what):
 
 
 def env(store, **extra):
-    e = dict(os.environ, SNAP_STORE=store, ASAN_OPTIONS="detect_leaks=0")
+    # A detached daemon's stderr is /dev/null: in a sanitizer build its
+    # reports (and the clients') go to files under BASE, checked at the end.
+    e = dict(os.environ, SNAP_STORE=store, ASAN_OPTIONS=f"log_path={BASE}/sanitizer",
+             UBSAN_OPTIONS=f"print_stacktrace=1:halt_on_error=1:log_path={BASE}/sanitizer")
     for k in ("SNAP_AUTOSTART", "SNAPSMP", "SNAP_SOCKET", "SNAP_LOG", "LD_PRELOAD", "SNAP_CAPTURE"):
         e.pop(k, None)   # ctest sets SNAP_AUTOSTART=0 for the other tests: the default here
     e.update(extra)
@@ -235,6 +239,7 @@ def test_preload():
 
 def main():
     t0 = time.monotonic()
+    os.makedirs(BASE, exist_ok=True)   # where the sanitizer reports go
     try:
         for case in (test_alone, test_crash, test_race, test_off, test_preload):
             case()
@@ -243,6 +248,8 @@ def main():
         for pid in left:
             stop(pid, signal.SIGKILL)
         check(not left, f"no daemon left running by a case: {left}")
+        reports = glob.glob(f"{BASE}/sanitizer*")
+        check(not reports, "sanitizer reports: " + "".join(open(r).read()[-3000:] for r in reports))
         shutil.rmtree(BASE, ignore_errors=True)
         shutil.rmtree(DISK, ignore_errors=True)
     print(f"{passed} checks passed, {failures} failed ({time.monotonic() - t0:.1f} s)")
