@@ -9,11 +9,11 @@
 #   P/bin/snapbench                      the benchmarks (`snaptool bench` execs it), same RUNPATH
 #   P/libexec/libsnap/snap_ec_bench      MPI helper snapbench ec starts under mpiexec
 #   P/include/snap/{snap,error,types}.h  what a user of libsnap.so includes
-#   P/<libdir>/libsnap.so.0.1.0 (+ .so.0, .so) and libsnap_cuda.so when nvcc was found
+#   P/<libdir>/libsnap.so.<PROJECT_VERSION> (+ .so.0, .so) and libsnap_cuda.so when nvcc was found
 #   P/<libdir>/hdf5/serial/plugins/libh5z_snapcodec.so   Debian's HDF5 plugin directory
 #   P/<libdir>/pkgconfig/libsnap.pc      prefix written at install time
 #   P/<libdir>/cmake/libsnap/            find_package(libsnap) -> libsnap::snap
-#   P/share/man/man1, man3; P/share/doc/libsnap (LICENSE, README.md, docs)
+#   P/share/man/man1, man3; P/share/doc/libsnap (LICENSE, README.md)
 #   P/share/libsnap/launch               the launch recipes (mpirun, SLURM, torchrun)
 include(CMakePackageConfigHelpers)
 

@@ -2,7 +2,7 @@
 # A Debian package of everything `cmake --install` puts down:
 #
 #   cpack -G DEB --config build/gcc/CPackConfig.cmake -B OUTDIR
-#   apt install ./OUTDIR/libsnap_0.1.0-1_amd64.deb   (pulls in the libraries below by name)
+#   apt install ./OUTDIR/libsnap_<PROJECT_VERSION>-1_amd64.deb   (pulls in the libraries below by name)
 #
 # One package (library, headers, daemon, CLI, plugin, man pages): libsnap is
 # small and its users want all of it. Depends is computed by dpkg-shlibdeps

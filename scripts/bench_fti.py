@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """libsnap's erasure-coded mesh against FTI's level 3, at equal protection,
-in one run (issue 11: both checkpoint -> protected and lost-node recovery
-should be >= 5x faster than FTI's).
+in one run (the target: both checkpoint -> protected and lost-node recovery
+>= 5x faster than FTI's).
 
 Equal protection: 4 nodes, our K+M = 2+2 against FTI's Reed-Solomon level 3
 in a group of 4 (each node keeps its data and an encoded part as large):

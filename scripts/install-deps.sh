@@ -12,6 +12,8 @@ pkgs=(
   python3-numpy python3-h5py python3-torch
   python3-venv python3-pip python3-setuptools   # python.install: pip install ./integration/python into a venv
   fio
+  prometheus prometheus-node-exporter    # smp.metrics_prometheus: a real scrape of --metrics-file
+  slurmd slurmctld slurm-client munge    # launch.slurm*: a private 4-node SLURM cluster (tests/launch/slurm_cluster.sh)
 )
 
 missing=()

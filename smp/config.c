@@ -64,6 +64,7 @@ int snap_smp_config_init(struct snap_smp_config *cfg)
 	cfg->flush_files = 1;
 	cfg->flush_direct = 1;
 	cfg->log_level = SNAP_SMP_LOG_INFO;
+	cfg->metrics_interval = 10;
 	return 0;
 }
 
@@ -102,7 +103,9 @@ int snap_smp_config_from_env(struct snap_smp_config *cfg, char *err, size_t errl
 	    (rc = smp_env_int("SNAP_ALLOW_OLDER", &cfg->allow_older, 0, 1, err, errlen)) ||
 	    (rc = smp_env_int("SNAP_FLUSH_FILES", &cfg->flush_files, 0, 1, err, errlen)) ||
 	    (rc = smp_env_int("SNAP_FLUSH_DIRECT", &cfg->flush_direct, 0, 1, err, errlen)) ||
-	    (rc = snap_env_str("SNAP_LOG", cfg->log, sizeof(cfg->log), err, errlen)))
+	    (rc = snap_env_str("SNAP_LOG", cfg->log, sizeof(cfg->log), err, errlen)) ||
+	    (rc = snap_env_str("SNAP_METRICS_FILE", cfg->metrics_file, sizeof(cfg->metrics_file), err, errlen)) ||
+	    (rc = smp_env_uint("SNAP_METRICS_INTERVAL", &cfg->metrics_interval, 1, 86400, err, errlen)))
 		return rc;
 	const char *level = getenv("SNAP_LOG_LEVEL");
 	if (level && *level && (rc = snap_smp_log_level_parse(level, &cfg->log_level))) {
@@ -139,6 +142,10 @@ int snap_smp_config_check(const struct snap_smp_config *cfg, char *err, size_t e
 	}
 	if (!snap_smp_log_level_name(cfg->log_level)) {
 		snap_fmt(err, errlen, "log level %d: expected error, warn, info or debug", cfg->log_level);
+		return SNAP_EINVAL;
+	}
+	if (cfg->metrics_interval < 1) {
+		snap_fmt(err, errlen, "metrics interval must be at least 1 second");
 		return SNAP_EINVAL;
 	}
 	if (cfg->slots < 2) {

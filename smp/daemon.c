@@ -21,6 +21,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "daemon.h"
@@ -28,6 +29,7 @@
 #include "snap/io.h"
 #include "smp_internal.h"
 #include "mesh.h"
+#include "metrics.h"
 #include "snap/wire.h"
 
 #define SMP_MAX_CONNS 4096
@@ -107,11 +109,13 @@ static void on_accept(struct smp *m)
 		smp_say(m, "refusing connection from uid %d (pid %d): only uid %d may use this store", (int)cred.uid,
 		    (int)cred.pid, (int)geteuid());
 		smp_reply_err(fd, SNAP_MSG_HELLO, SNAP_EPERM, "snapsmp serves only its own user");
+		smp_metrics_count(SMP_CNT_REJECTED, NULL);
 		close(fd);
 		return;
 	}
 	if (m->nconns >= SMP_MAX_CONNS) {
 		smp_reply_err(fd, SNAP_MSG_HELLO, SNAP_EBUSY, "snapsmp has too many connections");
+		smp_metrics_count(SMP_CNT_REJECTED, NULL);
 		close(fd);
 		return;
 	}
@@ -209,6 +213,26 @@ static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)
 	return 0;
 }
 
+/* --metrics-file: the writer starts before the threads that record into it
+ * (flush, mesh). The node label: SLURM's name for the node where it runs
+ * (several fake nodes share a host name), else the host name. */
+static int serve_metrics(struct smp *m, char *err, size_t errlen)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	m->metrics_start_s = (double)ts.tv_sec + ts.tv_nsec / 1e9;
+	if (!m->cfg->metrics_file[0])
+		return 0;
+	char host[256] = "";
+	const char *node = getenv("SLURMD_NODENAME");
+	if (!node || !*node) {
+		if (gethostname(host, sizeof(host) - 1) != 0)
+			snprintf(host, sizeof(host), "unknown");
+		node = host;
+	}
+	return smp_metrics_start(m->cfg->metrics_file, node, m->mesh ? snap_mesh_rank(m->mesh) : -1, err, errlen);
+}
+
 /* The signals the poll loop takes through a signalfd. */
 static void serve_signals(sigset_t *set)
 {
@@ -301,6 +325,7 @@ static int serve_events(struct smp *m, const struct pollfd *pfd, struct conn *co
 		persist_mesh_update(m);
 	}
 	persist_tick(m);
+	smp_export_tick(m);
 	if (m->draining && !persist_busy(m) && !snap_files_busy(m->files))
 		stop = 1;
 	return stop;
@@ -341,7 +366,7 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 			break;
 		}
 		unsigned k = poll_set(m, pfd, pc);
-		if (poll(pfd, k, persist_timeout_ms(m)) < 0 && errno != EINTR) {
+		if (poll(pfd, k, smp_export_timeout_ms(m, persist_timeout_ms(m))) < 0 && errno != EINTR) {
 			snap_fmt(err, errlen, "poll: %s", strerror(errno));
 			rc = SNAP_EIO;
 			break;
@@ -380,6 +405,7 @@ static void serve_shutdown(struct smp *m)
 	if (m->sigfd >= 0)
 		close(m->sigfd);
 	snap_flusher_stop(m->flusher);
+	smp_metrics_stop();
 	snap_files_close(m->files);
 	snap_store_close(m->store);
 }
@@ -407,9 +433,14 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 	serve_signals(&set);
 	sigprocmask(SIG_BLOCK, &set, NULL);
 	signal(SIGPIPE, SIG_IGN);
-	int rc = serve_open_store(&m, quiet, err, errlen);
+	int rc = serve_metrics(&m, err, errlen);
 	if (rc)
 		return rc;
+	rc = serve_open_store(&m, quiet, err, errlen);
+	if (rc) {
+		smp_metrics_stop();
+		return rc;
+	}
 	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
 		*serving = 1;
 		say_ready(ready_fd);

@@ -2,8 +2,8 @@
 /*
  * Captured files in the node store, daemon side: open and close, and the
  * daemon's hooks (the flush thread's results, closed connections, flush
- * everything now). See files.h and docs/design.md, "Captured files
- * (LD_PRELOAD)"; files_int.h says which file holds what.
+ * everything now). See files.h and docs/design/captured-files.md
+ * (LD_PRELOAD); files_int.h says which file holds what.
  */
 #include "files_int.h"
 

@@ -1,8 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * files.h - captured files in the node store, the daemon's side (the
- * preload's side is integration/preload). docs/design.md, "Captured files
- * (LD_PRELOAD)", explains the model; in short:
+ * preload's side is integration/preload). docs/design/captured-files.md
+ * explains the model; in short:
  *
  *   <root>/<job>/files/data/<id>     the bytes of one file (tmpfs), written
  *                                    by the preloaded process itself

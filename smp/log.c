@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "metrics.h"
 
 /* Set once by smp_log_open before the daemon's threads start; read-only after. */
 static int log_level = SMP_LOG_INFO;
@@ -93,6 +94,11 @@ void snap_smp_log(const char *msg)
 
 void smp_vlogf(const struct smp_log *lg, enum smp_log_level level, const char *fmt, va_list ap)
 {
+	/* Counted whatever the level writes: an alert needs no log. */
+	if (level == SMP_LOG_WARN)
+		smp_metrics_count(SMP_CNT_LOG_WARN, NULL);
+	else if (level == SMP_LOG_ERROR)
+		smp_metrics_count(SMP_CNT_LOG_ERROR, NULL);
 	if (!smp_log_enabled(level) || (level >= SMP_LOG_INFO && lg && lg->quiet))
 		return;
 	/* Room for the longest message built anywhere (MESH_ERRLEN) and the prefix. */

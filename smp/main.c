@@ -60,6 +60,12 @@ static void usage(FILE *f)
 		"  --log DEST         where the log goes (SNAP_LOG): stderr (the default), syslog (facility\n"
 		"                     daemon), or a file appended to (\"%%n\" = mesh rank with --ec). Each line:\n"
 		"                     UTC time, level, snapsmp[pid]: message (syslog: its own time and pid)\n"
+		"  --metrics-file P   keep the daemon's state in Prometheus' text format in file P, for\n"
+		"                     node_exporter's textfile collector (SNAP_METRICS_FILE; \"%%n\" = mesh rank\n"
+		"                     with --ec): steps, their ages, bytes, durations, failures (docs/deploy.md,\n"
+		"                     \"Metrics\"); rewritten atomically, removed at a clean shutdown\n"
+		"  --metrics-interval S  seconds between rewrites of the metrics file (SNAP_METRICS_INTERVAL,\n"
+		"                     default 10)\n"
 		"  --detach           run in the background, in a session of its own, once serving: the command\n"
 		"                     returns 0 when clients can connect, 3 when another snapsmp holds the store\n"
 		"                     (it serves it), 1 or 2 if this one failed to start. The log defaults to\n"
@@ -105,6 +111,7 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		{ "flush-mode", required_argument, NULL, 'M' }, { "flush-files", required_argument, NULL, 'L' },
 		{ "flush-direct", required_argument, NULL, 'D' },
 		{ "log-level", required_argument, NULL, 'g' }, { "log", required_argument, NULL, 'G' },
+		{ "metrics-file", required_argument, NULL, 'P' }, { "metrics-interval", required_argument, NULL, 'T' },
 		{ "detach", no_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 },
 	};
@@ -170,6 +177,23 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 				return 2;
 			}
 			break;
+		case 'P':
+			if (snprintf(cfg->metrics_file, sizeof(cfg->metrics_file), "%s", optarg) >=
+			    (int)sizeof(cfg->metrics_file)) {
+				fprintf(stderr, "snapsmp: --metrics-file %s: path too long\n", optarg);
+				return 2;
+			}
+			break;
+		case 'T': {
+			char *end;
+			unsigned long v = strtoul(optarg, &end, 10);
+			if (end == optarg || *end || v < 1 || v > 86400) {
+				fprintf(stderr, "snapsmp: --metrics-interval %s: expected seconds from 1 to 86400\n", optarg);
+				return 2;
+			}
+			cfg->metrics_interval = (unsigned)v;
+			break;
+		}
 		case 'O': cfg->allow_older = 1; break;
 		case 'e': f->ec = optarg; break;
 		case 'q': f->quiet = 1; break;
@@ -218,8 +242,10 @@ static int join_mesh(struct snap_mesh **mesh, int *argc, char ***argv, const cha
 	    snprintf(cfg->client.store, sizeof(cfg->client.store), "%s", tmp) < 0 ||
 	    snap_mesh_expand(cfg->client.socket, node, tmp, sizeof(tmp)) ||
 	    snprintf(cfg->client.socket, sizeof(cfg->client.socket), "%s", tmp) < 0 ||
-	    snap_mesh_expand(cfg->log, node, tmp, sizeof(tmp)) || snprintf(cfg->log, sizeof(cfg->log), "%s", tmp) < 0) {
-		fprintf(stderr, "snapsmp: node %d: --store/--socket/--log too long after %%n\n", node);
+	    snap_mesh_expand(cfg->log, node, tmp, sizeof(tmp)) || snprintf(cfg->log, sizeof(cfg->log), "%s", tmp) < 0 ||
+	    snap_mesh_expand(cfg->metrics_file, node, tmp, sizeof(tmp)) ||
+	    snprintf(cfg->metrics_file, sizeof(cfg->metrics_file), "%s", tmp) < 0) {
+		fprintf(stderr, "snapsmp: node %d: --store/--socket/--log/--metrics-file too long after %%n\n", node);
 		snap_mesh_abort(*mesh, 2);
 	}
 	return -1;
@@ -358,6 +384,8 @@ static void log_settings(const struct smp_log *lg, const struct snap_smp_config 
 		 c->flush_files, c->flush_direct);
 	smp_logf(lg, SMP_LOG_DEBUG, "setting log_level=%s log=%s", snap_smp_log_level_name(c->log_level),
 		 c->log[0] ? c->log : "stderr");
+	smp_logf(lg, SMP_LOG_DEBUG, "setting metrics_file=%s metrics_interval=%u",
+		 c->metrics_file[0] ? c->metrics_file : "(none)", c->metrics_interval);
 }
 
 int main(int argc, char **argv)

@@ -173,6 +173,15 @@ int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t st
 	return 0;
 }
 
+int snap_mesh_job_protected(struct snap_mesh *mesh, const char *job, uint64_t *step)
+{
+	struct mjob *j = mesh ? mesh_job_find(mesh, job) : NULL;
+	if (!j || !j->has_prot)
+		return 0;
+	*step = j->prot;
+	return 1;
+}
+
 /* ---- agreement round ---------------------------------------------------- */
 
 struct sent {

@@ -88,6 +88,9 @@ int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size
 int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket);
 /* [lock held] 1 when the last agreement found `step` globally complete. */
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
+/* [lock held] 1 and *step: the job's newest step whose parity every node
+ * holds; 0 when none (or no mesh). */
+int snap_mesh_job_protected(struct snap_mesh *mesh, const char *job, uint64_t *step);
 
 /* Stop the mesh thread (every node stops at the same agreement round; a
  * node whose stop came from a peer gets SIGTERM so its poll loop ends).

@@ -28,7 +28,7 @@
  * paths lack.
  *
  * Cost: each generation re-encodes all of the job's captured files on
- * every node, not only what changed (see docs/design.md).
+ * every node, not only what changed (see docs/design/captured-files.md).
  */
 #include <dirent.h>
 #include <errno.h>

@@ -40,6 +40,7 @@
 
 #include "flush.h"
 #include "mesh_int.h"
+#include "metrics.h"
 #include "snap/io.h"
 
 /* Tell the poll loop to look at the jobs' flush state again. */
@@ -135,9 +136,11 @@ static void finish(struct snap_mesh *mesh, struct mjob *j, int ok, const char *w
 			sj->has_persisted = 1;
 			sj->persisted = j->fl_step;
 			sj->mfl_ns = snap_now_ns() - j->fl_t0;
+			smp_metrics_observe(SMP_HIST_FLUSH, j->name, (double)sj->mfl_ns / 1e9);
 			sj->mfl_failed = 0;
 		} else {
 			sj->mfl_failed = 1;
+			smp_metrics_count(SMP_CNT_FLUSH_FAILED, j->name);
 			sj->mfl_failed_step = j->fl_step;
 			snprintf(sj->mfl_msg, sizeof(sj->mfl_msg), "%s", why);
 		}

@@ -11,7 +11,7 @@
  * mapping traps to the hypervisor even after MAP_POPULATE filled the page
  * tables. A CRC32C pass over a freshly mapped 256 MiB slot ran at 1.7 GB/s,
  * a second pass over the same mapping at 26 GB/s, and mmap + munmap took
- * another 20 + 48 ms (see docs/design.md, "Protect").
+ * another 20 + 48 ms (see docs/design/mesh-and-ec.md, "Protect").
  *
  * Memory: a mapping holds no memory of its own, but it keeps the pages of a
  * file the store has since deleted or replaced. mesh_maps_sweep, called

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "snap/buf.h"
+#include "metrics.h"
 #include "smp_internal.h"
 #include "snap/wire.h"
 
@@ -216,12 +217,14 @@ void persist_collect(struct smp *m)
 			smp_say(m, "persisted step %" PRIu64 " of job %s: %.1f MiB in %.2f s (%.2f GB/s)%s%s%s", q->step,
 			    q->job, q->bytes / 1048576.0, q->seconds, q->seconds > 0 ? q->bytes / q->seconds / 1e9 : 0.0,
 			    how_written(q), q->err[0] ? "; " : "", q->err);
+			smp_metrics_observe(SMP_HIST_FLUSH, q->job, q->seconds);
 			if (j && (!j->has_persisted || q->step > j->persisted)) {
 				j->has_persisted = 1;
 				j->persisted = q->step;
 			}
 		} else {
 			smp_say(m, "flush of step %" PRIu64 " of job %s failed: %s", q->step, q->job, q->err);
+			smp_metrics_count(SMP_CNT_FLUSH_FAILED, q->job);
 		}
 		answer_waiters(m, q);
 		if (j) {

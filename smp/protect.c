@@ -26,6 +26,7 @@
 #include <unistd.h>
 
 #include "mesh_int.h"
+#include "metrics.h"
 
 struct enc_src {
 	struct mesh_slot_ent *ent;
@@ -350,12 +351,14 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 		p->parity = NULL;
 		drop_other_steps(mesh, j->name, g);
 		uint64_t t = snap_now_ns();
+		smp_metrics_observe(SMP_HIST_PROTECT, j->name, (double)(t - p->t0) / 1e9);
 		mesh_say(mesh, "job %s step %" PRIu64 " protected (group %d, %d+%d, %" PRIu64 " data + %" PRIu64
 			 " parity bytes here, %.1f ms: map %.1f, encode %.1f, publish and agree %.1f; CPU %.1f ms)",
 			 j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len, p->plen,
 			 (double)(t - p->t0) / 1e6, (double)(p->t_map - p->t0) / 1e6, (double)(p->t_enc - p->t_map) / 1e6,
 			 (double)(t - p->t_enc) / 1e6, (double)(mesh_thread_cpu_ns() - p->cpu0) / 1e6);
 	} else {
+		smp_metrics_count(SMP_CNT_PROTECT_FAILED, j->name);
 		if (p->parity)
 			munmap(p->parity, p->plen);
 		p->parity = NULL;

@@ -32,6 +32,7 @@
 #include <unistd.h>
 
 #include "mesh_int.h"
+#include "metrics.h"
 
 /* This node's files of one step, opened for the rebuild: per slot-list
  * entry its manifest (read into memory) and its slot file (mapped, and
@@ -200,6 +201,8 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	t2 = snap_now_ns();
 	if (!local)
 		local = publish_rebuilt(mesh, job, &f, meta, rpath, ppath, msg, len);
+	if (!local)
+		smp_metrics_add(SMP_CNT_REBUILT_CHUNKS, job, st.chunks_rebuilt);
 	if (!local && (st.chunks_rebuilt || !have))
 		mesh_warn(mesh, "job %s step %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64 " corrupt), %" PRIu64
 			  " bytes written, CRCs verified, %.1f ms (files %.1f, exchange %.1f, publish %.1f)", job, g,

@@ -19,6 +19,7 @@
 #include "rehydrate.h"
 #include "smp_internal.h"
 #include "mesh.h"
+#include "metrics.h"
 #include "snap/wire.h"
 
 
@@ -145,6 +146,8 @@ static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		return rc;
 	snap_put_u32(out, slot);
 	snap_put_u64(out, c->rank->layout.slot_bytes);
+	if (smp_metrics_on())
+		c->acquire_ns = snap_now_ns();
 	return 0;
 }
 
@@ -164,11 +167,19 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	for (uint32_t i = 0; i < 2 * ncrc; i++)
 		crc[i] = snap_get_u32(r);
 	c->pinned = snap_get_u64(r);
+	uint64_t t0 = smp_metrics_on() ? snap_now_ns() : 0;
 	int rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
 					     m->cfg->verify_commit, err, SMP_ERRLEN)
 		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
 					   m->cfg->verify_commit, err, SMP_ERRLEN);
 	free(crc);
+	if (rc == 0 && t0) {
+		uint64_t t1 = snap_now_ns();
+		smp_metrics_observe(SMP_HIST_COMMIT, c->job->name, (double)(t1 - t0) / 1e9);
+		if (!again && c->acquire_ns)
+			smp_metrics_observe(SMP_HIST_SAVE, c->job->name, (double)(t0 - c->acquire_ns) / 1e9);
+		c->acquire_ns = 0;
+	}
 	if (rc == 0) {
 		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u committed step %" PRIu64 " (slot %u)", c->job->name,
 			 c->rank->rank, step, slot);
@@ -343,6 +354,8 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 		if (smp_reply_ok(c->fd, h->type, &out, fd) != 0)
 			smp_close_conn(m, c);
 	} else {
+		if (rc != SNAP_EBUSY)
+			smp_metrics_count(SMP_CNT_REQ_ERRORS, NULL);
 		if (rc != SNAP_EBUSY)
 			smp_say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
 			    err);

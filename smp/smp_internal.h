@@ -10,7 +10,8 @@
  *
  *   8  main.c                   flags -> config, --ec, snap_smp_serve
  *   7  daemon.c                 poll loop, connections, signals, shutdown
- *   6  requests.c               the trainers' requests and their dispatch
+ *   6  requests.c export.c      the trainers' requests and their dispatch;
+ *                               the store's state as metrics (--metrics-file)
  *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
  *   4  persist.c meshflush.c filereq.c
  *                               flush policy (-> flush.c); the mesh's flush
@@ -27,9 +28,11 @@
  *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c
  *                               (meshmap: slot files kept mapped; fileent:
  *                               a job's captured-file entries)
- *   0  store.c slots.c reserve.c meshfiles.c   (libraries snapstore,
- *                               snapmeshfiles; reserve: slot files
- *                               reserved by a thread)
+ *   0  store.c slots.c reserve.c meshfiles.c metrics.c   (libraries
+ *                               snapstore, snapmeshfiles; reserve: slot
+ *                               files reserved by a thread; metrics:
+ *                               histograms, counters, the file's writer
+ *                               thread, recorded into from every layer)
  *
  * So requests.c answers requests and logs through log.c/reply.c, which
  * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and
@@ -63,6 +66,7 @@ struct conn {
 	int dead;
 	uint64_t restore_ticket;       /* mesh: RESTORE of the newest step waits for a fresh view */
 	uint64_t pinned;               /* bytes of its slots the trainer pinned (CUDA), as of its last COMMIT */
+	uint64_t acquire_ns;           /* its last ACQUIRE (--metrics-file: the save's duration) */
 	/* a FLUSH request waiting for its step to be persisted */
 	int waiting;
 	char wait_job[SNAP_JOB_MAX + 1];
@@ -83,6 +87,9 @@ struct smp {
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
 	struct snap_files *files;      /* captured files (files.c) */
 	uint64_t last_mesh_tick_ns;    /* mesh: when --flush-interval last asked the mesh to flush */
+	/* --metrics-file (export.c): when the store was last read, the file last formatted */
+	uint64_t metrics_read_ns, metrics_write_ns;
+	double metrics_start_s;        /* the daemon's start, seconds since the epoch */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */
@@ -116,5 +123,13 @@ int persist_on_flush_msg(struct smp *m, struct conn *c, struct snap_rbuf *r, cha
 void persist_mesh_update(struct smp *m);
 /* Flushes still running or queued (mesh: also one wanted or agreed and not sealed). */
 int persist_busy(const struct smp *m);
+
+/* ---- export.c: --metrics-file ---- */
+
+/* [mesh lock held] Read the store's gauges (once a second) and hand the
+ * file's text to the metrics writer (every --metrics-interval seconds). */
+void smp_export_tick(struct smp *m);
+/* The poll timeout with the metrics' once-a-second reading (-1: none). */
+int smp_export_timeout_ms(const struct smp *m, int timeout);
 
 #endif

@@ -21,7 +21,7 @@
 #    nodes) and each rank restores the newest step every rank committed,
 #    from its node's memory.
 #    Every rank restores the same step: a restore of the newest step waits
-#    for an agreement round newer than the request (docs/design.md).
+#    for an agreement round newer than the request (docs/design/mesh-and-ec.md).
 #    Ranks must land on the same nodes as before: keep the hostfile's order
 #    (replace a dead node in place).
 # 4. When the trainers finish, the mesh gets SIGTERM and shuts down (mpirun

@@ -3,8 +3,8 @@
  * Captured files on the preload's side: which descriptors are store files,
  * opening (create in the store, or read from it), budget growth, commit at
  * the last close, and the fall back to the file system; nsread.c and
- * nsops.c hold the namespace (files_int.h). docs/design.md, "Captured
- * files (LD_PRELOAD)".
+ * nsops.c hold the namespace (files_int.h). docs/design/captured-files.md
+ * has the model.
  *
  * Visibility: a committed file is visible to every preloaded process of the
  * job; a file being written is visible (stat, open) only to the process

@@ -3,7 +3,7 @@
  * The trainer side of libsnap: open, the region registry, the layout frozen
  * at the first save or restore, and close. The connection to snapsmp is
  * conn.c, the save path save.c, restore and flush restore.c. See
- * snap/snap.h for the contract and docs/design.md for the protocol.
+ * snap/snap.h for the contract and docs/design/snapshot-path.md for the protocol.
  *
  * Concurrency: the caller's thread runs the API; the copy pool's threads run
  * chunk copies and, on the thread that finishes the last chunk, the commit

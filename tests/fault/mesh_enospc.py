@@ -20,7 +20,8 @@ there rebuilds the node and restores the step bit-exact. Event-driven:
   3. the tmpfs is removed and the mesh relaunched: node 1 is rebuilt and
      every rank restores step 3 (the trainer checks its bytes).
 
-Needs mount(2) (root, as in CI); exits 77 (skipped, said loudly) without it.
+Needs CAP_SYS_ADMIN for mount(2) (root, as in CI): exits 77, saying so, without
+it, decided before phase 1; with it, a failing mount is a failure.
 
 usage: mesh_enospc.py --build DIR [--shape 2+1] [--nodes 3] [--mpiexec P]
 """
@@ -33,6 +34,12 @@ import sys
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, have_record, restored_of, setup, start_trainers, tree_md5  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from skiprule import can_mount, skip_test  # noqa: E402
+
+
+class NoFullStore(Exception):
+    """Phase 2 cannot run: its mount failed (recorded as a failure)."""
 
 
 def main():
@@ -42,6 +49,10 @@ def main():
     ap.add_argument("--nodes", type=int, default=3)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
     a = ap.parse_args()
+    # Decided before phase 1 runs, from the capability: a mount that fails
+    # later, with it, is a failure, and phase 1's failures are never lost.
+    if not can_mount():
+        skip_test("mesh_enospc", "needs CAP_SYS_ADMIN to mount a tmpfs (root, as in CI)")
     a.world, a.bytes = 0, "1M"
     base, logdir = setup(a, "snaptest-meshenospc")
     a.world = a.nodes   # rank r on node r
@@ -84,9 +95,10 @@ def main():
         root = mesh.root(lost)
         shutil.rmtree(root)
         os.makedirs(root)
-        if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", root]).returncode != 0:
-            print("mesh_enospc: SKIPPED: cannot mount a tmpfs here (needs root and mount(2))", flush=True)
-            return 77
+        m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", root], capture_output=True, text=True)
+        if m.returncode != 0:
+            fail(f"mount of a 256 KiB tmpfs on {root} failed ({m.returncode}): {m.stderr.strip()}")
+            raise NoFullStore()
         mounted = True
         before = survivors()
         mesh.start(os.path.join(logdir, "mesh1.log"))
@@ -120,6 +132,8 @@ def main():
             fail(f"mesh exited {rc} on SIGTERM")
         if mesh.sanitizer_errors():
             fail(f"sanitizer report in {mesh.log}")
+    except NoFullStore:
+        pass   # recorded by fail() above
     finally:
         mesh.kill()
         if mounted:

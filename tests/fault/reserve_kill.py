@@ -215,7 +215,7 @@ def main():
     os.makedirs(BASE)
     os.makedirs(LOGS, exist_ok=True)
     seed = int(sys.argv[3]) if len(sys.argv) > 3 else random.randrange(1 << 30)
-    print(f"reserve_kill: seed {seed}")
+    print(f"reserve_kill: seed {seed} (replay: {sys.argv[0]} {' '.join(sys.argv[1:3])} {seed})", flush=True)
     rng = random.Random(seed)
     hits = 0
     try:

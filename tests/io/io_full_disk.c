@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * A real disk filling up under the O_DIRECT flush: a 48 MiB ext4 (a file
- * mounted through a loop device; root, else skipped) is filled by a filler
+ * mounted through a loop device; exits 77 without CAP_SYS_ADMIN,
+ * /dev/loop-control or mkfs.ext4, and fails when mkfs or mount fails) is filled by a filler
  * file until only a fraction of one step's bytes is free, and a step of two
  * 4 MiB regions is written with each kind of data: uncompressed (the bulk
  * io_uring pass after HDF5's close), LZ4 (chunks on the ring while HDF5
@@ -24,6 +25,7 @@
 #include <unistd.h>
 
 #include "testutil.h"
+#include "../skiprule.h"
 
 #define JOB "full"
 #define N (1024 * 1024) /* floats per region: 4 MiB */
@@ -118,11 +120,23 @@ int main(int argc, char **argv)
 	snprintf(dir, sizeof dir, "%s/flush", mnt);
 	snprintf(filler, sizeof filler, "%s/filler", mnt);
 	CHECK(mkdir(mnt, 0755) == 0);
-	snprintf(cmd, sizeof cmd, "truncate -s 48M '%s' && mkfs.ext4 -q -F -m 0 -O ^has_journal '%s' >/dev/null 2>&1 && "
-		 "mount -o loop '%s' '%s' 2>/dev/null", img, img, img, mnt);
-	if (geteuid() != 0 || system(cmd) != 0) {
-		printf("SKIP: cannot make and mount an ext4 on a loop device here (needs root and /dev/loop*)\n");
-		return 77;
+	/* Whether this can run is decided from what the process has, before
+	 * anything is tried: with it, a failing mkfs or mount is a failure. */
+	if (!skiprule_can_mount())
+		skiprule_skip_test("io_full_disk", "needs CAP_SYS_ADMIN to mount an ext4 (root, as in CI)");
+	if (access("/dev/loop-control", F_OK) != 0)
+		skiprule_skip_test("io_full_disk", "needs /dev/loop-control to mount a file as a disk");
+	if (system("command -v mkfs.ext4 >/dev/null 2>&1") != 0)
+		skiprule_skip_test("io_full_disk", "needs mkfs.ext4 (e2fsprogs)");
+	snprintf(cmd, sizeof cmd, "truncate -s 48M '%s' && mkfs.ext4 -q -F -m 0 -O ^has_journal '%s'", img, img);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "io_full_disk: FAILED: %s (its output above)\n", cmd);
+		return 1;
+	}
+	snprintf(cmd, sizeof cmd, "mount -o loop '%s' '%s'", img, mnt);
+	if (system(cmd) != 0) {
+		fprintf(stderr, "io_full_disk: FAILED: %s (its output above)\n", cmd);
+		return 1;
 	}
 	atexit(unmount); /* CHECK exits: the disk must not stay mounted */
 	io_t_weights(A, sizeof A, 5);

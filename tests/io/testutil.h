@@ -49,30 +49,31 @@ static inline struct snap_io_region io_t_region(const char *name, int dtype, int
 	return r;
 }
 
-/* Real weights (../shared/data/ppocr_v4_rec.f32) repeated to n bytes; falls
- * back to a deterministic pattern when the file is not there. */
+/* Real weights (SNAP_TEST_WEIGHTS: the sample shipped in tests/data) from
+ * byte `skip` on, repeated to n bytes. The file ships with the repository:
+ * missing, it is a failure, never a quiet switch to other values. */
 static inline void io_t_weights(void *buf, size_t n, size_t skip)
 {
-	static const char *paths[] = {SNAP_TEST_WEIGHTS, NULL};
-	FILE *f = fopen(paths[0], "rb");
+	FILE *f = fopen(SNAP_TEST_WEIGHTS, "rb");
+	if (!f) {
+		fprintf(stderr, "cannot open the test weights %s (tests/data/README.md)\n", SNAP_TEST_WEIGHTS);
+		exit(1);
+	}
 	unsigned char *p = buf;
 	size_t got = 0;
-	if (f) {
-		fseek(f, (long)(skip % 10000000), SEEK_SET);
-		while (got < n) {
-			size_t k = fread(p + got, 1, n - got, f);
-			if (k == 0) {
-				rewind(f);
-				continue;
-			}
-			got += k;
+	CHECK(fseek(f, 0, SEEK_END) == 0);
+	long size = ftell(f);
+	CHECK(size > 0);
+	CHECK(fseek(f, (long)(skip % (size_t)size), SEEK_SET) == 0);
+	while (got < n) {
+		size_t k = fread(p + got, 1, n - got, f);
+		if (k == 0) {
+			rewind(f);
+			continue;
 		}
-		fclose(f);
+		got += k;
 	}
-	for (uint32_t x = (uint32_t)skip * 2654435761u + 1; got < n; got++) {
-		x = x * 1103515245u + 12345u;
-		p[got] = (unsigned char)(x >> 16);
-	}
+	fclose(f);
 }
 
 /* A region's values cut into frames of fe values, each compressed on its own

@@ -46,7 +46,7 @@ shutil.rmtree(work, ignore_errors=True)
 os.makedirs(work)
 standin = [sys.executable, os.path.join(HERE, "torchrun_standin.py")]
 train = os.path.join(a.source, "tests", "python", "train.py")
-data = [os.path.join(a.source, "docs", "design.md"), os.path.join(a.source, "README.md")]
+data = [os.path.join(a.source, "docs", "design", "mesh-and-ec.md"), os.path.join(a.source, "README.md")]
 env = dict(os.environ, PYTHONPATH=os.path.join(a.source, "integration", "python"), OMP_NUM_THREADS="1",
            SNAP_COPY_THREADS="1")
 failures = []

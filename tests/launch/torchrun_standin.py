@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """A stand-in for torchrun (a test double, named as such): Debian 12's
-`torch.distributed.run` fails on Python 3.11, so launch.torchrun runs the
+`torch.distributed.run` fails on Python 3.11, so launch.torchrun_standin runs the
 recipe with this instead. It does what torchrun's local agent does for one
 node and a static rendezvous, and nothing more:
 

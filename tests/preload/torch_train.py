@@ -12,8 +12,9 @@ Prints "resumed S", "loss STEP HEX" per step (float.hex: compared bit for
 bit), "saving S" / "saved S" around each checkpoint, "done".
 
 The model starts from real trained weights (the PP-OCRv4 recognizer's
-float32 tensors, $SNAP_DATA_DIR (default ../shared/data beside the repository), clamped to [-1, 1] and scaled so a
-tanh MLP trains) when they are present; the data of step s comes from a
+float32 tensors: $SNAP_TEST_WEIGHTS, default the 1 MiB sample in tests/data,
+repeated to the model's size, clamped to [-1, 1] and scaled so a tanh MLP
+trains); the data of step s comes from a
 generator seeded with s, and dropout draws from the global RNG, whose
 state is checkpointed, so an interrupted run that resumes must reproduce
 an uninterrupted one exactly.
@@ -25,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-WEIGHTS = os.path.join(os.environ.get("SNAP_DATA_DIR") or os.path.join(
-    os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared", "data"), "ppocr_v4_rec.f32")
+WEIGHTS = os.environ.get("SNAP_TEST_WEIGHTS") or os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), "..", "data", "ppocr_v4_rec_1mib.f32")
 
 
 def main():
@@ -35,14 +36,14 @@ def main():
     torch.use_deterministic_algorithms(True)
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(512, 2048), nn.Tanh(), nn.Dropout(0.1), nn.Linear(2048, 512))
-    if os.path.exists(WEIGHTS):
-        w = np.fromfile(WEIGHTS, dtype="<f4")
-        off = 0
-        with torch.no_grad():
-            for p in model.parameters():
-                n = p.numel()
-                p.copy_(torch.from_numpy(w[off:off + n].copy()).reshape(p.shape).clamp(-1, 1) * 0.05)
-                off += n
+    # The weights ship with the repository: missing, np.fromfile fails loudly.
+    w = np.resize(np.fromfile(WEIGHTS, dtype="<f4"), sum(p.numel() for p in model.parameters()))
+    off = 0
+    with torch.no_grad():
+        for p in model.parameters():
+            n = p.numel()
+            p.copy_(torch.from_numpy(w[off:off + n].copy()).reshape(p.shape).clamp(-1, 1) * 0.05)
+            off += n
     opt = torch.optim.Adam(model.parameters(), lr=1e-3)
     start = 0
     names = [n for n in os.listdir(ckdir) if n.startswith("ckpt-") and n.endswith(".pt")]

@@ -60,7 +60,7 @@ def main():
                    SNAP_STORE=store, SNAP_JOB="pymem", SNAP_TIMEOUT_MS="60000", SNAP_COPY_THREADS="1",
                    PYTHONPATH=os.path.join(SRC, "integration", "python"), OMP_NUM_THREADS="1",
                    TRAIN_PAUSE_AT=f"{FIRST},{LAST}", ASAN_OPTIONS="detect_leaks=0:" + no_quarantine)
-        data = [os.path.join(SRC, "docs", "design.md"), os.path.join(SRC, "README.md")]
+        data = [os.path.join(SRC, "docs", "design", "mesh-and-ec.md"), os.path.join(SRC, "README.md")]
         with open(os.path.join(work, "r0.err"), "w") as err:
             p = subprocess.Popen([sys.executable, os.path.join(os.path.dirname(os.path.abspath(__file__)), "train.py"),
                                   "--libsnap", "--no-history", "--steps", str(LAST + 2), "--log", log,

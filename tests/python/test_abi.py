@@ -6,13 +6,12 @@ size and offset of every field of struct snap_config, snap_region and
 snap_region_info and the value of every enum and limit, and compare with
 ctypes. A header change not made in Python fails here. Also: every C field
 of snap_config is a Python setting and a SNAP_* variable named in
-docs/design.md's configuration table.
+docs/design/configuration.md's table.
 
 usage: test_abi.py --cc CC --src SOURCE_DIR --out DIR
 """
 import argparse
 import ctypes
-import glob
 import os
 import re
 import subprocess
@@ -30,7 +29,25 @@ structs = {"snap_config": C.SnapConfig, "snap_region": C.SnapRegion, "snap_regio
 consts = {}
 consts.update({f"SNAP_DTYPE_{k.upper()}": v for k, v in C.DTYPE.items()})
 consts.update({f"SNAP_KIND_{k.upper()}": v for k, v in C.KIND.items()})
-consts.update({"SNAP_CODEC_NONE": 0, "SNAP_CODEC_LOSSLESS": 1, "SNAP_CODEC_LOSSY_ABS": 2, "SNAP_CODEC_LOSSY_REL": 3})
+# The codec names come from the header (types.h's enum), each paired with its
+# spelling in the mirror (C.CODEC, SNAP_CODEC_PARAM's words); the values
+# compared are the mirror's, so a codec added, renumbered or removed on either
+# side fails here.
+CODEC_SPELLING = {"NONE": "none", "LOSSLESS": "lossless", "LOSSY_ABS": "abs", "LOSSY_REL": "rel"}
+with open(os.path.join(args.src, "common", "include", "snap", "types.h")) as f:
+    header_codecs = re.findall(r"^\s*SNAP_CODEC_(\w+?)\s*(?:=|,)", f.read(), re.M)
+header_codecs = [c for c in header_codecs if c != "COUNT_"]
+abi_bad = []
+if not header_codecs:
+    abi_bad.append("no SNAP_CODEC_* enum found in common/include/snap/types.h")
+for c in header_codecs:
+    word = CODEC_SPELLING.get(c)
+    if word is None or word not in C.CODEC:
+        abi_bad.append(f"SNAP_CODEC_{c} (types.h) has no entry in the Python mirror's CODEC {C.CODEC}")
+    else:
+        consts[f"SNAP_CODEC_{c}"] = C.CODEC[word]
+if sorted(CODEC_SPELLING[c] for c in header_codecs if c in CODEC_SPELLING) != sorted(C.CODEC):
+    abi_bad.append(f"the mirror's CODEC {sorted(C.CODEC)} is not the header's {header_codecs}")
 consts.update({"SNAP_DEVICE_HOST": C.DEVICE_HOST, "SNAP_DEVICE_CUDA": C.DEVICE_CUDA,
                "SNAP_MAX_NDIM": C.MAX_NDIM, "SNAP_NAME_MAX": C.NAME_MAX, "SNAP_JOB_MAX": C.JOB_MAX,
                "SNAP_PATH_MAX": C.PATH_MAX, "SNAP_DTYPE_COUNT_": len(C.DTYPE), "SNAP_KIND_COUNT_": len(C.KIND),
@@ -57,7 +74,7 @@ subprocess.run([args.cc, "-std=c11", "-Wall", "-Werror", "-I", os.path.join(args
                 "-o", exe, src], check=True)
 out = subprocess.run([exe], check=True, capture_output=True, text=True).stdout.split("\n")
 
-bad = []
+bad = list(abi_bad)
 checked = 0
 for line in out:
     p = line.split()
@@ -91,17 +108,15 @@ for s, py in structs.items():
         bad.append(f"struct {s}: C fields {cnames}, ctypes {pnames}")
 
 # One config: the C fields are the Python settings and (upper-cased) SNAP_*
-# variables documented in docs/design.md (rank/world_size/local_rank and the
+# variables documented in docs/design/configuration.md (rank/world_size/local_rank and the
 # codec bounds ride on their variables).
-# Every SNAP_* name is documented somewhere under docs/ (design.md lists most).
-design = "".join(open(p).read() for p in sorted(glob.glob(os.path.join(args.src, "docs", "**", "*.md"),
-                                                          recursive=True)))
+design = open(os.path.join(args.src, "docs", "design", "configuration.md")).read()
 for f, _ in C.SnapConfig._fields_:
     if f.endswith("_bound") or f == "size":
         continue
     var = "SNAP_" + f.upper()
     if var not in design:
-        bad.append(f"snap_config.{f}: {var} is not in docs/")
+        bad.append(f"snap_config.{f}: {var} is not in docs/design/configuration.md")
 cfg, py = C.config({"chunk_size": "1M", "copy_threads": 3, "codec_optim": "rel:1e-3", "job": "abi",
                      "flush_dir": "/x"})
 d = C.config_dict(cfg, py)
@@ -139,7 +154,7 @@ for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": 
 # The daemon's settings are still one config: each is a SNAP_* variable in the docs.
 for f in C.DAEMON_SETTINGS:
     if "SNAP_" + f.upper() not in design:
-        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/")
+        bad.append(f"snapsmp setting {f}: SNAP_{f.upper()} is not in docs/design/configuration.md")
 L = C.lib()
 if L.snap_version() != 10000 * VERSION[0] + 100 * VERSION[1] + VERSION[2] or \
         L.snap_version_string().decode() != "%d.%d.%d" % VERSION:

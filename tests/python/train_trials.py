@@ -65,7 +65,7 @@ snapsmp = os.path.join(args.build, "smp", "snapsmp")
 snaptool = os.path.join(args.build, "tools", "snaptool")
 store = f"/dev/shm/snaptest-py-{os.getpid()}"
 logroot = os.path.join(args.build, "tests", "python", f"trials-{os.getpid()}")
-data = [os.path.join(args.src, "docs", "design.md"), os.path.join(args.src, "README.md")]
+data = [os.path.join(args.src, "docs", "design", "mesh-and-ec.md"), os.path.join(args.src, "README.md")]
 JOB = "pytrain"
 failures = []
 # Under ASan the trainers (Python) need the sanitizer runtime preloaded (see

@@ -1,8 +1,8 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """snapsmp says at start whether its store gets huge pages (hugepages.c),
-checked against real tmpfs mounts, made for the test (needs root: exits 77,
-saying so, where mount(2) is refused):
+checked against real tmpfs mounts, made for the test (exits 77, saying so,
+without CAP_SYS_ADMIN or tmpfs huge pages; a failing mount fails):
 
   - a tmpfs mounted with huge=within_size: "gets huge pages (tmpfs,
     huge=within_size)"; the test also says whether the kernel backed a 4
@@ -27,6 +27,8 @@ import tempfile
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from skiprule import can_mount, skip_test  # noqa: E402
 
 snapsmp, disk = sys.argv[1], sys.argv[2]
 top = tempfile.mkdtemp(prefix="hugepages.", dir="/tmp")
@@ -84,15 +86,20 @@ def mount(name, opts):
 
 
 try:
-    with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
-        forced = next((w.strip("[]") for w in f.read().split() if w.startswith("[")), "")
+    # Decided before anything runs, from what the machine has: with it, a
+    # failing mount is a failure.
+    try:
+        with open("/sys/kernel/mm/transparent_hugepage/shmem_enabled") as f:
+            forced = next((w.strip("[]") for w in f.read().split() if w.startswith("[")), "")
+    except OSError:
+        skip_test("check_hugepages", "this kernel has no transparent huge pages for tmpfs")
     if forced in ("force", "deny"):
-        print(f"SKIP: shmem_enabled={forced} overrides every tmpfs mount's huge= option")
-        sys.exit(77)
+        skip_test("check_hugepages", f"shmem_enabled={forced} overrides every tmpfs mount's huge= option")
+    if not can_mount():
+        skip_test("check_hugepages", "needs CAP_SYS_ADMIN to mount a tmpfs (root, as in CI)")
     huge, why = mount("huge", ["huge=within_size"])
     if not huge:
-        print(f"SKIP: cannot mount a tmpfs here ({why}): needs root and transparent huge pages")
-        sys.exit(77)
+        fail(f"cannot mount a huge=within_size tmpfs as a process that may mount: {why}")
     never, _ = mount("never", ["huge=never"])
     plain, _ = mount("plain", [])
 

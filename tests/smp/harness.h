@@ -38,6 +38,17 @@ static inline int smp_connectable(const char *path)
 	return ok;
 }
 
+/* One generous deadline, for hangs only: the waits below end at their event
+ * (the socket accepts, the process exits), however slow the build. */
+#define SMP_DEADLINE_MS 120000
+
+static inline long long smp_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 /* Start snapsmp with extra args (NULL-terminated list). Waits until it listens. */
 static inline int smp_start(struct smp_proc *p, const char *store, const char *const *extra)
 {
@@ -55,7 +66,7 @@ static inline int smp_start(struct smp_proc *p, const char *store, const char *c
 		execv(SNAPSMP_PATH, (char *const *)argv);
 		_exit(127);
 	}
-	for (int i = 0; i < 500; i++) {
+	for (long long end = smp_now_ms() + SMP_DEADLINE_MS; smp_now_ms() < end;) {
 		int st;
 		if (waitpid(p->pid, &st, WNOHANG) == p->pid) {
 			p->pid = 0;
@@ -77,7 +88,7 @@ static inline int smp_run_fail(const char *store)
 		execl(SNAPSMP_PATH, SNAPSMP_PATH, "--store", store, "--quiet", (char *)NULL);
 		_exit(127);
 	}
-	for (int i = 0; i < 300; i++) {
+	for (long long end = smp_now_ms() + SMP_DEADLINE_MS; smp_now_ms() < end;) {
 		int st;
 		if (waitpid(pid, &st, WNOHANG) == pid)
 			return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
@@ -109,7 +120,7 @@ static inline void smp_cfg(struct snap_config *c, const struct smp_proc *p, cons
 	snprintf(c->job, sizeof(c->job), "%s", job);
 	c->rank = rank;
 	c->world_size = world;
-	c->timeout_ms = 2000;
+	c->timeout_ms = 60000; /* for hangs only: ranks wait on each other's events */
 	/* The tests start, kill and restart their daemon themselves. */
 	c->autostart = SNAP_AUTOSTART_OFF;
 }

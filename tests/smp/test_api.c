@@ -242,7 +242,7 @@ static snap_ctx *open_rank(const struct smp_proc *p, const char *job, int rank, 
 {
 	struct snap_config c;
 	smp_cfg(&c, p, job, rank, world);
-	c.timeout_ms = 3000;   /* a stall must fail the test, not hang it */
+	c.timeout_ms = 60000;   /* a stall must fail the test (within ctest's 120 s), not hang it */
 	snap_ctx *ctx;
 	CHECK_RC(snap_open(&c, &ctx), 0);
 	struct snap_region r = { .name = "m", .ptr = lr_mem[rank], .bytes = LR_BYTES, .dtype = SNAP_DTYPE_U8,
@@ -392,7 +392,7 @@ static void test_socket_follows_store(const struct smp_proc *p)
 	struct snap_config c;
 	snap_config_init(&c);
 	snprintf(c.store, sizeof(c.store), "%s", p->store);
-	c.timeout_ms = 500;
+	c.timeout_ms = 60000; /* for a hang only: the daemon is up, the connect is immediate */
 	snap_ctx *ctx = NULL;
 	CHECK_RC(snap_open(&c, &ctx), 0);
 	snap_close(ctx);

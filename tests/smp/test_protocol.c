@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "../check.h"
+#include "../skiprule.h"
 #include "snap/buf.h"
 #include "harness.h"
 #include "snap/manifest.h"
@@ -383,10 +384,8 @@ static void test_planted_fd(const struct smp_proc *p)
  */
 static void test_foreign_uid(const struct smp_proc *p)
 {
-	if (geteuid() != 0) {
-		printf("SKIP foreign uid: needs root to switch users\n");
+	if (!skiprule_optional("foreign uid", "root, to switch users", geteuid() == 0))
 		return;
-	}
 	CHECK(chmod(p->store, 0755) == 0 && chmod(p->socket, 0666) == 0);
 	pid_t pid = fork();
 	if (pid == 0) {
@@ -429,5 +428,7 @@ int main(void)
 	int st = smp_stop(&p, SIGTERM);
 	CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
 	rm_rf(store);
+	if (!check_failures)
+		skiprule_summary("test_protocol");
 	return check_done("test_protocol");
 }

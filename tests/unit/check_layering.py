@@ -1,11 +1,11 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""The project's structure, checked (docs/design.md, "Components and their
+"""The project's structure, checked (docs/design/components.md, "Components and their
 dependencies"):
 
 1. Every #include "snap/X.h" names a header in some component's include/
    folder, and the component that includes it may depend on that one
-   (DEPENDS below is the table in docs/design.md; the two must agree).
+   (DEPENDS below is the table in docs/design/components.md; the two must agree).
 2. Every other quoted #include names a file of the includer's own component:
    no component reaches into another's private headers.
 3. No CMakeLists.txt makes a src/ folder, or a folder of loose private
@@ -134,16 +134,16 @@ if lib:
         bad.append(f"SNAP_API in the public headers {sorted(declared - mapped)} not in libsnap.map; "
                    f"map names {sorted(mapped - declared)} not declared SNAP_API")
 
-# The table above is the one in docs/design.md.
-design = open(os.path.join(src, "docs", "design.md")).read()
+# The table above is the one in docs/design/components.md.
+design = open(os.path.join(src, "docs", "design", "components.md")).read()
 for comp, deps in DEPENDS.items():
     m = re.search(r"^\|\s*`%s/`\s*\|[^|]*\|\s*([^|]*)\|" % comp, design, re.M)
     if not m:
-        bad.append(f"docs/design.md's dependency table has no row for {comp}/")
+        bad.append(f"docs/design/components.md's dependency table has no row for {comp}/")
         continue
     listed = set(re.findall(r"`(\w+)/`", m.group(1)))
     if listed != deps:
-        bad.append(f"docs/design.md says {comp}/ uses {sorted(listed)}; this check allows {sorted(deps)}")
+        bad.append(f"docs/design/components.md says {comp}/ uses {sorted(listed)}; this check allows {sorted(deps)}")
 
 if bad:
     print("LAYERING VIOLATIONS:")

@@ -17,7 +17,7 @@
  * trainers are told to save until the last node's line appears). The
  * first SLOTS + 1 steps are cold (each slot file is mapped once, and from
  * then on the previous protected step's parity file is reused,
- * docs/design.md "Protect"); the steady figures are medians of the rest.
+ * docs/design/mesh-and-ec.md "Protect"); the steady figures are medians of the rest.
  *
  * Rebuild. SIGKILL of the whole mesh, the stores of the first M nodes of
  * group 0 deleted, relaunch: the slowest rebuilt node's logged time, and

@@ -1,6 +1,6 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """Readers of saved steps, without snapsmp: the node store (manifest version
-2 and slot files, docs/design.md), a flush directory (HDF5 rank files and
+2 and slot files, docs/design/store-and-protocol.md), a flush directory (HDF5 rank files and
 MANIFEST, docs/io-format.md; or per-node directories, D/node%n, whose part
 MANIFESTs together list every rank) and a `snaptool export` file. Every byte read
 is checked against its CRC32C (libsnap's snap_crc32c); a mismatch, a

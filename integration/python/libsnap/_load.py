@@ -35,7 +35,7 @@ def _find_job(roots, marker, what):
     return jobs[0]
 
 
-def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
+def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None, prefix=""):
     """Read a step saved by Checkpointer into a plain state_dict, without
     snapsmp or a model:
 
@@ -62,6 +62,17 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
               tensors whole. RNG states and extra come from the saved rank of
               the same number when it exists, else rank 0.
     job       default: $SNAP_JOB, or the only job in the source.
+    prefix    put in front of every model name: "module." loads into a
+              DistributedDataParallel wrapper's own load_state_dict()
+              (Checkpointer saves a wrapped model by its module's names).
+
+    A ZeroRedundancyOptimizer step (optimizer_class
+    "ZeroRedundancyOptimizer(<local class>)"): at the saved world size with
+    `rank`, `optimizer` is that rank's shard as its local optimizer
+    (zero.optim) reports it, optimizer_layout "zero-shard"; otherwise it is
+    consolidated, what ZeroRedundancyOptimizer.state_dict() gives after
+    consolidate_state_dict(), optimizer_layout "zero-consolidated", which
+    ZeroRedundancyOptimizer.load_state_dict() shards at any world size.
     """
     from . import _files as F
     src = os.fspath(source)
@@ -102,12 +113,18 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
     own = rank if rank is not None and rank < saved_world and glob_regions is None else 0
     names = [g["name"] for g in (glob_regions if glob_regions is not None else per_rank[own])]
     by_rank = None if per_rank is None else {r: {g["name"]: g for g in gs} for r, gs in per_rank.items()}
-    if by_rank is not None:
-        for r in range(saved_world):
-            if set(by_rank[r]) != set(names):
-                diff = sorted(set(by_rank[r]) ^ set(names))[:5]
-                raise SnapError(C.EMISMATCH, f"step {step}: rank {r} holds other regions than rank {own}: {diff}")
     metas = [n for n in names if n.startswith("meta/")]
+    zero = len(metas) == 1 and metas[0].split("/")[1].startswith("ZeroRedundancyOptimizer(")
+    if zero and by_rank is None:
+        raise SnapError(C.EUNSUPPORTED, f"{src}: an export file of a ZeroRedundancyOptimizer step keeps one "
+                        "rank's optimizer regions of each name; read the node store or the flush directory")
+    if by_rank is not None:
+        # a ZeRO rank holds the state of its own shard: its own optimizer regions
+        common = (lambda ns: {n for n in ns if not n.startswith(("optim/", "meta/"))}) if zero else set
+        for r in range(saved_world):
+            if common(by_rank[r]) != common(names):
+                diff = sorted(common(by_rank[r]) ^ common(names))[:5]
+                raise SnapError(C.EMISMATCH, f"step {step}: rank {r} holds other regions than rank {own}: {diff}")
     if len(metas) != 1:
         raise SnapError(C.EFORMAT, f"step {step} of {src} was not saved by libsnap.torch ({len(metas)} meta regions)")
 
@@ -170,20 +187,56 @@ def load_state_dict(source, step=None, *, world_size=None, rank=None, job=None):
         t = _to_torch(a, g["dtype"])
         return t.reshape(meta["shapes"][n]) if n in meta["shapes"] else t
 
-    model = collections.OrderedDict((n[6:], tensor(n)) for n in names if n.startswith("model/"))
-    state = {}
-    for i, keys in meta["state_keys"].items():
-        st = {}
-        for k in keys:
-            rn = f"optim/{i}/{k}"
-            st[k] = tensor(rn) if rn in names else meta["state_other"][i][k]
-        state[i] = st
+    model = collections.OrderedDict((prefix + n[6:], tensor(n)) for n in names if n.startswith("model/"))
+    layout = None
+    if "optim-state-dict" in names:
+        # the generic path: the optimizer's own state_dict(), pickled whole
+        optimizer = payload("optim-state-dict")
+        layout = "state_dict"
+    elif zero and not (world_size is not None and world_size == saved_world):
+        optimizer = _zero_consolidated(by_rank, saved_world, meta)
+        layout = "zero-consolidated"
+    else:
+        state = {}
+        for i, keys in meta["state_keys"].items():
+            st = {}
+            for k in keys:
+                rn = f"optim/{i}/{k}"
+                st[k] = tensor(rn) if rn in names else meta["state_other"][i][k]
+            state[i] = st
+        optimizer = {"state": state, "param_groups": meta["param_groups"]}
+        layout = "zero-shard" if zero else "plain"
     rng = {"torch": tensor("rng/torch") if "rng/torch" in names else None,
            "cuda": [tensor(n) for n in sorted((n for n in names if n.startswith("rng/cuda/")),
                                               key=lambda n: int(n.rsplit("/", 1)[1]))],
            "numpy": payload("rng/numpy") if "rng/numpy" in names else None,
            "random": payload("rng/random") if "rng/random" in names else None}
     extra = {n[6:]: payload(n) for n in names if n.startswith("extra/")}
-    return {"model": model, "optimizer": {"state": state, "param_groups": meta["param_groups"]},
+    return {"model": model, "optimizer": optimizer,
             "extra": extra, "rng": rng, "step": step, "world_size": saved_world, "rank": own,
-            "optimizer_class": meta["optimizer"]}
+            "optimizer_class": meta["optimizer"], "optimizer_layout": layout}
+
+
+def _zero_consolidated(by_rank, saved_world, meta0):
+    """ZeroRedundancyOptimizer.state_dict() after consolidate_state_dict():
+    every rank's shard state under its global parameter index, in index
+    order, and the exposed param_groups."""
+    state = {}
+    for r in range(saved_world):
+        regions = by_rank[r]
+        mn = [n for n in regions if n.startswith("meta/")]
+        meta = pickle.loads(_read_payload(regions[mn[0]]["load"](), mn[0]))
+        index = meta["zero"]["global_index"]
+        for i, keys in meta["state_keys"].items():
+            st = {}
+            for k in keys:
+                rn = f"optim/{i}/{k}"
+                if rn in regions:
+                    t = _to_torch(regions[rn]["load"](), regions[rn]["dtype"])
+                    st[k] = t.reshape(meta["shapes"][rn]) if rn in meta["shapes"] else t
+                else:
+                    st[k] = meta["state_other"][i][k]
+            if index[int(i)] in state:
+                raise SnapError(C.ECORRUPT, f"ranks save the state of parameter {index[int(i)]} twice")
+            state[index[int(i)]] = st
+    return {"state": dict(sorted(state.items())), "param_groups": meta0["zero"]["groups"]}

@@ -18,6 +18,10 @@ What a snapshot holds, one region each (`snaptool inspect` shows them):
   optim/<i>/<key>       every optimizer state tensor (Adam's exp_avg,
                         exp_avg_sq and step tensors ...), i numbering the
                         optimizer's parameters as optimizer.state_dict() does
+                        (ZeroRedundancyOptimizer: its local optimizer's, this
+                        rank's shard)
+  optim-state-dict      instead, for LBFGS and optimizer_state="state_dict":
+                        the optimizer's own state_dict(), pickled
   meta/<Class>/<sizes>  a pickle: param_groups (lr ...), non-tensor optimizer
                         state, true shapes; the optimizer class and the group
                         sizes are in the name, so a restore checks them first
@@ -60,9 +64,10 @@ from ._capi import MismatchError, SnapError
 from ._entry import _TORCH, _Entry, _nbytes, _reg_shape, _snap_dtype
 from ._load import load_state_dict
 from ._payload import _HDR, FORMAT, _pack, _read_payload, _room
+from ._support import UnsupportedError, account, classify, unwrap_model
 
 
-__all__ = ["Checkpointer", "load_state_dict", "MismatchError", "SnapError"]
+__all__ = ["Checkpointer", "load_state_dict", "MismatchError", "SnapError", "UnsupportedError"]
 
 
 def _dist():
@@ -92,6 +97,20 @@ class Checkpointer:
     fence_forward  fence before every forward (a pre-hook on the model), for
               models whose forward writes registered memory (BatchNorm's
               running statistics). Default: when the model has buffers.
+    optimizer_state  None: the optimizer's state tensors are registered by
+              pointer (every torch.optim optimizer but LBFGS, and
+              ZeroRedundancyOptimizer's shard over them); "state_dict": its
+              own state_dict() is pickled each save and restored with its
+              load_state_dict() (for a custom optimizer whose state_dict()
+              holds all its state; LBFGS always goes this way).
+
+    What is supported and what is refused: docs/torch.md. An optimizer or
+    model the Checkpointer cannot capture completely (an unknown optimizer
+    class, FullyShardedDataParallel) raises UnsupportedError naming the
+    class here; an optimizer whose state_dict() holds state the snapshot
+    would miss raises it at the save that would register it. A
+    DistributedDataParallel or DataParallel model is snapshotted as its
+    .module, under the module's names.
 
     Ranks come from torch.distributed when it is initialized, else from
     SNAP_RANK / SNAP_WORLD_SIZE (or RANK / WORLD_SIZE, OMPI_*, PMI_*,
@@ -99,7 +118,12 @@ class Checkpointer:
     """
 
     def __init__(self, model, optimizer, *, extra=None, job=None, store=None, codec=None, shards=None,
-                 fence_forward=None, **settings):
+                 fence_forward=None, optimizer_state=None, **settings):
+        if optimizer_state not in (None, "state_dict"):
+            raise TypeError(f"optimizer_state is None or 'state_dict', got {optimizer_state!r}")
+        # refused before anything connects or registers
+        self._model = unwrap_model(model)
+        self._okind, self._opt = classify(optimizer, optimizer_state == "state_dict")
         self.model, self.optimizer = model, optimizer
         self.extra = dict(extra or {})
         for k in self.extra:
@@ -133,14 +157,15 @@ class Checkpointer:
         self._frozen = False       # the context has saved or restored: layout fixed
         self._last = None
         self._relayouts = 0
+        self._accounted = None     # the optimizer layout last checked against its state_dict()
         self._cuda = False
         self._wrap_step()
         self._hook = None
         me = weakref.ref(self)   # the model and optimizer must not keep the Checkpointer alive
         if fence_forward is None:
-            fence_forward = any(True for _ in model.buffers())
+            fence_forward = any(True for _ in self._model.buffers())
         if fence_forward:
-            self._hook = model.register_forward_pre_hook(lambda m, inp: me() is not None and me().fence())
+            self._hook = self._model.register_forward_pre_hook(lambda m, inp: me() is not None and me().fence())
         self._atexit = lambda: me() is not None and me().close()
         atexit.register(self._atexit)
 
@@ -182,14 +207,41 @@ class Checkpointer:
 
     def _index(self):
         """Optimizer parameters numbered as optimizer.state_dict() numbers them."""
-        return [p for g in self.optimizer.param_groups for p in g["params"]]
+        return [p for g in self._opt.param_groups for p in g["params"]]
+
+    def _cls_name(self):
+        if self._okind == "zero":
+            return f"ZeroRedundancyOptimizer({type(self._opt).__name__})"
+        return type(self.optimizer).__name__
+
+    def _zero_index(self):
+        """ZeRO: the global index (in ZeroRedundancyOptimizer.state_dict()) of
+        each parameter of this rank's shard, in the shard's order."""
+        at = self.optimizer._param_to_index
+        return [at[p] for p in self._index()]
 
     def _meta_name(self):
-        sizes = ",".join(str(len(g["params"])) for g in self.optimizer.param_groups)
-        name = f"meta/{type(self.optimizer).__name__}/{sizes}"
+        sizes = ",".join(str(len(g["params"])) for g in self._opt.param_groups)
+        if self._okind == "zero":
+            # the partition is in the name, so a restore checks it before writing
+            part = ",".join(map(str, self._zero_index()))
+            sizes += ";zero:" + hashlib.sha1(part.encode()).hexdigest()[:12]
+        cls = self._cls_name()
+        name = f"meta/{cls}/{sizes}"
         if len(name) > 200:
-            name = f"meta/{type(self.optimizer).__name__}/sha1:" + hashlib.sha1(sizes.encode()).hexdigest()[:16]
+            name = f"meta/{cls}/sha1:" + hashlib.sha1(sizes.encode()).hexdigest()[:16]
         return name
+
+    @staticmethod
+    def _groups(groups):
+        """param_groups as Optimizer.state_dict() packs them."""
+        out, i = [], 0
+        for g in groups:
+            d = {k: v for k, v in g.items() if k != "params"}
+            d["params"] = list(range(i, i + len(g["params"])))
+            i += len(g["params"])
+            out.append(d)
+        return out
 
     def _tensor_entry(self, name, kind, t, gshape=None, offset=None):
         dt = _snap_dtype(t, name)
@@ -206,7 +258,7 @@ class Checkpointer:
         entries, meta_shapes = [], {}
         pname = {}
         spec_of = {}
-        for name, t in self.model.state_dict(keep_vars=True).items():
+        for name, t in self._model.state_dict(keep_vars=True).items():
             if not torch.is_tensor(t):
                 raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
             g, o = self._shard(name, t)
@@ -215,11 +267,13 @@ class Checkpointer:
                 meta_shapes["model/" + name] = ()
             pname.setdefault(t.data_ptr(), name)
             spec_of[name] = (g, o, tuple(t.shape))
-        other, keys = {}, {}
-        for i, p in enumerate(self._index()):
-            st = self.optimizer.state.get(p)
+        other, keys, planned = {}, {}, {}
+        generic = self._okind == "generic"
+        for i, p in enumerate([] if generic else self._index()):
+            st = self._opt.state.get(p)
             if not st:
                 continue
+            planned[i] = st
             keys[i] = list(st.keys())
             pn = pname.get(p.data_ptr())
             for k, v in st.items():
@@ -236,19 +290,31 @@ class Checkpointer:
                         meta_shapes[rn] = ()
                 else:
                     other.setdefault(i, {})[k] = v
-        groups, i = [], 0
-        for g in self.optimizer.param_groups:
-            d = {k: v for k, v in g.items() if k != "params"}
-            d["params"] = list(range(i, i + len(g["params"])))
-            i += len(g["params"])
-            groups.append(d)
+        groups = self._groups(self._opt.param_groups)
+        if generic:
+            # the optimizer's own state_dict(), pickled whole (tensors copied)
+            entries.append(self._bytes_entry("optim-state-dict", C.KIND["optim"], _pack(self._opt.state_dict())))
+        else:
+            # at each new layout (the state Adam creates at its first step
+            # is one): everything its own state_dict() holds must be here
+            sig = (tuple((i, tuple(ks)) for i, ks in keys.items()),
+                   tuple(e.key() for e in entries if e.name.startswith("optim/")), tuple(map(len, groups)), len(self._opt.state))
+            if sig != self._accounted:
+                account(self._opt, planned, groups)
+                self._accounted = sig
         # how this rank's shards sit in their tensors: lets an export file
         # (which keeps only global shapes) be resharded along the right dim
         shards = {e.name: (e.shape, e.gshape, e.offset) for e in entries if e.gshape != e.shape}
-        meta = {"format": FORMAT, "optimizer": type(self.optimizer).__name__, "param_groups": groups,
+        meta = {"format": FORMAT, "optimizer": self._cls_name(), "param_groups": groups,
                 "state_keys": keys, "state_other": other, "shapes": meta_shapes, "shards": shards,
                 "rank": self.rank, "world_size": self.world_size, "torch": torch.__version__,
+                "optimizer_path": self._okind,
                 "regions": [e.name for e in entries] + [self._meta_name()]}
+        if self._okind == "zero":
+            # what ZeroRedundancyOptimizer.state_dict() consolidates: the
+            # global index of each local parameter and the exposed groups
+            # (an LR scheduler steps those; the shard's follow at step())
+            meta["zero"] = {"global_index": self._zero_index(), "groups": self._groups(self.optimizer.param_groups)}
         entries.append(self._bytes_entry(self._meta_name(), C.KIND["other"], _pack(meta)))
         # RNGs: torch's states are copied into buffers of their own (staged).
         entries.append(self._staged("rng/torch", torch.get_rng_state))
@@ -312,7 +378,7 @@ class Checkpointer:
     def _reopen(self):
         """A new context for a new layout. The old one is closed first (it
         waits for its in-flight commit): snapsmp allows one connection per
-        rank. Committed steps stay (docs/design.md, generations)."""
+        rank. Committed steps stay (docs/design/store-and-protocol.md, generations)."""
         ctx, self._ctx = self._ctx, None
         ctx.close()
         cfg = self.cfg
@@ -505,19 +571,25 @@ class Checkpointer:
         if len(metas) != 1:
             raise MismatchError(f"{what} was not saved by libsnap.torch (it has {len(metas)} meta regions)")
         _, cls, sizes = metas[0]["name"].split("/", 2)
-        mine_cls = type(self.optimizer).__name__
+        mine_cls = self._cls_name()
         if cls != mine_cls:
             raise MismatchError(f"{what} holds {cls} optimizer state, this optimizer is {mine_cls} "
                                 "(optimizer type differs)")
         mine_name = self._meta_name()
         if metas[0]["name"] != mine_name:
-            raise MismatchError(f"{what}: the optimizer's parameter groups differ: the snapshot has group sizes "
-                                f"[{sizes}], this optimizer [{mine_name.split('/', 2)[2]}]")
+            why = "the ZeroRedundancyOptimizer partition or " if ";zero:" in sizes else ""
+            raise MismatchError(f"{what}: {why}the optimizer's parameter groups differ: the snapshot has group "
+                                f"sizes [{sizes}], this optimizer [{mine_name.split('/', 2)[2]}]")
         model = {}
-        for name, t in self.model.state_dict(keep_vars=True).items():
-            model["model/" + name] = (name, t)
+        # A store saved from a DistributedDataParallel model by a libsnap
+        # that kept its "module." prefix restores into the unwrapped names.
+        saved = [r["name"] for r in regions if r["name"].startswith("model/")]
+        pre = "module." if saved and all(n.startswith("model/module.") for n in saved) and \
+            not any(n.startswith("module.") for n in self._model.state_dict()) else ""
+        for name, t in self._model.state_dict(keep_vars=True).items():
+            model["model/" + pre + name] = (name, t)
         params = self._index()
-        pname = {t.data_ptr(): n for n, t in self.model.state_dict(keep_vars=True).items()}
+        pname = {t.data_ptr(): n for n, t in self._model.state_dict(keep_vars=True).items()}
         cuda_n = torch.cuda.device_count() if torch.cuda.is_available() else 0
         entries, seen = [], set()
         for r in regions:
@@ -551,7 +623,7 @@ class Checkpointer:
                     problems.append(f"the snapshot holds optimizer state {n!r} for a parameter this optimizer "
                                     f"does not have ({len(params)} parameters)")
                     continue
-                old = self.optimizer.state.get(p_, {}).get(key)
+                old = self._opt.state.get(p_, {}).get(key)
                 dt = _TORCH[r["dtype"]]
                 dev = p_.device if r["device"] == C.DEVICE_CUDA and p_.is_cuda else torch.device("cpu")
                 if (torch.is_tensor(old) and old.dtype == dt and _reg_shape(old.shape) == shape and
@@ -569,7 +641,7 @@ class Checkpointer:
                     warnings.warn(f"{what}: {n} (a CUDA generator) has no device here; it is not restored")
                 e = _Entry(n, kind, r["dtype"], shape, tensor=torch.empty(shape, dtype=_TORCH[r["dtype"]]))
                 entries.append(e)
-            elif n.startswith("meta/") or n.startswith("rng/") or n.startswith("extra/"):
+            elif n.startswith("meta/") or n.startswith("rng/") or n.startswith("extra/") or n == "optim-state-dict":
                 if n.startswith("extra/") and n[6:] not in self.extra:
                     problems.append(f"the snapshot holds extra {n[6:]!r}, which this Checkpointer was not given")
                     continue
@@ -578,6 +650,12 @@ class Checkpointer:
                                       payload=b""))
             else:
                 problems.append(f"the snapshot holds region {n!r}, which libsnap.torch does not know")
+        generic = "optim-state-dict" in seen
+        if generic != (self._okind == "generic"):
+            problems.append("the snapshot holds the optimizer's state " + (
+                "as its pickled state_dict() (optimizer_state='state_dict'), this Checkpointer registers it "
+                "tensor by tensor" if generic else "tensor by tensor, this Checkpointer takes it through its "
+                "state_dict() (optimizer_state='state_dict')"))
         for n, (sdn, t) in model.items():
             if n not in seen:
                 problems.append(f"model tensor {sdn!r} ({list(t.shape)}) is not in the snapshot")
@@ -597,8 +675,12 @@ class Checkpointer:
             raise SnapError(C.EFORMAT, f"meta format {meta.get('format')} is not {FORMAT}")
         shapes = meta["shapes"]
         params = self._index()
-        # optimizer state, as the snapshot has it (keys in the saved order)
-        self.optimizer.state.clear()
+        if self._okind == "generic":
+            # the optimizer's own state_dict(), through its own load_state_dict()
+            self._opt.load_state_dict(pickle.loads(_read_payload(by["optim-state-dict"].buf, "optim-state-dict")))
+        else:
+            # optimizer state, as the snapshot has it (keys in the saved order)
+            self._opt.state.clear()
         for i, keys in meta["state_keys"].items():
             st = {}
             for k in keys:
@@ -608,11 +690,16 @@ class Checkpointer:
                     st[k] = t.view(shapes[rn]) if rn in shapes else t
                 else:
                     st[k] = meta["state_other"][i][k]
-            self.optimizer.state[params[i]] = st
-        for g, saved in zip(self.optimizer.param_groups, meta["param_groups"]):
+            self._opt.state[params[i]] = st
+        for g, saved in zip(self._opt.param_groups, meta["param_groups"]):
             for k, v in saved.items():
                 if k != "params":
                     g[k] = v
+        if self._okind == "zero":
+            for g, saved in zip(self.optimizer.param_groups, meta["zero"]["groups"]):
+                for k, v in saved.items():
+                    if k != "params":
+                        g[k] = v
         torch.set_rng_state(by["rng/torch"].tensor)
         if torch.cuda.is_available():
             for d in range(torch.cuda.device_count()):

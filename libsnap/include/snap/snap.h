@@ -78,7 +78,7 @@ SNAP_API const char *snap_version_string(void);
  * Configuration of the client. snap_config_init() fills defaults;
  * snap_config_from_env() applies SNAP_* environment overrides. The same
  * names appear everywhere: field mem_limit <-> SNAP_MEM_LIMIT <-> flag
- * --mem-limit <-> Python keyword mem_limit; docs/design.md lists them all.
+ * --mem-limit <-> Python keyword mem_limit; docs/design/configuration.md lists them all.
  * The daemon's own settings (memory budget, slots, flush) are snapsmp's
  * (its flags and SNAP_* variables), not fields here.
  */
@@ -103,7 +103,7 @@ struct snap_config {
 	int codec_optim;
 	double codec_optim_bound;
 	/* SNAP_CAPTURE, read by the preload (LD_PRELOAD=libsnap_preload.so,
-	 * docs/design.md "Captured files"): ':'-separated absolute directories
+	 * docs/design/captured-files.md): ':'-separated absolute directories
 	 * whose files a preloaded process keeps in the node store (empty: none). */
 	char capture[1024];
 	/* SNAP_LAUNCH: names one launch of the job; every rank of it starts
@@ -225,7 +225,7 @@ struct snap_region {
  * What shrinks is what the flush writes to disk. The node store does not
  * shrink: a slot reserves each chunk's worst case (snap_codec_bound,
  * slightly above the raw size) and is fully allocated, so a save can never
- * run out of memory half-way (see docs/design.md, "Codecs"). Compression
+ * run out of memory half-way (see docs/design/snapshot-path.md, "Codecs"). Compression
  * costs copy time (roughly 2 GB/s per copy thread for lossless f32, 3.5 GB/s
  * lossy; see README) against memcpy's ~10 GB/s.
  *

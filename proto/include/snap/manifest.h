@@ -4,7 +4,7 @@
  * where each sits in a slot) plus, once committed, the step and a CRC32C per
  * chunk of every region. The same layout encoding travels in REGISTER
  * messages; the manifest is what snapsmp publishes atomically next to a slot
- * file. Format: docs/design.md, "Manifest".
+ * file. Format: docs/design/store-and-protocol.md, "Manifest".
  */
 #ifndef SNAP_MANIFEST_H
 #define SNAP_MANIFEST_H

@@ -6,7 +6,7 @@
  * length, status) and a payload of at most SNAP_WIRE_MAX bytes encoded with
  * buf.h. A reply has the request's type | SNAP_MSG_REPLY; a negative status
  * means failure and the payload is then a human-readable message. Slot files
- * travel as SCM_RIGHTS descriptors attached to replies. docs/design.md,
+ * travel as SCM_RIGHTS descriptors attached to replies. docs/design/store-and-protocol.md,
  * "Socket protocol", lists each message's payload.
  */
 #ifndef SNAP_WIRE_H

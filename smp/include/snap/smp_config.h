@@ -6,7 +6,7 @@
  * the same settings to find what a daemon would use.
  *
  * One config: each field <-> its SNAP_* variable <-> the snapsmp flag
- * (--mem-limit <-> SNAP_MEM_LIMIT <-> mem_limit), as docs/design.md lists.
+ * (--mem-limit <-> SNAP_MEM_LIMIT <-> mem_limit), as docs/design/configuration.md lists.
  */
 #ifndef SNAP_SMP_CONFIG_H
 #define SNAP_SMP_CONFIG_H
@@ -54,6 +54,13 @@ struct snap_smp_config {
 	/* SNAP_LOG (--log): where: "" stderr (the default), "syslog", or a file
 	 * appended to ("%n" is the mesh rank with --ec). */
 	char log[SNAP_PATH_MAX];
+	/* SNAP_METRICS_FILE (--metrics-file): where to keep the daemon's state
+	 * in Prometheus' text format, for node_exporter's textfile collector
+	 * (rewritten atomically; "%n" is the mesh rank with --ec); "" none. */
+	char metrics_file[SNAP_PATH_MAX];
+	/* SNAP_METRICS_INTERVAL (--metrics-interval): seconds between rewrites
+	 * of the metrics file (10, at least 1). */
+	unsigned metrics_interval;
 };
 
 /* Defaults: snap_config_init for the client part, then the daemon's. */
