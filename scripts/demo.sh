@@ -15,6 +15,9 @@ STORE=/dev/shm/libsnap-demo
 LOGS=$(mktemp -d)
 RANKS=4
 export SNAP_STORE=$STORE SNAP_JOB=demo SNAP_WORLD_SIZE=$RANKS
+# The demo starts (and at the end stops) snapsmp itself: trainers wait for
+# it rather than start one of their own (docs/deploy.md, "Autostart").
+export SNAP_AUTOSTART=0
 rm -rf "$STORE"
 trap 'kill $SMP 2>/dev/null; wait 2>/dev/null; rm -rf "$STORE" "$LOGS"' EXIT
 

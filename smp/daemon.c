@@ -410,7 +410,20 @@ static void serve_shutdown(struct smp *m)
 	snap_store_close(m->store);
 }
 
-int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, char *err, size_t errlen)
+/* Tell snapsmp --detach's waiting parent that clients can connect now. */
+static void say_ready(int ready_fd)
+{
+	if (ready_fd < 0)
+		return;
+	ssize_t n;
+	do
+		n = write(ready_fd, "1", 1);
+	while (n < 0 && errno == EINTR);
+	close(ready_fd);
+}
+
+int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mesh *mesh, int ready_fd, int *serving,
+		   char *err, size_t errlen)
 {
 	struct smp m = { .cfg = cfg, .lfd = -1, .sigfd = -1, .log = { .quiet = quiet, .node = -1 }, .mesh = mesh };
 	/* Blocked before any thread starts (the flush thread does in
@@ -428,8 +441,11 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 		smp_metrics_stop();
 		return rc;
 	}
-	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen)))
+	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
+		*serving = 1;
+		say_ready(ready_fd);
 		rc = serve_loop(&m, err, errlen);
+	}
 	serve_shutdown(&m);
 	return rc;
 }

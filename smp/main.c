@@ -1,11 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* snapsmp: the per-node snapshot management process. Usage in --help. */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "snap/smp_config.h"
 #include "daemon.h"
@@ -61,18 +66,23 @@ static void usage(FILE *f)
 		"                     \"Metrics\"); rewritten atomically, removed at a clean shutdown\n"
 		"  --metrics-interval S  seconds between rewrites of the metrics file (SNAP_METRICS_INTERVAL,\n"
 		"                     default 10)\n"
+		"  --detach           run in the background, in a session of its own, once serving: the command\n"
+		"                     returns 0 when clients can connect, 3 when another snapsmp holds the store\n"
+		"                     (it serves it), 1 or 2 if this one failed to start. The log defaults to\n"
+		"                     STORE/snapsmp.log. What libsnap runs when no snapsmp answers (SNAP_AUTOSTART)\n"
 		"  -q, --quiet        --log-level warn\n"
 		"  -h, --help         this text\n\n"
 		"SIGUSR1 is a preemption notice: flush the newest restorable (in a mesh: protected) step of every job\n"
 		"and every captured file not yet on disk now. SIGTERM or SIGINT flush the same\n"
 		"(steps with a flush directory; captured files always), then shut down\n"
 		"cleanly; a second one stops at once. SIGKILL is safe too: the store is rescanned\n"
-		"on the next start. Exit codes: 0 clean shutdown, 1 error, 2 usage.\n");
+		"on the next start. Exit codes: 0 clean shutdown, 1 error, 2 usage, 3 the store is in use by\n"
+		"another snapsmp.\n");
 }
 
 /* What the command line says besides the config. */
 struct flags {
-	int quiet, socket_set, slots_set;
+	int quiet, socket_set, slots_set, detach;
 	const char *ec;   /* --ec / SNAP_EC: K+M, NULL without a mesh */
 };
 
@@ -102,6 +112,7 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		{ "flush-direct", required_argument, NULL, 'D' },
 		{ "log-level", required_argument, NULL, 'g' }, { "log", required_argument, NULL, 'G' },
 		{ "metrics-file", required_argument, NULL, 'P' }, { "metrics-interval", required_argument, NULL, 'T' },
+		{ "detach", no_argument, NULL, 'X' },
 		{ NULL, 0, NULL, 0 },
 	};
 	int o;
@@ -186,6 +197,7 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		case 'O': cfg->allow_older = 1; break;
 		case 'e': f->ec = optarg; break;
 		case 'q': f->quiet = 1; break;
+		case 'X': f->detach = 1; break;
 		case 'h': usage(stdout); return 0;
 		default: usage(stderr); return 2;
 		}
@@ -267,6 +279,96 @@ static int finish_config(struct snap_smp_config *cfg, const struct flags *f, str
 	return -1;
 }
 
+/*
+ * --detach: fork; the child leaves the caller's session, terminal and
+ * descriptors and serves; the parent waits until the child serves (a byte on
+ * the pipe) or exits (EOF), and returns 0 or the child's exit code. -1 in the
+ * child, with *ready_fd the pipe's end to write to when serving.
+ */
+static int detach(const struct snap_smp_config *cfg, int *ready_fd)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) != 0) {
+		fprintf(stderr, "snapsmp: --detach: pipe: %s\n", strerror(errno));
+		return 1;
+	}
+	fflush(NULL);
+	pid_t pid = fork();
+	if (pid < 0) {
+		fprintf(stderr, "snapsmp: --detach: fork: %s\n", strerror(errno));
+		return 1;
+	}
+	if (pid > 0) {
+		close(p[1]);
+		char c;
+		ssize_t n;
+		do
+			n = read(p[0], &c, 1);
+		while (n < 0 && errno == EINTR);
+		if (n == 1)
+			return 0;
+		int st = 0;
+		while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
+			;
+		int code = WIFEXITED(st) ? WEXITSTATUS(st) : 1;
+		if (code == 3)
+			fprintf(stderr, "snapsmp: store %s is in use by another snapsmp, which serves it\n", cfg->client.store);
+		else
+			fprintf(stderr, "snapsmp: failed to start (exit code %d); see %s\n", code, cfg->log);
+		return code;
+	}
+	close(p[0]);
+	setsid();
+	/* The caller's pipes (a trainer's, a test's) must not stay open for as
+	 * long as the daemon lives: whoever reads them would never see EOF. */
+	int nul = open("/dev/null", O_RDWR);
+	if (nul >= 0) {
+		dup2(nul, 0);
+		dup2(nul, 1);
+		dup2(nul, 2);
+	}
+	if (p[1] > 3)
+		close_range(3, (unsigned)p[1] - 1, 0);
+	close_range((unsigned)p[1] + 1, ~0u, 0);
+	*ready_fd = p[1];
+	return -1;
+}
+
+/* What --detach needs before it forks: a log that is not the terminal (by
+ * default STORE/snapsmp.log, the store and its parents created for it), and
+ * no mesh. -1 to
+ * go on, else the exit code. */
+static int detach_config(struct snap_smp_config *cfg, const struct flags *f)
+{
+	if (f->ec) {
+		fprintf(stderr, "snapsmp: --detach runs one node's daemon alone; a mesh (--ec) is started by mpirun\n");
+		return 2;
+	}
+	if (!cfg->log[0] &&
+	    snprintf(cfg->log, sizeof(cfg->log), "%s/snapsmp.log", cfg->client.store) >= (int)sizeof(cfg->log)) {
+		fprintf(stderr, "snapsmp: --store path is too long for STORE/snapsmp.log\n");
+		return 2;
+	}
+	/* With its parents: a client that starts us cannot tell us to make them. */
+	char dir[sizeof(cfg->client.store)];
+	snprintf(dir, sizeof(dir), "%s", cfg->client.store);
+	for (char *p = dir + 1;; p++) {
+		if (*p && *p != '/')
+			continue;
+		char c = *p;
+		*p = '\0';
+		if (mkdir(dir, 0700) != 0 && errno != EEXIST) {
+			fprintf(stderr, "snapsmp: cannot create %s for store root %s: %s\n", dir, cfg->client.store,
+				strerror(errno));
+			return 1;
+		}
+		if (!c)
+			break;
+		*p = c;
+	}
+	return -1;
+}
+
 /* --log-level debug: the settings the daemon runs with, after flags,
  * SNAP_* variables and defaults, one line each. */
 static void log_settings(const struct smp_log *lg, const struct snap_smp_config *c, const char *ec)
@@ -302,6 +404,9 @@ int main(int argc, char **argv)
 		code = join_mesh(&mesh, &argc, &argv, f.ec, &cfg, err, sizeof(err));
 	if (code < 0)
 		code = finish_config(&cfg, &f, mesh, err, sizeof(err));
+	int ready_fd = -1;
+	if (code < 0 && f.detach && (code = detach_config(&cfg, &f)) < 0)
+		code = detach(&cfg, &ready_fd);
 	if (code >= 0)
 		return code;
 	if (smp_log_open(cfg.log_level, cfg.log, err, sizeof(err))) {
@@ -313,7 +418,17 @@ int main(int argc, char **argv)
 	struct smp_log lg = { .node = mesh ? snap_mesh_rank(mesh) : -1 };
 	log_settings(&lg, &cfg, f.ec);
 	/* Below info, the daemon's info lines (and the store scan's) stay off. */
-	int rc = snap_smp_serve(&cfg, cfg.log_level < SNAP_SMP_LOG_INFO, mesh, err, sizeof(err));
+	int serving = 0;
+	int rc = snap_smp_serve(&cfg, cfg.log_level < SNAP_SMP_LOG_INFO, mesh, ready_fd, &serving, err, sizeof(err));
+	if (rc == SNAP_EBUSY && !serving && !mesh) {
+		/* Not serving yet: the store's lock is another snapsmp's, which
+		 * serves it (the race of clients that start one each is decided here). */
+		smp_logf(&lg, f.detach ? SMP_LOG_INFO : SMP_LOG_ERROR, "%s: this one exits", err);
+		if (cfg.log[0] && !f.detach)
+			fprintf(stderr, "snapsmp: %s\n", err);
+		smp_log_close();
+		return 3;
+	}
 	if (rc) {
 		smp_logf(&lg, SMP_LOG_ERROR, "%s (%s)", err, snap_strerror(rc));
 		/* A log elsewhere (file, syslog): the launcher still sees why. */

@@ -213,7 +213,7 @@ static int chunk_sums(struct load *L, char *err, size_t errlen)
 int snap_rehydrate(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
 		   void *owner, uint32_t *slot, char *err, size_t errlen)
 {
-	uint64_t step;
+	uint64_t step = 0;   /* set by choose_step on success; gcc -O1 cannot tell */
 	int rc = choose_step(cfg, j, &step, err, errlen);
 	if (rc)
 		return rc;

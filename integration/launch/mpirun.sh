@@ -84,6 +84,9 @@ k=${ec%+*} m=${ec#*+}
 export SNAP_JOB=${job:-${SNAP_JOB:-$(basename "$1")}}
 # The first connection waits for the mesh, which rebuilds lost stores first.
 export SNAP_TIMEOUT_MS=${SNAP_TIMEOUT_MS:-120000}
+# The mesh's daemons serve the stores: a trainer that connects first must
+# wait for them, not start a lone snapsmp that would take a node's store.
+export SNAP_AUTOSTART=0
 
 common=() map_mesh=(--map-by ppr:1:node) map_train=(--map-by "ppr:$rpn:node")
 [ -n "$hostfile" ] && common+=(--hostfile "$hostfile")

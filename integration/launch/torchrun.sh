@@ -78,6 +78,9 @@ if [ -z "$job" ]; then
 fi
 export SNAP_STORE=$store SNAP_JOB=${job:-torchrun}
 export SNAP_TIMEOUT_MS=${SNAP_TIMEOUT_MS:-120000}
+# This script (or, with --no-daemon, a mesh) starts the node's snapsmp with
+# its settings: workers wait for it rather than start one of their own.
+export SNAP_AUTOSTART=0
 
 smp_pid=''
 if [ "$daemon" = 1 ]; then

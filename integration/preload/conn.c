@@ -1,25 +1,30 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * The preload's connection to snapsmp: one Unix socket per process, opened
- * at the first captured write, one request at a time. No snapsmp is not an
- * error here: the caller falls back to the file system. A failed connect is
- * retried at most once a second, so a job without snapsmp pays for one
- * connect(2) per second of captured opens, not one per open.
+ * at the first captured write, one request at a time. When no snapsmp
+ * answers, the first attempt starts one (SNAP_AUTOSTART, as libsnap.so
+ * does) and waits for it. No snapsmp is still not an error here: the caller
+ * falls back to the file system. A failed connect is retried at most once a
+ * second, so a job without snapsmp pays for one connect(2) per second of
+ * captured opens, not one per open.
  */
 #include <errno.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "snap/base.h"
+#include "snap/proto.h"
 #include "preload.h"
 #include "snap/wire.h"
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static int sock = -1;
 static uint64_t next_try_ns;
+static int autostart_failed;   /* said once; the process does not try again */
 
 static void drop(void)
 {
@@ -48,6 +53,56 @@ static int attach(int s)
 	return rc;
 }
 
+/* A connected and attached socket, or -1 with errno. */
+static int try_connect(void)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(pl_cfg.socket) >= sizeof(a.sun_path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	strcpy(a.sun_path, pl_cfg.socket);
+	/* Above the descriptors programs use (a shell's exec 3> must not close it). */
+	int s = pl_hide_fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0) {
+		if (attach(s) == 0)
+			return s;
+		errno = ECONNRESET;
+	}
+	int e = errno;
+	if (s >= 0)
+		pl_real.close(s);
+	errno = e;
+	return -1;
+}
+
+/* No listener at the socket: start snapsmp and connect to whichever won the
+ * store's lock, until the timeout. The socket, or -1 with errno. */
+static int autostart(uint64_t now)
+{
+	uint64_t deadline = now + (uint64_t)pl_cfg.timeout_ms * 1000000ull;
+	char err[768];
+	/* Its posix_spawn resolves to our own hook, which would export this
+	 * process's store files (taking their locks) under the connection's
+	 * lock: the daemon is no child that shares our descriptors. */
+	pl_spawning_daemon = 1;
+	int rc = snap_smp_autostart(pl_cfg.store, pl_cfg.socket, deadline, err, sizeof(err));
+	pl_spawning_daemon = 0;
+	if (rc) {
+		autostart_failed = 1;
+		pl_say("%s", err);
+		errno = ECONNREFUSED;
+		return -1;
+	}
+	for (unsigned delay_ms = 1;; delay_ms = delay_ms < 16 ? delay_ms * 2 : 16) {
+		int s = try_connect();
+		if (s >= 0 || (errno != ENOENT && errno != ECONNREFUSED) || snap_now_ns() >= deadline)
+			return s;
+		struct timespec ts = { 0, (long)delay_ms * 1000000L };
+		nanosleep(&ts, NULL);
+	}
+}
+
 /* Under mu. force: try now even within a second of a failed attempt. */
 static int ensure(int force)
 {
@@ -56,20 +111,15 @@ static int ensure(int force)
 	uint64_t now = snap_now_ns();
 	if (now < next_try_ns && !force)
 		return SNAP_ESMP;
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	int s = -1;
-	if (strlen(pl_cfg.socket) < sizeof(a.sun_path)) {
-		strcpy(a.sun_path, pl_cfg.socket);
-		s = pl_hide_fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-	}
-	if (s >= 0 && connect(s, (struct sockaddr *)&a, sizeof(a)) == 0 && attach(s) == 0) {
+	int s = try_connect();
+	if (s < 0 && (errno == ENOENT || errno == ECONNREFUSED) && pl_cfg.autostart && !autostart_failed)
+		s = autostart(now);
+	if (s >= 0) {
 		sock = s;
 		return 0;
 	}
 	int e = errno;
-	if (s >= 0)
-		pl_real.close(s);
-	next_try_ns = now + 1000000000ull;
+	next_try_ns = snap_now_ns() + 1000000000ull;
 	pl_warn_once(PL_WARN_ABSENT,
 		     "snapsmp is not running at %s (%s): files under SNAP_CAPTURE are written to the file system "
 		     "directly, without the node store", pl_cfg.socket, strerror(e));

@@ -262,6 +262,7 @@ void pl_config_load(void)
 	}
 	pl_cfg.chunk = (uint32_t)cfg.chunk_size;
 	pl_cfg.timeout_ms = cfg.timeout_ms;
+	pl_cfg.autostart = cfg.autostart != SNAP_AUTOSTART_OFF;
 	load_umask();
 	pl_cfg.enabled = pl_cfg.ncap > 0;
 	pl_cwd_update();

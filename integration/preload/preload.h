@@ -106,6 +106,7 @@ struct pl_cfg {
 	uint32_t chunk;                 /* SNAP_CHUNK_SIZE: CRC granularity */
 	unsigned timeout_ms;            /* SNAP_TIMEOUT_MS: one request's reply */
 	char store[PATH_MAX];
+	int autostart;                  /* SNAP_AUTOSTART: start snapsmp when none answers (not 0) */
 };
 PL_HIDDEN extern struct pl_cfg pl_cfg;
 PL_HIDDEN void pl_config_load(void);
@@ -135,6 +136,8 @@ PL_HIDDEN void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2))
  */
 #define PL_HIDE_FD 700
 PL_HIDDEN int pl_hide_fd(int fd);
+/* Set while autostart spawns snapsmp (conn.c): the spawn hooks export nothing. */
+PL_HIDDEN extern _Thread_local int pl_spawning_daemon;
 
 /* ---- the snapsmp connection (conn.c) ---- */
 /*

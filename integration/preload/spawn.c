@@ -48,10 +48,12 @@ static void before_exec(void)
 		pl_export_all("its descriptor crosses an exec");
 }
 
+_Thread_local int pl_spawning_daemon;
+
 static void before_share(void)
 {
 	PL_INIT();
-	if (pl_cfg.enabled)
+	if (pl_cfg.enabled && !pl_spawning_daemon)
 		pl_export_all("a child process shares its descriptor");
 }
 

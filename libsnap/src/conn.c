@@ -132,7 +132,7 @@ static int fit_slots(snap_ctx *ctx, const void *rep, uint32_t rlen)
 int snap_connect(snap_ctx *ctx)
 {
 	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
-	int rc;
+	int rc, started = ctx->cfg.autostart == SNAP_AUTOSTART_OFF;
 	/* Up to 16 ms apart: a relaunched trainer waits here for its node's
 	 * rebuild, and a failed connect costs microseconds. */
 	for (unsigned delay_ms = 1;; delay_ms = delay_ms < 16 ? delay_ms * 2 : 16) {
@@ -178,9 +178,20 @@ int snap_connect(snap_ctx *ctx)
 			if (rc != SNAP_EBUSY && rc != SNAP_ESMP)
 				return rc;
 		} else {
-			rc = snap_fail(ctx, SNAP_ESMP, "cannot connect to snapsmp at %s: %s (is snapsmp running for store %s?)",
-				  ctx->cfg.socket, strerror(errno), ctx->cfg.store);
+			int e = errno;
 			close(s);
+			/* No listener (no socket file, or a dead daemon's): start one
+			 * once, then connect to whichever won the store's lock. */
+			if (!started && (e == ENOENT || e == ECONNREFUSED)) {
+				started = 1;
+				rc = snap_smp_autostart(ctx->cfg.store, ctx->cfg.socket, deadline, ctx->err, sizeof(ctx->err));
+				if (rc)
+					return rc;
+				continue;
+			}
+			rc = snap_fail(ctx, SNAP_ESMP, "cannot connect to snapsmp at %s: %s (is snapsmp running for store %s?%s)",
+				  ctx->cfg.socket, strerror(e), ctx->cfg.store,
+				  ctx->cfg.autostart == SNAP_AUTOSTART_OFF ? " SNAP_AUTOSTART=0: libsnap does not start it" : "");
 		}
 		if (snap_now_ns() >= deadline)
 			return rc;

@@ -69,6 +69,20 @@ static int env_verify(int *mode, char *err, size_t errlen)
 	return SNAP_EINVAL;
 }
 
+/* SNAP_AUTOSTART=0|1 -> SNAP_AUTOSTART_OFF|ON (the struct's 0 is the default, on). */
+static int env_autostart(int *autostart, char *err, size_t errlen)
+{
+	const char *v = getenv("SNAP_AUTOSTART");
+	if (!v || !*v)
+		return 0;
+	if (strcmp(v, "0") && strcmp(v, "1")) {
+		snap_fmt(err, errlen, "SNAP_AUTOSTART=\"%s\": expected 0 (off) or 1 (start snapsmp when none answers)", v);
+		return SNAP_EINVAL;
+	}
+	*autostart = v[0] == '1' ? SNAP_AUTOSTART_ON : SNAP_AUTOSTART_OFF;
+	return 0;
+}
+
 static int env_codec(const char *var, int *codec, double *bound, char *err, size_t errlen)
 {
 	const char *v = getenv(var);
@@ -124,7 +138,8 @@ static int from_env(struct snap_config *cfg, char *err, size_t errlen)
 	    (rc = snap_env_str("SNAP_LAUNCH", cfg->launch, sizeof(cfg->launch), err, errlen)) ||
 	    (rc = env_codec("SNAP_CODEC_PARAM", &cfg->codec_param, &cfg->codec_param_bound, err, errlen)) ||
 	    (rc = env_codec("SNAP_CODEC_OPTIM", &cfg->codec_optim, &cfg->codec_optim_bound, err, errlen)) ||
-	    (rc = env_verify(&cfg->restore_verify, err, errlen)))
+	    (rc = env_verify(&cfg->restore_verify, err, errlen)) ||
+	    (rc = env_autostart(&cfg->autostart, err, errlen)))
 		return rc;
 	cfg->copy_threads = (unsigned)threads;
 	cfg->timeout_ms = (unsigned)timeout;
@@ -192,6 +207,10 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 	}
 	if (cfg->restore_verify < SNAP_VERIFY_AUTO || cfg->restore_verify > SNAP_VERIFY_INLINE) {
 		snap_fmt(err, errlen, "restore_verify %d is not SNAP_VERIFY_AUTO, _FIRST or _INLINE", cfg->restore_verify);
+		return SNAP_EINVAL;
+	}
+	if (cfg->autostart < SNAP_AUTOSTART_OFF || cfg->autostart > SNAP_AUTOSTART_ON) {
+		snap_fmt(err, errlen, "autostart %d is not SNAP_AUTOSTART_DEFAULT, _ON or _OFF", cfg->autostart);
 		return SNAP_EINVAL;
 	}
 	if (cfg->copy_threads < 1 || cfg->chunk_size < 4096 || cfg->chunk_size > (1ull << 31)) {

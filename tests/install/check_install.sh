@@ -11,14 +11,18 @@
 #      with find_package(libsnap), each save/restore/flush through the
 #      installed snapsmp, load the installed libsnap.so, and h5dump decodes
 #      the flushed codec frames through the installed plugin;
-#   5. find_package(libsnap <newer major>) is refused by the version file.
+#   5. find_package(libsnap <newer major>) is refused by the version file;
+#   6. with no daemon running, the installed libsnap.so starts the installed
+#      snapsmp (bin/ of its prefix; SNAP_AUTOSTART), which serves the
+#      pkg-config consumer and stops on SIGTERM.
 # usage: check_install.sh BUILD_DIR SOURCE_DIR CC "CFLAGS" LIBDIR PLUGIN_DIR VERSION CMAKE
 set -euo pipefail
 build=$1 src=$2 cc=$3 cflags=$4 libdir=$5 plugindir=$6 version=$7 cmake=$8
 t=$(mktemp -d /tmp/snapinst.XXXXXX)
-smp_pid=
+smp_pid= auto_pid=
 cleanup() {
 	if [ -n "$smp_pid" ] && kill -0 "$smp_pid" 2>/dev/null; then kill -KILL "$smp_pid"; fi
+	if [ -n "$auto_pid" ] && kill -0 "$auto_pid" 2>/dev/null; then kill -KILL "$auto_pid"; fi
 	rm -rf "$t"
 }
 trap cleanup EXIT
@@ -123,4 +127,17 @@ kill -TERM "$smp_pid"
 rc=0; wait "$smp_pid" || rc=$?
 smp_pid=
 [ "$rc" -eq 0 ] || { cat "$t/smp.err"; fail "installed snapsmp exited $rc on SIGTERM"; }
+# 6. autostart: no SNAPSMP, no snapsmp on PATH: the one beside the installed
+# library's prefix starts (its flush directory from SNAP_FLUSH_DIR, inherited).
+SNAPSMP= SNAP_AUTOSTART=1 SNAP_STORE=$t/store-auto SNAP_FLUSH_DIR=$t/flush PATH=/usr/bin:/bin \
+	LD_LIBRARY_PATH=$P/$libdir run_consumer auto "$t/consumer-pc"
+auto_pid=$(pgrep -f -- "--store $t/store-auto" || true)
+[ "$(echo "$auto_pid" | wc -w)" -eq 1 ] || fail "autostart: want one snapsmp for $t/store-auto, found '$auto_pid'"
+[ "$(realpath "/proc/$auto_pid/exe")" = "$(realpath "$P/bin/snapsmp")" ] \
+	|| fail "autostart ran $(realpath "/proc/$auto_pid/exe"), not the installed $P/bin/snapsmp"
+kill -TERM "$auto_pid"
+timeout 120 tail --pid="$auto_pid" -f /dev/null || fail "the autostarted snapsmp did not exit on SIGTERM"
+auto_pid=
+grep -q "shutting down" "$t/store-auto/snapsmp.log" || fail "autostart: no log at $t/store-auto/snapsmp.log"
+
 echo "check_install: $(find "$P" -type f | wc -l) files installed under a temporary prefix; libsnap.so exports $nsyms snap_* symbols and nothing else"

@@ -83,6 +83,23 @@ static int exists(const char *path)
 	return stat(path, &st) == 0;
 }
 
+/* names[0..n) sorted and joined by ','. A listing that does not fit says so,
+ * and so matches no expected one, rather than being cut. */
+static void join_names(char (*names)[256], int n, char *out, size_t cap)
+{
+	qsort(names, (size_t)n, 256, (int (*)(const void *, const void *))strcmp);
+	size_t len = 0;
+	out[0] = '\0';
+	for (int i = 0; i < n; i++) {
+		int w = snprintf(out + len, cap - len, "%s%s", i ? "," : "", names[i]);
+		if (w < 0 || (size_t)w >= cap - len) {
+			snprintf(out, cap, "(names longer than %zu bytes)", cap - 1);
+			return;
+		}
+		len += (size_t)w;
+	}
+}
+
 /* Names in dir (opendir/readdir), "a,b,c" sorted, hidden names skipped. */
 static void listing(const char *d, char *out, size_t cap)
 {
@@ -95,10 +112,7 @@ static void listing(const char *d, char *out, size_t cap)
 			snprintf(names[n++], 256, "%s", e->d_name);
 	if (dp)
 		closedir(dp);
-	qsort(names, (size_t)n, 256, (int (*)(const void *, const void *))strcmp);
-	out[0] = '\0';
-	for (int i = 0; i < n; i++)
-		snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", names[i]);
+	join_names(names, n, out, cap);
 }
 
 /* The same through getdents64 on an O_DIRECTORY descriptor. */
@@ -116,10 +130,7 @@ static void listing_getdents(const char *d, char *out, size_t cap)
 		}
 	if (fd >= 0)
 		close(fd);
-	qsort(names, (size_t)n, 256, (int (*)(const void *, const void *))strcmp);
-	out[0] = '\0';
-	for (int i = 0; i < n; i++)
-		snprintf(out + strlen(out), cap - strlen(out), "%s%s", i ? "," : "", names[i]);
+	join_names(names, n, out, cap);
 }
 
 #define MB (1u << 20)

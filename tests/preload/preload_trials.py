@@ -330,7 +330,9 @@ def warnings(stderr, what):
 def test_fallback():
     # 1. No snapsmp at all.
     store, disk = fresh("absent")
-    r = subprocess.run([WRITER, "run", disk, str(args.bytes), "5"], env=env(store, disk), capture_output=True,
+    # SNAP_AUTOSTART=0: the preload would otherwise start a snapsmp of its own.
+    r = subprocess.run([WRITER, "run", disk, str(args.bytes), "5"], env=env(store, disk, SNAP_AUTOSTART="0"),
+                       capture_output=True,
                        text=True, timeout=300)
     check(r.returncode == 0, f"absent: writer succeeds without snapsmp: {r.returncode} {r.stderr}")
     check(len(warnings(r.stderr, "not running")) == 1, f"absent: exactly one warning: {r.stderr!r}")

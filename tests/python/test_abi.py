@@ -134,6 +134,16 @@ try:
 except ValueError as e:
     if "restore_verify" not in str(e):
         bad.append(f"the error for a bad restore_verify does not name it: {e}")
+# autostart: True/False over the struct's 0 = default (on), as SNAP_AUTOSTART=0|1.
+if (C.config({"autostart": False})[0].autostart, C.config({"autostart": True})[0].autostart,
+        C.config({})[0].autostart if os.environ.get("SNAP_AUTOSTART") is None else 0) != (-1, 1, 0):
+    bad.append("autostart False/True/default did not reach the struct as SNAP_AUTOSTART_OFF/ON/DEFAULT")
+try:
+    C.config({"autostart": 5})
+    bad.append("autostart 5 was accepted")
+except ValueError as e:
+    if "autostart" not in str(e):
+        bad.append(f"the error for a bad autostart does not name it: {e}")
 for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": "1G"}, "a daemon setting")):
     try:
         C.config(wrong)

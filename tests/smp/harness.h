@@ -121,6 +121,8 @@ static inline void smp_cfg(struct snap_config *c, const struct smp_proc *p, cons
 	c->rank = rank;
 	c->world_size = world;
 	c->timeout_ms = 60000; /* for hangs only: ranks wait on each other's events */
+	/* The tests start, kill and restart their daemon themselves. */
+	c->autostart = SNAP_AUTOSTART_OFF;
 }
 
 static inline void rm_rf(const char *path)

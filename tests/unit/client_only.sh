@@ -9,7 +9,7 @@ set -eu
 src=$1 work=$2 cc=$3
 rm -rf "$work"
 mkdir -p "$work"
-cmake -S "$src" -B "$work/build" -DCMAKE_C_COMPILER="$cc" -DSNAP_CLIENT_ONLY=ON -DSNAP_CUDA=OFF \
+cmake -S "$src" -B "$work/build" -DCMAKE_C_COMPILER="$cc" -DSNAP_CLIENT_ONLY=ON -DSNAP_CUDA=OFF -DSNAP_WERROR=ON \
 	-DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON -DCMAKE_DISABLE_FIND_PACKAGE_HDF5=ON >"$work/configure.log" 2>&1 ||
 	{ cat "$work/configure.log"; echo "client-only configure failed"; exit 1; }
 cmake --build "$work/build" -j2 >"$work/build.log" 2>&1 ||

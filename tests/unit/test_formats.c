@@ -322,6 +322,24 @@ static void test_config(void)
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
 	setenv("SNAP_RANK", "1", 1);
 
+	/* SNAP_AUTOSTART: the struct's zero is the default (on); 0 turns it off. */
+	unsetenv("SNAP_AUTOSTART");
+	snap_config_init(&c);
+	CHECK(c.autostart == SNAP_AUTOSTART_DEFAULT);
+	setenv("SNAP_AUTOSTART", "0", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(c.autostart == SNAP_AUTOSTART_OFF);
+	setenv("SNAP_AUTOSTART", "1", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), 0);
+	CHECK(c.autostart == SNAP_AUTOSTART_ON);
+	setenv("SNAP_AUTOSTART", "yes", 1);
+	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "SNAP_AUTOSTART") != NULL);
+	unsetenv("SNAP_AUTOSTART");
+	c.autostart = 7;
+	CHECK_RC(snap_config_check(&c, err, sizeof(err)), SNAP_EINVAL);
+	c.autostart = SNAP_AUTOSTART_DEFAULT;
+
 	/* The launch: SNAP_LAUNCH, else the launcher's (torchrun, srun, mpirun). */
 	const char *launch_vars[] = { "SNAP_LAUNCH", "TORCHELASTIC_RUN_ID", "TORCHELASTIC_RESTART_COUNT", "SLURM_JOB_ID",
 				      "SLURM_STEP_ID", "SLURM_RESTART_COUNT", "PMIX_NAMESPACE" };

@@ -238,8 +238,12 @@ static double run_frames(const char *dir, const char *job, uint64_t step, int co
 static double run_fio(const char *dir, size_t size, char *note, size_t cap)
 {
 	char cmd[4096];
-	snprintf(cmd, sizeof cmd, "fio --name=snapbench --directory='%s' --rw=write --bs=4M --direct=1 "
-		 "--ioengine=io_uring --iodepth=8 --end_fsync=1 --size=%zu --output-format=json 2>/dev/null", dir, size);
+	if (snprintf(cmd, sizeof cmd, "fio --name=snapbench --directory='%s' --rw=write --bs=4M --direct=1 "
+		     "--ioengine=io_uring --iodepth=8 --end_fsync=1 --size=%zu --output-format=json 2>/dev/null", dir,
+		     size) >= (int)sizeof cmd) {
+		snprintf(note, cap, "directory too long for the fio command; skipped");
+		return -1;
+	}
 	FILE *p = popen(cmd, "r");
 	if (!p) {
 		snprintf(note, cap, "fio could not be started");
@@ -249,8 +253,8 @@ static double run_fio(const char *dir, size_t size, char *note, size_t cap)
 	size_t n = fread(out, 1, sizeof out - 1, p);
 	out[n] = '\0';
 	int st = pclose(p);
-	snprintf(cmd, sizeof cmd, "%s/snapbench.0.0", dir);
-	unlink(cmd);
+	if (snprintf(cmd, sizeof cmd, "%s/snapbench.0.0", dir) < (int)sizeof cmd)
+		unlink(cmd);
 	const char *wr = strstr(out, "\"write\" : {");
 	const char *bw = wr ? strstr(wr, "\"bw_bytes\"") : NULL;
 	if (st != 0 || !bw) {
@@ -360,8 +364,7 @@ int cmd_bench_flush(int argc, char **argv)
 	c[2] = cached_mib(dir, job, 3);
 	double fa = run_frames(dir, job, 4, SNAP_CODEC_LOSSY_ABS, 1e-3, buf, size, &r3);
 	c[3] = cached_mib(dir, job, 4);
-	snprintf(rm, sizeof rm, "rm -rf '%s/%s'", dir, job);
-	if (system(rm) != 0)
+	if (snprintf(rm, sizeof rm, "rm -rf '%s/%s'", dir, job) >= (int)sizeof rm || system(rm) != 0)
 		fprintf(stderr, "bench flush: could not remove %s/%s\n", dir, job);
 	double fio = run_fio(dir, size, fio_note, sizeof fio_note);
 	double lzm = lz4_in_memory(buf, size);
@@ -372,8 +375,7 @@ int cmd_bench_flush(int argc, char **argv)
 	free(buf);
 	/* The scratch directory is ours: it goes whole, with whatever a failed step left. */
 	if (scratch[0]) {
-		snprintf(rm, sizeof rm, "rm -rf '%s'", scratch);
-		if (system(rm) != 0)
+		if (snprintf(rm, sizeof rm, "rm -rf '%s'", scratch) >= (int)sizeof rm || system(rm) != 0)
 			fprintf(stderr, "bench flush: could not remove %s\n", scratch);
 	}
 	if (json) {

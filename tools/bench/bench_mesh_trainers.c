@@ -53,6 +53,7 @@ static int trainer(const struct mesh *ms, int rank, uint64_t size, int steps, ui
 	cfg.world_size = ms->nodes;
 	cfg.copy_threads = 1;           /* as many trainers as nodes share this machine's cores */
 	cfg.timeout_ms = 120000;
+	cfg.autostart = SNAP_AUTOSTART_OFF;   /* wait for the mesh's daemon; never start a lone one on its store */
 	uint64_t words = size / 8;
 	uint64_t *buf = malloc(words * 8);
 	int quiet = 0;

@@ -74,15 +74,21 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 {
 	struct snap_config cfg;
 	snap_config_init(&cfg);
-	snprintf(cfg.store, sizeof(cfg.store), "%s", store);
-	snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", store);
+	int too_long = snprintf(cfg.store, sizeof(cfg.store), "%s", store) >= (int)sizeof(cfg.store) ||
+		       snprintf(cfg.socket, sizeof(cfg.socket), "%s/smp.sock", store) >= (int)sizeof(cfg.socket);
 	snprintf(cfg.job, sizeof(cfg.job), "bench");
+	cfg.autostart = SNAP_AUTOSTART_OFF;   /* the daemon is the benchmark's, with its settings */
 	cfg.rank = rank;
 	cfg.world_size = ranks;
 	/* As deployed: the node's cores shared by its ranks' copy threads. */
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.copy_threads = cores / ranks > 1 ? (unsigned)(cores / ranks) : 1;
 	snap_ctx *ctx = NULL;
+	if (too_long) {
+		fprintf(stderr, "bench rank %d: store path %s is too long (at most %zu bytes with /smp.sock)\n", rank,
+			store, sizeof(cfg.socket) - 10);
+		return 1;
+	}
 	float *buf = malloc(bytes);
 	if (!buf || snap_open(&cfg, &ctx)) {
 		fprintf(stderr, "bench rank %d: %s\n", rank, ctx ? snap_errmsg(ctx) : "out of memory");
@@ -291,7 +297,7 @@ static double bench_memcpy_mt(uint64_t bytes, int iters, int threads)
 static double bench_torch(const char *dir, uint64_t bytes, int iters)
 {
 	char cmd[1024];
-	snprintf(cmd, sizeof(cmd),
+	int len = snprintf(cmd, sizeof(cmd),
 		 "'%s' -c 'import sys,time,torch,statistics\n"
 		 "t=torch.arange(%" PRIu64 ",dtype=torch.float32)*1e-3\n"
 		 "r=[]\n"
@@ -299,6 +305,8 @@ static double bench_torch(const char *dir, uint64_t bytes, int iters)
 		 "  a=time.perf_counter(); torch.save({\"weights\":t},\"%s/t.pt\"); r.append(time.perf_counter()-a)\n"
 		 "print(statistics.median(r))' 2>/dev/null",
 		 BENCH_PYTHON, bytes / 4, iters < 5 ? iters : 5, dir);
+	if (len < 0 || len >= (int)sizeof(cmd))
+		return -1;   /* a directory too long for the command: no comparison */
 	FILE *p = popen(cmd, "r");
 	double v = -1;
 	if (!p)

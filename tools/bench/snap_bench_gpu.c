@@ -105,6 +105,7 @@ static int run_snap(const char *store, void *d, uint64_t bytes, int codec, doubl
 	long cores = sysconf(_SC_NPROCESSORS_ONLN);
 	cfg.copy_threads = cores > 8 ? 8 : (unsigned)cores;
 	cfg.timeout_ms = 60000;
+	cfg.autostart = SNAP_AUTOSTART_OFF;   /* the daemon is the one started above, with its settings */
 	snap_ctx *ctx = NULL;
 	if (snap_open(&cfg, &ctx)) {
 		fprintf(stderr, "snap_open: %s\n", snap_errmsg(ctx));

@@ -228,7 +228,7 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 		outf(jo, "], \"parity_nodes\": [");
 		int holders = 0;
 		struct snap_ec_meta_info in, any = { 0 };
-		char *have = calloc((size_t)nodes, 1);
+		char *have = calloc(nodes > 0 ? (size_t)nodes : 1, 1);   /* nodes > 0 (checked); -O1 cannot see it */
 		for (int n = 0; n < nodes; n++)
 			if (st[n] && record(st[n]->root, job, steps[s], &in)) {
 				outf(out, " node%d", n);

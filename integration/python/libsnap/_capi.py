@@ -70,6 +70,7 @@ class SnapConfig(ctypes.Structure):
         ("capture", ctypes.c_char * 1024),
         ("launch", ctypes.c_char * 128),
         ("restore_verify", ctypes.c_int),
+        ("autostart", ctypes.c_int),
     ]
 
 
@@ -259,6 +260,8 @@ def parse_codec(spec):
 _STR_FIELDS = ("job", "store", "socket", "capture", "launch")
 # enum snap_restore_verify, in order (SNAP_RESTORE_VERIFY takes the same names).
 RESTORE_VERIFY = ("auto", "first", "inline")
+# enum snap_autostart: the struct's 0 is the default (on); True/False map to ON/OFF.
+AUTOSTART_DEFAULT, AUTOSTART_ON, AUTOSTART_OFF = 0, 1, -1
 
 
 def config(overrides=None):
@@ -297,6 +300,10 @@ def config(overrides=None):
             if v not in RESTORE_VERIFY:
                 raise ValueError(f"restore_verify {v!r}: expected " + ", ".join(RESTORE_VERIFY))
             setattr(cfg, k, RESTORE_VERIFY.index(v))
+        elif k == "autostart":
+            if not isinstance(v, bool) and v not in (AUTOSTART_DEFAULT, AUTOSTART_ON, AUTOSTART_OFF):
+                raise ValueError(f"autostart {v!r}: expected True or False (start snapsmp when none answers)")
+            setattr(cfg, k, (AUTOSTART_ON if v else AUTOSTART_OFF) if isinstance(v, bool) else v)
         elif k in ("codec_param", "codec_optim") and isinstance(v, str):
             cid, bound = parse_codec(v)
             setattr(cfg, k, cid)

@@ -119,6 +119,23 @@ struct snap_config {
 	/* SNAP_RESTORE_VERIFY: when snap_restore() checks each chunk's CRC32C
 	 * (enum snap_restore_verify; "auto", "first" or "inline"). */
 	int restore_verify;
+	/* SNAP_AUTOSTART: what snap_open() does when no snapsmp answers on
+	 * cfg->socket (enum snap_autostart). By default it starts one, detached
+	 * (`snapsmp --detach --store STORE --socket SOCKET`: its own session,
+	 * default settings sized from the machine, log STORE/snapsmp.log), and
+	 * connects to it; concurrent first clients start exactly one, the store
+	 * lock deciding. snapsmp is $SNAPSMP, else bin/snapsmp of the prefix
+	 * libsnap.so is installed in, else found on PATH. SNAP_AUTOSTART_OFF (or
+	 * SNAP_AUTOSTART=0): fail with SNAP_ESMP naming the socket and store, as
+	 * deployments that start snapsmp themselves (a mesh, --flush-dir) want.
+	 * Zero is the default (on), as for every field added after 0.4. */
+	int autostart;
+};
+
+enum snap_autostart {
+	SNAP_AUTOSTART_DEFAULT = 0,   /* on */
+	SNAP_AUTOSTART_ON = 1,
+	SNAP_AUTOSTART_OFF = -1,
 };
 
 /*

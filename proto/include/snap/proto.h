@@ -28,4 +28,16 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen);
 /* Fill cfg->socket with <store>/smp.sock when it was left empty (not set explicitly). */
 int snap_config_socket(struct snap_config *cfg, char *err, size_t errlen);
 
+/*
+ * SNAP_AUTOSTART: start snapsmp for store (serving sock), detached, after a
+ * connect found no listener there; returns when it serves, or when another
+ * snapsmp holds the store (a concurrent first client's: it serves in a
+ * moment), or at deadline_ns (CLOCK_MONOTONIC, snap_now_ns). The program is
+ * $SNAPSMP, else bin/snapsmp of the prefix the calling library is installed
+ * in, else snapsmp on PATH; its environment is the caller's without
+ * LD_PRELOAD. 0 (connect now, retrying until the caller's deadline), or
+ * SNAP_ESMP / SNAP_ENOENT / SNAP_ENOMEM with a message naming the program
+ * and its log.
+ */
+int snap_smp_autostart(const char *store, const char *sock, uint64_t deadline_ns, char *err, size_t errlen);
 #endif
