@@ -10,9 +10,10 @@
 #     after the first run's last step.
 #  3. The daemon they started is stopped by pid (found by its store), and
 #     it exits cleanly on SIGTERM.
-# usage: check_readme.sh SOURCE_DIR BUILD_DIR
+# usage: check_readme.sh SOURCE_DIR BUILD_DIR [SANITIZER_RUNTIME]
+#   (a sanitized build: the runtime Python must preload before libsnap.so)
 set -euo pipefail
-src=$1 build=$2
+src=$1 build=$2 asan_rt=${3:-}
 fail() { echo "FAIL: $*"; exit 1; }
 
 python3 - "$src" <<'PY' || exit 1
@@ -72,8 +73,10 @@ grep -q '^starting after step 100$' <<<"$out2" || fail "second C run did not res
 pgrep -f -- "--store $store" >/dev/null || fail "no autostarted snapsmp serves $store"
 
 export SNAP_JOB=readme-torch PYTHONPATH=$src/integration/python SNAP_LIBRARY=$build/libsnap/libsnap.so
-py1=$(/usr/bin/python3 "$src/integration/examples/readme_torch.py") || fail "first Python run: exit $?"
-py2=$(/usr/bin/python3 "$src/integration/examples/readme_torch.py") || fail "second Python run: exit $?"
+py_env=()
+[ -z "$asan_rt" ] || py_env=(env LD_PRELOAD="$asan_rt" ASAN_OPTIONS=detect_leaks=0)
+py1=$("${py_env[@]}" /usr/bin/python3 "$src/integration/examples/readme_torch.py") || fail "first Python run: exit $?"
+py2=$("${py_env[@]}" /usr/bin/python3 "$src/integration/examples/readme_torch.py") || fail "second Python run: exit $?"
 echo "Python example: '$py1' then '$py2'"
 grep -q '^steps 1-50,' <<<"$py1" || fail "first Python run: $py1"
 grep -q '^steps 51-100,' <<<"$py2" || fail "second Python run did not resume: $py2"
