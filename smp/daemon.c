@@ -27,6 +27,7 @@
 #include "files.h"
 #include "snap/io.h"
 #include "smp_internal.h"
+#include "scrub.h"
 #include "mesh.h"
 #include "snap/wire.h"
 
@@ -301,6 +302,8 @@ static int serve_events(struct smp *m, const struct pollfd *pfd, struct conn *co
 		persist_mesh_update(m);
 	}
 	persist_tick(m);
+	if (!m->draining)
+		smp_scrub_tick(m);
 	if (m->draining && !persist_busy(m) && !snap_files_busy(m->files))
 		stop = 1;
 	return stop;
@@ -341,7 +344,10 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 			break;
 		}
 		unsigned k = poll_set(m, pfd, pc);
-		if (poll(pfd, k, persist_timeout_ms(m)) < 0 && errno != EINTR) {
+		int wait = persist_timeout_ms(m), scrub = smp_scrub_timeout_ms(m->scrub);
+		if (scrub >= 0 && (wait < 0 || scrub < wait))
+			wait = scrub;
+		if (poll(pfd, k, wait) < 0 && errno != EINTR) {
 			snap_fmt(err, errlen, "poll: %s", strerror(errno));
 			rc = SNAP_EIO;
 			break;
@@ -397,8 +403,11 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 	int rc = serve_open_store(&m, quiet, err, errlen);
 	if (rc)
 		return rc;
-	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen)))
+	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
+		m.scrub = smp_scrub_new(&m);
 		rc = serve_loop(&m, err, errlen);
+	}
+	smp_scrub_free(m.scrub);
 	serve_shutdown(&m);
 	return rc;
 }

@@ -11,11 +11,13 @@
  *   8  main.c                   flags -> config, --ec, snap_smp_serve
  *   7  daemon.c                 poll loop, connections, signals, shutdown
  *   6  requests.c               the trainers' requests and their dispatch
- *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
- *   4  persist.c meshflush.c filereq.c
+ *   5  mesh.c scrub.c           MPI start/stop, agreement rounds, mesh thread;
+ *                               the background scrub of the store
+ *   4  persist.c meshflush.c filereq.c repair.c
  *                               flush policy (-> flush.c); the mesh's flush
  *                               of a protected step across nodes; captured
- *                               files' requests
+ *                               files' requests; a damaged slot repaired
+ *                               from the flush (-> rehydrate.c)
  *   3  flush.c files.c rehydrate.c protect.c recover.c meshcap.c
  *                               flush thread, captured files (open, close,
  *                               hooks), restore from disk, encode a step,
@@ -45,12 +47,14 @@
 #include "flush.h"
 #include "snap/base.h"
 #include "log.h"
+#include "repair.h"
 #include "reply.h"
 #include "snap/store.h"
 
 #define SMP_ERRLEN 768
 
 struct fjob;
+struct smp_scrub;
 struct snap_files;
 
 struct conn {
@@ -83,6 +87,8 @@ struct smp {
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
 	struct snap_files *files;      /* captured files (files.c) */
 	uint64_t last_mesh_tick_ns;    /* mesh: when --flush-interval last asked the mesh to flush */
+	struct smp_heal heal;          /* repairs and scrubs so far (repair.c, scrub.c) */
+	struct smp_scrub *scrub;       /* the background scrub (scrub.c); NULL: off */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */
