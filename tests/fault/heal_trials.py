@@ -29,7 +29,7 @@ import signal
 import subprocess
 import sys
 
-from events import wait_socket
+from events import Waiter, wait_socket
 
 ap = argparse.ArgumentParser()
 ap.add_argument("build")
@@ -50,9 +50,9 @@ def env(store, **extra):
                 SNAP_TIMEOUT_MS="5000", SNAP_CHUNK_SIZE=CHUNK, **extra)
 
 
-def start_smp(store, flush):
+def start_smp(store, flush, *extra):
     p = subprocess.Popen([SMP, "--store", store, "--flush-dir", flush, "--flush-every", "1", "--slots", "3",
-                          "--scrub-rate", "0"], stderr=subprocess.PIPE, text=True)
+                          "--scrub-rate", "0", *extra], stderr=subprocess.PIPE, text=True)
     if not wait_socket(store, p):
         raise RuntimeError(f"snapsmp did not start: {p.communicate()[1]}")
     return p
@@ -183,6 +183,84 @@ def trial(rng, n, pristine):
     return "repaired" if "repaired" in out else "intact"
 
 
+def fresh_copy(pristine, name):
+    store0, flush0, slots, flushed = pristine
+    store, flush = os.path.join(BASE, f"{name}-store"), os.path.join(BASE, f"{name}-flush")
+    shutil.copytree(store0, store, symlinks=True)
+    shutil.copytree(flush0, flush, symlinks=True)
+    return store, flush, os.path.join(store, "j", "rank-00000")
+
+
+def flip_at(path, off):
+    with open(path, "r+b") as f:
+        f.seek(off)
+        b = f.read(1)
+        f.seek(off)
+        f.write(bytes([b[0] ^ 0x04]))
+
+
+def status_json(store):
+    tool = os.path.join(args.build, "tools", "snaptool")
+    p = subprocess.run([tool, "status", "--store", store, "--json"], env=env(store), capture_output=True, text=True,
+                       timeout=60)
+    return json.loads(p.stdout)
+
+
+def scrub_checks(pristine):
+    """A bit flipped in an idle store: the scrub finds it and repairs it from
+    the flush (waiting on the daemon's log line, one generous deadline for a
+    hang); a step the flush lacks is withdrawn and status says why."""
+    slots, flushed = pristine[2], pristine[3]
+    store, flush, rdir = fresh_copy(pristine, "scrub")
+    log = os.path.join(BASE, "scrub.log")
+    # 200 KiB slots: a pass over the store takes well under a second at 4 MiB/s.
+    p = start_smp(store, flush, "--scrub-rate", "4M", "--log", log)
+    good = open(os.path.join(rdir, f"slot-{slots[STEPS]}"), "rb").read()
+    flip_at(os.path.join(rdir, f"slot-{slots[STEPS]}"), 5000)
+    older = max(s for s in slots if s not in flushed)
+    flip_at(os.path.join(rdir, f"slot-{slots[older]}"), 5000)
+    w = Waiter()
+    text = lambda: open(log).read() if os.path.exists(log) else ""
+    try:
+        ok = w.until(lambda: (f"step {STEPS} (scrub): 1 bad chunks repaired from the flush" in text() and
+                              f"withdrew step {older}" in text()) or p.poll() is not None, 60,
+                     dirs=lambda: [BASE], procs=[p])
+    finally:
+        w.close()
+    st = status_json(store)
+    stop_smp(p)
+    if not ok:
+        failures.append(f"scrub: the flipped bits were not found and handled within 60 s: {text()[-2000:]}")
+        return
+    if open(os.path.join(rdir, f"slot-{slots[STEPS]}"), "rb").read() != good:
+        failures.append("scrub: the repaired slot differs from the committed bytes")
+    if st.get("repaired_chunks") != 1 or st.get("damaged_steps") != 1 or f"step {older}" not in (st.get("last_damage") or ""):
+        failures.append(f"scrub: status --json does not count the repair and the damage: {st}")
+    print(f"scrub: a flipped bit in step {STEPS} repaired from the flush, step {older} (not flushed) withdrawn; "
+          f"status: repaired_chunks={st.get('repaired_chunks')} damaged_steps={st.get('damaged_steps')}")
+
+
+def verify_repair_checks(pristine):
+    """snaptool verify --repair --json asks the daemon to repair the step."""
+    slots = pristine[2]
+    store, flush, rdir = fresh_copy(pristine, "verify")
+    p = start_smp(store, flush)
+    os.truncate(os.path.join(rdir, f"slot-{slots[STEPS]}"), 70000)
+    tool = os.path.join(args.build, "tools", "snaptool")
+    r = subprocess.run([tool, "verify", str(STEPS), "--repair", "--json", "--store", store, "--flush-dir", flush],
+                       env=env(store), capture_output=True, text=True, timeout=120)
+    stop_smp(p)
+    try:
+        doc = json.loads(r.stdout)
+    except ValueError:
+        doc = {}
+    rep = doc.get("repair") or {}
+    if r.returncode != 0 or doc.get("result") != "ok" or rep.get("mended_files") != 1 or not rep.get("repaired_chunks"):
+        failures.append(f"verify --repair: {r.returncode} {r.stdout} {r.stderr}")
+    else:
+        print(f"verify --repair: a truncated slot mended, {rep['repaired_chunks']} chunks repaired, the step verifies")
+
+
 def main():
     shutil.rmtree(BASE, ignore_errors=True)
     os.makedirs(BASE)
@@ -193,6 +271,8 @@ def main():
         for n in range(args.trials):
             k = trial(rng, n, pristine)
             tally[k] = tally.get(k, 0) + 1
+        scrub_checks(pristine)
+        verify_repair_checks(pristine)
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
     for f in failures[:20]:
