@@ -31,7 +31,8 @@
 struct smp_scrub {
 	uint64_t rate;                 /* bytes per second */
 	uint64_t last_ns;
-	uint64_t credit;               /* bytes the rate allows now */
+	int64_t credit;                /* bytes the rate allows now; negative: a big chunk's debt */
+	int idle;                      /* the last look found no committed slot */
 	uint32_t job, rank, slot, chunk;   /* the cursor: ordinals in the store's lists */
 	uint64_t step;                 /* the step the cursor's slot held when it was reached */
 	int held;                      /* the cursor names a slot */
@@ -69,7 +70,8 @@ void smp_scrub_free(struct smp_scrub *sc)
 
 int smp_scrub_timeout_ms(const struct smp_scrub *sc)
 {
-	return sc ? SCRUB_SLICE_MS : -1;
+	/* Nothing to scrub: look again now and then, not every slice. */
+	return !sc ? -1 : sc->idle ? 1000 : SCRUB_SLICE_MS;
 }
 
 static void drop(struct smp_scrub *sc)
@@ -161,14 +163,18 @@ void smp_scrub_tick(struct smp *m)
 		return;
 	uint64_t now = snap_now_ns(), dt = now - sc->last_ns;
 	sc->last_ns = now;
-	/* At most one slice's worth banked: an idle loop must not save up a burst. */
-	uint64_t cap = sc->rate / (1000 / SCRUB_SLICE_MS) + 1;
-	sc->credit += (uint64_t)((double)sc->rate * (double)dt / 1e9);
+	/* At most one slice's worth banked: an idle loop must not save up a
+	 * burst. A chunk bigger than a slice is read whole and repaid later. */
+	int64_t cap = (int64_t)(sc->rate / (1000 / SCRUB_SLICE_MS)) + 1;
+	sc->credit += (int64_t)((double)sc->rate * (double)dt / 1e9);
 	if (sc->credit > cap)
 		sc->credit = cap;
 	while (sc->credit > 0) {
-		if (!sc->held && !advance(m, sc, 1))
+		if (!sc->held && !advance(m, sc, 1)) {
+			sc->idle = 1;
 			return;
+		}
+		sc->idle = 0;
 		struct store_job *j = nth_job(m->store, sc->job);
 		struct store_rank *r = j && sc->rank < j->nranks ? j->ranks[sc->rank] : NULL;
 		struct store_slot *sl = r ? &r->slots[sc->slot] : NULL;
@@ -183,8 +189,7 @@ void smp_scrub_tick(struct smp *m)
 			sc->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		uint64_t got = 0;
 		int ok = sc->fd >= 0 && chunk_ok(sc, &sl->man, sc->chunk, &got);
-		uint64_t cost = got ? got : 4096;
-		sc->credit = sc->credit > cost ? sc->credit - cost : 0;
+		sc->credit -= (int64_t)(got ? got : 4096);
 		m->heal.scrubbed_bytes += got;
 		if (ok) {
 			sc->chunk++;
