@@ -80,11 +80,14 @@ def launch(phase):
 def main():
     from libsnap import _files
     shutil.rmtree(store, ignore_errors=True)
+    # The daemon runs natively (under ASan the interpreter's LD_PRELOAD is not its).
+    native_env = {k: v for k, v in os.environ.items() if k != "LD_PRELOAD"}
     smp = subprocess.Popen([os.path.join(build, "smp", "snapsmp"), "--store", store, "--scrub-rate", "0"],
-                           stderr=subprocess.PIPE, text=True)
+                           stderr=subprocess.PIPE, text=True, env=native_env)
     failures = []
     try:
-        wait_socket(store, smp)
+        if not wait_socket(store, smp):
+            raise RuntimeError(f"snapsmp did not start: {smp.communicate(timeout=60)[1]}")
         launch("save")
         _, _, by = _files.store_step(store, JOB, 3)
         g = by[1]["regions"][0]
