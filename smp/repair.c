@@ -106,6 +106,33 @@ static uint32_t from_flush(const struct snap_smp_config *cfg, const struct store
 	return done;
 }
 
+/* Every bad chunk the other levels hold intact, rewritten: how many. */
+static uint32_t from_levels(const struct snap_smp_config *cfg, const struct store_job *j, const struct store_rank *r,
+			    const struct snap_manifest *man, uint8_t *p, uint8_t *bad, char *why, size_t whylen)
+{
+	const struct snap_layout *lay = &man->layout;
+	if (!cfg->flush_dir[0]) {
+		snprintf(why, whylen, "no flush directory (the only other level)");
+		return 0;
+	}
+	uint8_t *buf = malloc(lay->slot_bytes ? lay->slot_bytes : 1);
+	uint32_t *crc = calloc(2 * (size_t)(lay->ncrc ? lay->ncrc : 1), sizeof(*crc));
+	uint32_t done = 0;
+	if (!buf || !crc)
+		snprintf(why, whylen, "out of memory to read the flush");
+	for (uint32_t g = 0; buf && crc && g < lay->nregions; g++) {
+		const struct snap_man_region *reg = &lay->regions[g];
+		int any = 0;
+		for (uint32_t t = reg->first_crc; t < reg->first_crc + reg->nchunks; t++)
+			any |= bad[t];
+		if (any)
+			done += from_flush(cfg, j, r, man, p, bad, g, buf, crc, why, whylen);
+	}
+	free(buf);
+	free(crc);
+	return done;
+}
+
 int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
 		    uint32_t slot, const char *who, int keep, struct smp_heal *h, struct smp_repair_out *out, char *err,
 		    size_t errlen)
@@ -150,24 +177,7 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 		snap_smp_logf("job %s rank %u step %" PRIu64 " (%s): %s", j->name, r->rank, out->step, who, out->how);
 	} else if (out->bad) {
 		char why[SMP_REHYDRATE_ERRLEN] = "";
-		uint8_t *buf = NULL;
-		uint32_t *crc = NULL;
-		if (!cfg->flush_dir[0]) {
-			snprintf(why, sizeof(why), "no flush directory (the only other level)");
-		} else if (!(buf = malloc(lay->slot_bytes ? lay->slot_bytes : 1)) || !(crc = calloc(2 * (size_t)n, 4))) {
-			snprintf(why, sizeof(why), "out of memory to read the flush");
-		} else {
-			for (uint32_t g = 0; g < lay->nregions; g++) {
-				const struct snap_man_region *reg = &lay->regions[g];
-				int any = 0;
-				for (uint32_t t = reg->first_crc; t < reg->first_crc + reg->nchunks; t++)
-					any |= bad[t];
-				if (any)
-					out->repaired += from_flush(cfg, j, r, man, p, bad, g, buf, crc, why, sizeof(why));
-			}
-		}
-		free(buf);
-		free(crc);
+		out->repaired = from_levels(cfg, j, r, man, p, bad, why, sizeof(why));
 		h->repaired_chunks += out->repaired;
 		uint32_t first = 0;
 		while (first < n && !bad[first])
