@@ -184,7 +184,9 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 	sc->credit += (int64_t)((double)sc->rate * (double)dt / 1e9);
 	if (sc->credit > cap)
 		sc->credit = cap;
-	while (sc->credit > 0) {
+	/* Whatever the rate, a slice ends after half a slice of wall time: the
+	 * trainers' requests wait on this thread. */
+	while (sc->credit > 0 && snap_now_ns() - now < SCRUB_SLICE_MS * 500000ull) {
 		if (!sc->held && !advance(m, sc, 1)) {
 			sc->idle = 1;
 			return;
