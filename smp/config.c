@@ -65,6 +65,7 @@ int snap_smp_config_init(struct snap_smp_config *cfg)
 	cfg->flush_direct = 1;
 	cfg->log_level = SNAP_SMP_LOG_INFO;
 	cfg->metrics_interval = 10;
+	cfg->scrub_rate = 64ull << 20;
 	return 0;
 }
 
@@ -101,6 +102,7 @@ int snap_smp_config_from_env(struct snap_smp_config *cfg, char *err, size_t errl
 	    (rc = smp_env_uint("SNAP_FLUSH_INTERVAL", &cfg->flush_interval, 0, 1 << 30, err, errlen)) ||
 	    (rc = smp_env_uint("SNAP_FLUSH_KEEP", &cfg->flush_keep, 1, 1 << 20, err, errlen)) ||
 	    (rc = smp_env_int("SNAP_ALLOW_OLDER", &cfg->allow_older, 0, 1, err, errlen)) ||
+	    (rc = snap_env_size("SNAP_SCRUB_RATE", &cfg->scrub_rate, 0, err, errlen)) ||
 	    (rc = smp_env_int("SNAP_FLUSH_FILES", &cfg->flush_files, 0, 1, err, errlen)) ||
 	    (rc = smp_env_int("SNAP_FLUSH_DIRECT", &cfg->flush_direct, 0, 1, err, errlen)) ||
 	    (rc = snap_env_str("SNAP_LOG", cfg->log, sizeof(cfg->log), err, errlen)) ||

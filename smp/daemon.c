@@ -28,6 +28,7 @@
 #include "files.h"
 #include "snap/io.h"
 #include "smp_internal.h"
+#include "scrub.h"
 #include "mesh.h"
 #include "metrics.h"
 #include "snap/wire.h"
@@ -326,6 +327,8 @@ static int serve_events(struct smp *m, const struct pollfd *pfd, struct conn *co
 	}
 	persist_tick(m);
 	smp_export_tick(m);
+	if (!m->draining)
+		smp_scrub_tick(m);
 	if (m->draining && !persist_busy(m) && !snap_files_busy(m->files))
 		stop = 1;
 	return stop;
@@ -366,7 +369,10 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 			break;
 		}
 		unsigned k = poll_set(m, pfd, pc);
-		if (poll(pfd, k, smp_export_timeout_ms(m, persist_timeout_ms(m))) < 0 && errno != EINTR) {
+		int wait = smp_export_timeout_ms(m, persist_timeout_ms(m)), scrub = smp_scrub_timeout_ms(m->scrub);
+		if (scrub >= 0 && (wait < 0 || scrub < wait))
+			wait = scrub;
+		if (poll(pfd, k, wait) < 0 && errno != EINTR) {
 			snap_fmt(err, errlen, "poll: %s", strerror(errno));
 			rc = SNAP_EIO;
 			break;
@@ -442,10 +448,12 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 		return rc;
 	}
 	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
+		m.scrub = smp_scrub_new(&m);
 		*serving = 1;
 		say_ready(ready_fd);
 		rc = serve_loop(&m, err, errlen);
 	}
+	smp_scrub_free(m.scrub);
 	serve_shutdown(&m);
 	return rc;
 }

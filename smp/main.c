@@ -42,6 +42,8 @@ static void usage(FILE *f)
 		"                     it stays in the page cache) or through the page cache (SNAP_FLUSH_DIRECT)\n"
 		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
 		"                     (SNAP_ALLOW_OLDER=1)\n"
+		"  --scrub-rate SIZE  bytes per second the background scrub verifies of the committed slots,\n"
+		"                     repairing bad chunks from the flush (SNAP_SCRUB_RATE, default 64M; 0 = off)\n"
 		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
 		"                     erasure-code every globally complete step across groups of K+M nodes,\n"
 		"                     rebuild lost nodes' stores at start (SNAP_EC). \"%%n\" in --store and\n"
@@ -109,7 +111,7 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		{ "flush-codec", required_argument, NULL, 'C' }, { "allow-older", no_argument, NULL, 'O' },
 		{ "help", no_argument, NULL, 'h' },          { "ec", required_argument, NULL, 'e' },
 		{ "flush-mode", required_argument, NULL, 'M' }, { "flush-files", required_argument, NULL, 'L' },
-		{ "flush-direct", required_argument, NULL, 'D' },
+		{ "flush-direct", required_argument, NULL, 'D' }, { "scrub-rate", required_argument, NULL, 'S' },
 		{ "log-level", required_argument, NULL, 'g' }, { "log", required_argument, NULL, 'G' },
 		{ "metrics-file", required_argument, NULL, 'P' }, { "metrics-interval", required_argument, NULL, 'T' },
 		{ "detach", no_argument, NULL, 'X' },
@@ -137,6 +139,12 @@ static int parse_flags(int argc, char **argv, struct snap_smp_config *cfg, struc
 		case 'n':
 			cfg->slots = (unsigned)atoi(optarg);
 			f->slots_set = 1;
+			break;
+		case 'S':
+			if (snap_parse_size(optarg, &cfg->scrub_rate)) {
+				fprintf(stderr, "snapsmp: --scrub-rate %s: expected bytes per second like 64M, or 0\n", optarg);
+				return 2;
+			}
 			break;
 		case 'v': cfg->verify_commit = 1; break;
 		case 'F': snprintf(cfg->flush_dir, sizeof(cfg->flush_dir), "%s", optarg); break;

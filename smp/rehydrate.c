@@ -137,7 +137,13 @@ struct load {
 	uint8_t **raw;             /* per region: codec region persisted raw, read here to compress */
 	uint64_t *flen;            /* per chunk: frame lengths */
 	uint32_t *crc, *len;       /* per chunk: what the manifest will say */
+	const uint8_t *only;       /* per region: read it (NULL: all) */
 };
+
+static int wanted(const struct load *L, uint32_t region)
+{
+	return !L->only || L->only[region];
+}
 
 /* Mark the codec regions whose dataset holds raw values, not frames. */
 static int note_raw(const struct snap_io_region_info *in, void *arg)
@@ -145,8 +151,8 @@ static int note_raw(const struct snap_io_region_info *in, void *arg)
 	struct load *L = arg;
 	for (uint32_t i = 0; i < L->lay->nregions; i++) {
 		const struct snap_man_region *g = &L->lay->regions[i];
-		if (g->codec != SNAP_CODEC_NONE && in->codec != SNAP_IO_CODEC_FRAMES && !strcmp(g->name, in->name) &&
-		    !L->raw[i] && !(L->raw[i] = malloc(g->bytes ? g->bytes : 1)))
+		if (wanted(L, i) && g->codec != SNAP_CODEC_NONE && in->codec != SNAP_IO_CODEC_FRAMES &&
+		    !strcmp(g->name, in->name) && !L->raw[i] && !(L->raw[i] = malloc(g->bytes ? g->bytes : 1)))
 			return SNAP_ENOMEM;
 	}
 	return 0;
@@ -154,12 +160,15 @@ static int note_raw(const struct snap_io_region_info *in, void *arg)
 
 /* Where io puts each region: raw bytes (into the slot, or into a buffer to
  * compress), or the frames at their slot areas. */
-static void plan_dests(struct load *L)
+static size_t plan_dests(struct load *L)
 {
 	const struct snap_layout *lay = L->lay;
+	size_t nd = 0;
 	for (uint32_t i = 0; i < lay->nregions; i++) {
 		const struct snap_man_region *g = &lay->regions[i];
-		struct snap_io_dest *d = &L->d[i];
+		if (!wanted(L, i))
+			continue;
+		struct snap_io_dest *d = &L->d[nd++];
 		*d = (struct snap_io_dest){ .name = g->name, .buf = L->base + g->offset, .bytes = g->bytes };
 		if (L->raw[i]) {
 			d->buf = L->raw[i];
@@ -172,6 +181,7 @@ static void plan_dests(struct load *L)
 			d->frame_crc = L->crc + g->first_crc;
 		}
 	}
+	return nd;
 }
 
 /* The manifest's CRCs and lengths: raw chunks are CRC'd here, raw values of
@@ -183,6 +193,8 @@ static int chunk_sums(struct load *L, char *err, size_t errlen)
 	for (uint32_t t = 0; t < lay->ncrc; t++) {
 		struct snap_chunk c;
 		snap_layout_chunk(lay, t, &c);
+		if (!wanted(L, (uint32_t)(c.g - lay->regions)))
+			continue;
 		uint8_t *dst = L->base + c.slot_off;
 		const uint8_t *raw = L->raw[c.g - lay->regions];
 		if (c.g->codec == SNAP_CODEC_NONE) {
@@ -207,7 +219,41 @@ static int chunk_sums(struct load *L, char *err, size_t errlen)
 				return rc;
 		}
 	}
-	return snap_layout_check_lens(lay, L->len, err, errlen);
+	/* A partial read (repair) leaves the other chunks' lengths 0. */
+	return L->only ? 0 : snap_layout_check_lens(lay, L->len, err, errlen);
+}
+
+int snap_rehydrate_read(const char *flush_dir, const char *job, uint32_t rank, uint64_t step,
+			const struct snap_layout *lay, const uint8_t *only, uint8_t *base, uint32_t *crc, uint32_t *len,
+			char *err, size_t errlen)
+{
+	size_t n = lay->ncrc ? lay->ncrc : 1, nr = lay->nregions ? lay->nregions : 1;
+	struct load L = { .lay = lay, .base = base, .crc = crc, .len = len, .only = only };
+	L.d = calloc(nr, sizeof(*L.d));
+	L.raw = calloc(nr, sizeof(*L.raw));
+	L.flen = calloc(n, sizeof(*L.flen));
+	struct snap_io_err e = { 0 };
+	char why[SNAP_IO_ERRMSG];
+	int rc;
+	if (!L.d || !L.raw || !L.flen) {
+		snap_fmt(err, errlen, "out of memory to read persisted step %" PRIu64, step);
+		rc = SNAP_ENOMEM;
+	} else if ((rc = snap_io_list_regions(flush_dir, job, step, rank, note_raw, &L, &e))) {
+		snap_fmt(err, errlen, "persisted step %" PRIu64 ": %s", step,
+			 rc == SNAP_ENOMEM ? "out of memory for a region to compress" : e.msg);
+	} else {
+		size_t nd = plan_dests(&L);
+		if ((rc = snap_io_read_rank(flush_dir, job, step, rank, L.d, nd, &e)))
+			snap_fmt(err, errlen, "persisted step %" PRIu64 ": %s", step, e.msg);
+		else if ((rc = chunk_sums(&L, why, sizeof(why))))
+			snap_fmt(err, errlen, "persisted step %" PRIu64 ": %s", step, why);
+	}
+	for (uint32_t i = 0; L.raw && i < lay->nregions; i++)
+		free(L.raw[i]);
+	free(L.raw);
+	free(L.d);
+	free(L.flen);
+	return rc;
 }
 
 int snap_rehydrate(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
@@ -231,42 +277,25 @@ int snap_rehydrate(const struct snap_smp_config *cfg, struct snap_store *s, stru
 	if ((rc = snap_store_acquire(s, j, r, step, owner, slot, &fd, err, errlen)))
 		return rc;
 	const struct snap_layout *lay = &r->layout;
-	size_t n = lay->ncrc ? lay->ncrc : 1, nr = lay->nregions ? lay->nregions : 1;
-	struct load L = { .lay = lay };
-	L.base = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
+	size_t n = lay->ncrc ? lay->ncrc : 1;
+	uint8_t *base = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : NULL;
 	close(fd);
-	L.d = calloc(nr, sizeof(*L.d));
-	L.raw = calloc(nr, sizeof(*L.raw));
-	L.flen = calloc(n, sizeof(*L.flen));
-	L.crc = calloc(2 * n, sizeof(*L.crc));
-	L.len = L.crc ? L.crc + n : NULL;
-	struct snap_io_err e = { 0 };
-	char why[SNAP_IO_ERRMSG];
-	if (L.base == MAP_FAILED || !L.d || !L.raw || !L.flen || !L.crc) {
+	uint32_t *crc = calloc(2 * n, sizeof(*crc));
+	char why[SMP_REHYDRATE_ERRLEN];
+	if (base == MAP_FAILED || !crc) {
 		snap_fmt(err, errlen, "cannot map a slot to restore from disk: %s", strerror(errno));
 		rc = SNAP_EIO;
-	} else if ((rc = snap_io_list_regions(cfg->flush_dir, j->name, step, r->rank, note_raw, &L, &e))) {
-		snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step,
-			 rc == SNAP_ENOMEM ? "out of memory for a region to compress" : e.msg);
-	} else {
-		plan_dests(&L);
-		if ((rc = snap_io_read_rank(cfg->flush_dir, j->name, step, r->rank, L.d, lay->nregions, &e)))
-			snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, e.msg);
-		else if ((rc = chunk_sums(&L, why, sizeof(why))))
-			snap_fmt(err, errlen, "restore of persisted step %" PRIu64 ": %s", step, why);
-		else if (!(rc = snap_store_commit(s, j, r, owner, *slot, step, L.crc, L.len, lay->ncrc, 0, err, errlen)))
-			snap_smp_logf("job %s rank %u: loaded persisted step %" PRIu64 " from %s into the node store",
-				      j->name, r->rank, step, cfg->flush_dir);
+	} else if ((rc = snap_rehydrate_read(cfg->flush_dir, j->name, r->rank, step, lay, NULL, base, crc, crc + n, why,
+					     sizeof(why)))) {
+		snap_fmt(err, errlen, "restore of %s", why);
+	} else if (!(rc = snap_store_commit(s, j, r, owner, *slot, step, crc, crc + n, lay->ncrc, 0, err, errlen))) {
+		snap_smp_logf("job %s rank %u: loaded persisted step %" PRIu64 " from %s into the node store", j->name,
+			      r->rank, step, cfg->flush_dir);
 	}
 	if (rc)
 		snap_store_release_owner(s, r, owner);
-	if (L.base && L.base != MAP_FAILED)
-		munmap(L.base, lay->slot_bytes);
-	for (uint32_t i = 0; L.raw && i < lay->nregions; i++)
-		free(L.raw[i]);
-	free(L.raw);
-	free(L.d);
-	free(L.crc);
-	free(L.flen);
+	if (base && base != MAP_FAILED)
+		munmap(base, lay->slot_bytes);
+	free(crc);
 	return rc;
 }

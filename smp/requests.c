@@ -280,6 +280,71 @@ static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 	return 0;
 }
 
+/*
+ * REPAIR: verify a step's committed slots against their manifests and
+ * repair what another level holds (repair.c): one rank's, asked by a
+ * trainer whose restore found a bad chunk, or every rank's (snaptool verify
+ * --repair). A slot left damaged is withdrawn: the step is no longer
+ * restorable, and the newest restorable step is an older one.
+ */
+static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, char *err)
+{
+	char job[SNAP_JOB_MAX + 1];
+	snap_get_str(r, job, sizeof(job));
+	uint32_t rank = snap_get_u32(r);
+	uint64_t step = snap_get_u64(r);
+	if (r->bad || snap_rbuf_left(r) || !snap_job_name_ok(job)) {
+		snap_fmt(err, SMP_ERRLEN, "malformed REPAIR");
+		return SNAP_EPROTO;
+	}
+	struct store_job *j = snap_store_job(m->store, job, 0);
+	if (!j) {
+		snap_fmt(err, SMP_ERRLEN, "repair: store %s holds no job %s", m->store->root, job);
+		return SNAP_ENOENT;
+	}
+	if (step == SNAP_STEP_LATEST && snap_store_latest(m->store, j, &step) != 0) {
+		snap_fmt(err, SMP_ERRLEN, "repair: job %s has no restorable step in store %s", job, m->store->root);
+		return SNAP_ENOENT;
+	}
+	uint32_t checked = 0, bad = 0, fixed = 0, withdrawn = 0, mended = 0;
+	char how[SMP_ERRLEN] = "";
+	for (uint32_t k = 0; k < j->nranks; k++) {
+		struct store_rank *rk = j->ranks[k];
+		uint32_t slot;
+		if (!rk || (rank != UINT32_MAX && rk->rank != rank) || !snap_store_find(m->store, rk, step, &slot))
+			continue;
+		struct smp_repair_out o;
+		char e[SMP_ERRLEN];
+		int rc = smp_repair_slot(m->cfg, m->store, j, rk, slot, c->job ? "a restore found it" : "asked by a tool",
+					 m->mesh != NULL, &m->heal, &o, e, sizeof(e));
+		if (rc && rc != SNAP_ECORRUPT) {
+			snap_fmt(err, SMP_ERRLEN, "repair of job %s rank %u step %" PRIu64 ": %s", job, rk->rank, step, e);
+			return rc;
+		}
+		checked++;
+		bad += o.bad;
+		fixed += o.repaired;
+		withdrawn += rc != 0 && !m->mesh;
+		mended += o.mended;
+		size_t used = strlen(how);
+		if (o.how[0] && used + 2 < sizeof(how))
+			snprintf(how + used, sizeof(how) - used, "%srank %u: %s", used ? "; " : "", rk->rank, o.how);
+	}
+	if (!checked) {
+		snap_fmt(err, SMP_ERRLEN, "repair: job %s has no committed step %" PRIu64 "%s in store %s", job, step,
+			 rank == UINT32_MAX ? "" : " of that rank", m->store->root);
+		return SNAP_ENOENT;
+	}
+	snap_put_u64(out, step);
+	snap_put_u32(out, checked);
+	snap_put_u32(out, bad);
+	snap_put_u32(out, fixed);
+	snap_put_u32(out, withdrawn);
+	snap_put_u32(out, mended);
+	snap_put_str(out, how[0] ? how : "every chunk intact");   /* a wire string is never empty */
+	return 0;
+}
+
 void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, const uint8_t *payload)
 {
 	struct snap_rbuf r;
@@ -315,6 +380,18 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 		snap_put_u32(&out, pinners);
 		/* Slot files still being reserved: counted in mem_used already. */
 		snap_put_u32(&out, snap_store_reserving(m->store));
+		snap_put_u64(&out, m->heal.repaired_chunks);
+		snap_put_u64(&out, m->heal.damaged_steps);
+		snap_put_u64(&out, m->heal.scrubbed_bytes);
+		snap_put_u64(&out, m->heal.scrub_passes);
+		snap_put_u64(&out, m->cfg->scrub_rate);
+		char last[SMP_ERRLEN] = "none";   /* a wire string is never empty */
+		if (m->heal.damaged_why[0])
+			snprintf(last, sizeof(last), "job %s rank %u step %" PRIu64 ": %s", m->heal.damaged_job,
+				 m->heal.damaged_rank, m->heal.damaged_step, m->heal.damaged_why);
+		snap_put_str(&out, last);
+	} else if (h->type == SNAP_MSG_REPAIR) {
+		rc = on_repair(m, c, &r, &out, err);
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {
 		snap_fmt(err, SMP_ERRLEN, "send HELLO first");
 		rc = SNAP_EPROTO;

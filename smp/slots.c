@@ -63,6 +63,12 @@ static int withdraw(struct snap_store *s, struct store_job *j, struct store_rank
 	return 0;
 }
 
+int snap_store_withdraw(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, const char *why,
+			char *err, size_t errlen)
+{
+	return withdraw(s, j, r, i, why, err, errlen);
+}
+
 void snap_store_unref(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i)
 {
 	struct store_slot *sl = &r->slots[i];

@@ -12,11 +12,13 @@
  *   7  daemon.c                 poll loop, connections, signals, shutdown
  *   6  requests.c export.c      the trainers' requests and their dispatch;
  *                               the store's state as metrics (--metrics-file)
- *   5  mesh.c                   MPI start/stop, agreement rounds, mesh thread
- *   4  persist.c meshflush.c filereq.c
+ *   5  mesh.c scrub.c           MPI start/stop, agreement rounds, mesh thread;
+ *                               the background scrub of the store
+ *   4  persist.c meshflush.c filereq.c repair.c
  *                               flush policy (-> flush.c); the mesh's flush
  *                               of a protected step across nodes; captured
- *                               files' requests
+ *                               files' requests; a damaged slot repaired
+ *                               from the flush (-> rehydrate.c)
  *   3  flush.c files.c rehydrate.c protect.c recover.c meshcap.c
  *                               flush thread, captured files (open, close,
  *                               hooks), restore from disk, encode a step,
@@ -48,12 +50,14 @@
 #include "flush.h"
 #include "snap/base.h"
 #include "log.h"
+#include "repair.h"
 #include "reply.h"
 #include "snap/store.h"
 
 #define SMP_ERRLEN 768
 
 struct fjob;
+struct smp_scrub;
 struct snap_files;
 
 struct conn {
@@ -90,6 +94,8 @@ struct smp {
 	/* --metrics-file (export.c): when the store was last read, the file last formatted */
 	uint64_t metrics_read_ns, metrics_write_ns;
 	double metrics_start_s;        /* the daemon's start, seconds since the epoch */
+	struct smp_heal heal;          /* repairs and scrubs so far (repair.c, scrub.c) */
+	struct smp_scrub *scrub;       /* the background scrub (scrub.c); NULL: off */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */

@@ -214,6 +214,9 @@ int main(int argc, char **argv)
 				exit_code = 3;
 			} else {
 				logline(logfd, "restored %" PRIu64 "\n", got);
+				/* A restore that repaired chunks or fell back to an older step says so. */
+				if (!quiet && snap_errmsg(ctx)[0])
+					printf("rank %d: %s\n", cfg.rank, snap_errmsg(ctx));
 				if (!quiet)
 					printf("rank %d: restored step %" PRIu64 " (verified %s)\n", cfg.rank, got,
 					       cfg.codec_param >= SNAP_CODEC_LOSSY_ABS || cfg.codec_optim >= SNAP_CODEC_LOSSY_ABS

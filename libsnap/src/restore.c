@@ -333,20 +333,17 @@ static int alloc_bounce(snap_ctx *ctx)
 	return 0;
 }
 
-int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
+/*
+ * One restore of `step` as snapsmp hands it over. *tried: the step of the
+ * manifest, once one came (else left alone); *touched: set once a
+ * registered byte was written, by this pass or (as given) an earlier one.
+ */
+static int restore_once(snap_ctx *ctx, uint64_t step, uint64_t *restored, uint64_t *tried, int *touched)
 {
-	if (!ctx)
-		return SNAP_EINVAL;
-	int rc = snap_wait(ctx);
-	if (rc)
-		return rc;
-	if ((rc = snap_freeze(ctx)) || (rc = snap_ensure_connected(ctx)))
-		return rc;
-
 	void *rep;
 	uint32_t rlen;
 	int fd = -1;
-	rc = ask_restore(ctx, step, &rep, &rlen, &fd, "restore");
+	int rc = ask_restore(ctx, step, &rep, &rlen, &fd, "restore");
 	if (rc)
 		return rc;
 	struct snap_manifest man;
@@ -358,6 +355,7 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 			close(fd);
 		return snap_fail(ctx, rc, "restore: manifest from snapsmp is invalid: %s", merr);
 	}
+	*tried = man.step;
 	char where[160];
 	snprintf(where, sizeof(where), "restore of step %" PRIu64 " (job %s, rank %u)", man.step, man.job, man.rank);
 	struct stat st;
@@ -400,7 +398,8 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		int copied = 0;
 		if (ctx->rinline || (run_restore_phase(ctx, 0), !ctx->rio && !ctx->rbad))
 			run_restore_phase(ctx, 1), copied = 1;
-		const char *mem = copied ? "registered memory is partly overwritten" : "registered memory left untouched";
+		*touched |= copied;
+		const char *mem = *touched ? "registered memory is partly overwritten" : "registered memory left untouched";
 		const char *how = ctx->rinline ? " (checked as it was copied: restore_verify inline, or auto in a context "
 						 "that had neither saved nor restored)" : "";
 		if (ctx->rgpu) {
@@ -437,6 +436,123 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		munmap(mapped, man.layout.slot_bytes);
 	snap_manifest_free(&man);
 	return rc;
+}
+
+/* What snapsmp's REPAIR did to one step of this rank (smp/repair.c). */
+struct repair_reply {
+	uint64_t step;
+	uint32_t bad, repaired, withdrawn, mended;
+	char how[SNAP_CLIENT_ERRLEN];
+};
+
+/* Ask snapsmp to verify `step` of this rank and repair it from the other levels. */
+static int ask_repair(snap_ctx *ctx, uint64_t step, struct repair_reply *rr)
+{
+	struct snap_wbuf w = { 0 };
+	snap_put_str(&w, ctx->cfg.job);
+	snap_put_u32(&w, (uint32_t)ctx->cfg.rank);
+	snap_put_u64(&w, step);
+	void *rep = NULL;
+	uint32_t rlen;
+	char err[SNAP_CLIENT_ERRLEN];
+	pthread_mutex_lock(&ctx->sock_mu);
+	int rc = snap_roundtrip(ctx, err, SNAP_MSG_REPAIR, &w, &rep, &rlen, NULL, "repair");
+	pthread_mutex_unlock(&ctx->sock_mu);
+	snap_wbuf_free(&w);
+	if (rc) {
+		snprintf(rr->how, sizeof(rr->how), "%s", err);
+		return rc;
+	}
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, rep, rlen);
+	rr->step = snap_get_u64(&r);
+	(void)snap_get_u32(&r);   /* ranks checked: this one */
+	rr->bad = snap_get_u32(&r);
+	rr->repaired = snap_get_u32(&r);
+	rr->withdrawn = snap_get_u32(&r);
+	rr->mended = snap_get_u32(&r);
+	snap_get_str(&r, rr->how, sizeof(rr->how));
+	free(rep);
+	if (r.bad) {
+		snprintf(rr->how, sizeof(rr->how), "malformed REPAIR reply");
+		return SNAP_EPROTO;
+	}
+	return 0;
+}
+
+/*
+ * A restore that heals: a chunk that fails its check makes snapsmp verify
+ * the step and rewrite the bad chunks from the next level that holds them
+ * (the flush), and the step is read again whole, so every registered byte
+ * is written by the one pass that succeeds. A step no level holds intact is
+ * withdrawn by snapsmp; SNAP_STEP_LATEST then means the next older step that
+ * restores, an explicit step a clear error. What happened is the context's
+ * message after a success too (snap_errmsg).
+ */
+int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
+{
+	if (!ctx)
+		return SNAP_EINVAL;
+	int rc = snap_wait(ctx);
+	if (rc)
+		return rc;
+	if ((rc = snap_freeze(ctx)) || (rc = snap_ensure_connected(ctx)))
+		return rc;
+	uint64_t want = step, got = 0, repaired_step = 0, newest_bad = SNAP_STEP_LATEST;
+	int have_repaired = 0;
+	uint32_t repaired = 0;
+	int touched = 0;
+	char note[SNAP_CLIENT_ERRLEN] = "", first[SNAP_CLIENT_ERRLEN] = "";
+	/* Each withdrawal removes a step, each repair is tried once a step. */
+	for (unsigned tries = 0;; tries++) {
+		uint64_t tried = want;
+		ctx->err[0] = 0;
+		rc = restore_once(ctx, want, &got, &tried, &touched);
+		if (rc == 0)
+			break;
+		char why[SNAP_CLIENT_ERRLEN];
+		snprintf(why, sizeof(why), "%s", ctx->err);
+		struct repair_reply rr = { 0 };
+		int r2 = SNAP_ECORRUPT;
+		if ((rc == SNAP_ECORRUPT || rc == SNAP_EIO) && tries < 64 && !(have_repaired && tried == repaired_step))
+			r2 = ask_repair(ctx, tried, &rr);
+		if (r2 == 0 && !rr.withdrawn && rr.repaired == rr.bad && (rr.bad || rr.mended)) {
+			repaired += rr.repaired;
+			repaired_step = want = rr.step;
+			have_repaired = 1;
+			snap_fmt(note, sizeof(note), "restore of step %" PRIu64 ": %s", rr.step, rr.how);
+			continue;
+		}
+		if (r2 == 0 && rr.withdrawn && step == SNAP_STEP_LATEST) {
+			if (newest_bad == SNAP_STEP_LATEST) {
+				newest_bad = rr.step;
+				snap_fmt(first, sizeof(first), "step %" PRIu64 " is damaged beyond repair (%s)", rr.step,
+					 rr.how);
+			}
+			want = SNAP_STEP_LATEST;
+			continue;
+		}
+		const char *lost = r2 == 0 && rr.bad ? "; no level holds a good copy: " : "";
+		if (newest_bad == SNAP_STEP_LATEST) {
+			if (!lost[0])
+				return rc;   /* not damage (or nothing repair could find): as it was */
+			return snap_fail(ctx, rc, "%s%s%s", why, lost, rr.how);
+		}
+		/* Fell back and found nothing better: the memory's state matters most. */
+		return snap_fail(ctx, rc == SNAP_ENOENT ? SNAP_ECORRUPT : rc, "restore: no step restores: %s; then: %s%s%s; %s",
+				 first, why, lost, lost[0] ? rr.how : "",
+				 touched ? "registered memory is partly overwritten: do not use it" :
+					   "registered memory left untouched");
+	}
+	if (restored)
+		*restored = got;
+	if (newest_bad != SNAP_STEP_LATEST) {
+		snap_fmt(ctx->err, sizeof(ctx->err), "restore fell back to step %" PRIu64 ": %s%s%s", got, first,
+			 repaired ? "; " : "", repaired ? note : "");
+	} else if (repaired) {
+		snap_fmt(ctx->err, sizeof(ctx->err), "%s", note);
+	}
+	return 0;
 }
 
 /* sizeof(struct snap_region_info) in 0.4, the first sized layout. */

@@ -58,8 +58,10 @@ static inline int smp_start(struct smp_proc *p, const char *store, const char *c
 	store = p->store;
 	p->pid = fork();
 	if (p->pid == 0) {
-		const char *argv[32] = { SNAPSMP_PATH, "--store", store, "--quiet" };
-		int n = 4;
+		/* No background scrub unless extra asks for one (a later flag
+		 * wins): these tests damage slots and then restore them. */
+		const char *argv[32] = { SNAPSMP_PATH, "--store", store, "--quiet", "--scrub-rate", "0" };
+		int n = 6;
 		for (; extra && *extra && n < 30; extra++)
 			argv[n++] = *extra;
 		argv[n] = NULL;

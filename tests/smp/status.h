@@ -41,6 +41,10 @@ static inline int smp_status_pinned(const char *sock, uint64_t *pinned, uint32_t
 		*pinned = snap_get_u64(&r);
 		*pinners = snap_get_u32(&r);
 		snap_get_u32(&r); /* slot files being reserved */
+		for (int i = 0; i < 5; i++)
+			snap_get_u64(&r); /* repaired chunks, damaged steps, scrubbed bytes, scrub passes, scrub rate */
+		char last[1024];
+		snap_get_str(&r, last, sizeof(last)); /* the last damage */
 		bad = r.bad || snap_rbuf_left(&r) != 0;
 	}
 	free(pl);

@@ -103,6 +103,23 @@ static void test_one_process_per_rank(struct smp_proc *p)
 	snap_close(a);
 }
 
+/* A fresh step 3 of job "a" rank 1 (after step 2), one byte of chunk 1 of
+ * "w" flipped: each case below costs the step (no flush directory holds
+ * another copy, so snapsmp withdraws it). */
+static void corrupt_step3(struct smp_proc *p)
+{
+	snap_ctx *ctx = open_job(p, "a", 1);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(ctx, 2, &got), 0);
+	fill(3);
+	CHECK_RC(snap_save(ctx, 3), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	snap_close(ctx);
+	char path[512];
+	CHECK_RC(slot_of(p->store, "a", 3, path, sizeof(path)), 0);
+	flip_byte(path, 300 * 1024);   /* inside chunk 1 of "w" */
+}
+
 /*
  * One flipped byte in step 3's slot, restored by new contexts (as after a
  * relaunch). Chunks of w are 256 KiB: N floats are 4 of them.
@@ -113,28 +130,37 @@ static void test_corrupt_chunk(struct smp_proc *p)
 	CHECK_RC(slot_of(p->store, "a", 3, path, sizeof(path)), 0);
 	flip_byte(path, 300 * 1024);   /* inside chunk 1 of "w" */
 	/* restore_verify auto, in a context that has not saved: each chunk is
-	 * checked as it is copied. Refused by name; the good chunks were copied.
-	 * Into a buffer aligned like the slot and into one that is not. */
-	snap_ctx *ctx;
-	for (int mis = 0; mis < 2; mis++) {
-		wp = mis ? w_mis : w;
-		ctx = open_job(p, "a", 1);
-		fill(77);
-		CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
-		CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
-		CHECK(strstr(snap_errmsg(ctx), "partly overwritten") && strstr(snap_errmsg(ctx), "as it was copied"));
-		CHECK(holds(3, 0, N / 4) && holds(3, N / 2, N));
-		snap_close(ctx);
-	}
+	 * checked as it is copied. An explicit step never falls back: refused by
+	 * name, the good chunks were copied, and no other level holds it. */
+	snap_ctx *ctx = open_job(p, "a", 1);
+	fill(77);
+	CHECK_RC(snap_restore(ctx, 3, NULL), SNAP_ECORRUPT);
+	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
+	CHECK(strstr(snap_errmsg(ctx), "partly overwritten") && strstr(snap_errmsg(ctx), "as it was copied"));
+	CHECK(strstr(snap_errmsg(ctx), "no level holds a good copy") != NULL);
+	CHECK(holds(3, 0, N / 4) && holds(3, N / 2, N));
+	CHECK_RC(snap_restore(ctx, 3, NULL), SNAP_ENOENT);   /* withdrawn */
+	snap_close(ctx);
+	/* The newest step that restores, into a buffer not aligned like the
+	 * slot: step 3 is bad, so step 2, every byte written again, and said. */
+	corrupt_step3(p);
+	wp = w_mis;
+	ctx = open_job(p, "a", 1);
+	fill(77);
+	uint64_t got = 0;
+	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, &got), 0);
+	CHECK(got == 2 && is_step(2));
+	CHECK(strstr(snap_errmsg(ctx), "fell back to step 2") && strstr(snap_errmsg(ctx), "\"w\" chunk 1"));
+	snap_close(ctx);
 	wp = w;
 	/* first: every chunk before any byte is written, memory untouched. */
+	corrupt_step3(p);
 	ctx = open_job_verify(p, "a", 1, SNAP_VERIFY_FIRST);
 	fill(77);
-	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ECORRUPT);
+	CHECK_RC(snap_restore(ctx, 3, NULL), SNAP_ECORRUPT);
 	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 1") != NULL);
 	CHECK(strstr(snap_errmsg(ctx), "untouched") != NULL);
 	CHECK(is_step(77));
-	uint64_t got = 0;
 	CHECK_RC(snap_restore(ctx, 2, &got), 0);    /* the other step still restores */
 	CHECK(got == 2 && is_step(2));
 	snap_close(ctx);
@@ -159,17 +185,17 @@ static void test_corrupt_chunk_saved_mapping(struct smp_proc *p)
 	CHECK(strstr(snap_errmsg(ctx), "\"w\" chunk 3") != NULL);
 	CHECK(strstr(snap_errmsg(ctx), "untouched") != NULL);
 	CHECK(is_step(77));
+	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ENOENT);   /* no other level held it: withdrawn */
 	CHECK_RC(snap_restore(ctx, 1, &got), 0);   /* the other slot, also mapped by the saves */
 	CHECK(got == 1 && is_step(1));
-	flip_byte(path, 1000 * 1024);              /* repaired: restores again, through the same mapping */
-	fill(77);
-	CHECK_RC(snap_restore(ctx, 2, &got), 0);
-	CHECK(got == 2 && is_step(2));
 	/* The rng region: its own chunk after w's, 100 bytes. */
-	CHECK_RC(slot_of(p->store, "mapped", 2, path, sizeof(path)), 0);
+	fill(3);
+	CHECK_RC(snap_save(ctx, 3), 0);
+	CHECK_RC(snap_wait(ctx), 0);
+	CHECK_RC(slot_of(p->store, "mapped", 3, path, sizeof(path)), 0);
 	flip_byte(path, (off_t)sizeof(w) + 50);
 	fill(77);
-	CHECK_RC(snap_restore(ctx, 2, &got), SNAP_ECORRUPT);
+	CHECK_RC(snap_restore(ctx, 3, &got), SNAP_ECORRUPT);
 	CHECK(strstr(snap_errmsg(ctx), "\"rng\" chunk 0") != NULL);
 	CHECK(is_step(77));
 	snap_close(ctx);

@@ -36,6 +36,7 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 					    { "copy", no_argument, NULL, 'c' },
 					    { "keep", required_argument, NULL, 'k' },
 					    { "allow-older", no_argument, NULL, 'O' },
+					    { "repair", no_argument, NULL, 'R' },
 					    { "quiet", no_argument, NULL, 'q' },
 					    { "verbose", no_argument, NULL, 'v' },
 					    { "help", no_argument, NULL, 'h' },
@@ -57,6 +58,7 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 		case 'v': o->verbose = 1; break;
 		case 'F': snprintf(o->cfg.flush_dir, sizeof(o->cfg.flush_dir), "%s", optarg); break;
 		case 'c': o->copy = 1; break;
+		case 'R': o->repair = 1; break;
 		case 'o': o->output = optarg; break;
 		case 'O': o->allow_older = 1; break;
 		case 'k':

@@ -10,7 +10,7 @@
 
 struct opts {
 	struct snap_smp_config cfg;   /* cfg.client: store, socket, job */
-	int json, job_set, copy, allow_older;
+	int json, job_set, copy, allow_older, repair;
 	int quiet, verbose;           /* --quiet: nothing on stdout but a --json document;
 	                                 --verbose: detail lines on stderr */
 	unsigned keep;
@@ -21,7 +21,7 @@ struct opts {
 
 /*
  * Parse --store --job --flush-dir --json --quiet --verbose --copy -o --keep
- * --allow-older --help and up to |npos| positionals (npos > 0: at least one
+ * --allow-older --repair --help and up to |npos| positionals (npos > 0: at least one
  * required). Returns 0, ST_USAGE, or -1 after printing --help (the caller
  * exits 0). --quiet without --json sends stdout to /dev/null, so no command
  * needs to test it before printing.

@@ -4,6 +4,7 @@
  * the store without the daemon (read-only, no lock), so they work while
  * snapsmp runs, after it died, and on a store nobody serves.
  */
+#include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -70,6 +71,9 @@ struct daemon_view {
 	uint64_t limit, used, pinned;
 	uint32_t slots, pid, pinners;
 	uint32_t reserving;       /* slot files still being reserved */
+	int heal;                 /* the self-healing counters came (newer daemons) */
+	uint64_t repaired_chunks, damaged_steps, scrubbed_bytes, scrub_passes, scrub_rate;
+	char last_damage[768];
 };
 
 static int daemon_budget(const char *sock_path, struct daemon_view *v)
@@ -102,6 +106,14 @@ static int daemon_budget(const char *sock_path, struct daemon_view *v)
 	v->pinned = snap_get_u64(&r);
 	v->pinners = snap_get_u32(&r);
 	v->reserving = snap_rbuf_left(&r) ? snap_get_u32(&r) : 0;   /* older daemons do not send it */
+	if ((v->heal = snap_rbuf_left(&r) != 0)) {
+		v->repaired_chunks = snap_get_u64(&r);
+		v->damaged_steps = snap_get_u64(&r);
+		v->scrubbed_bytes = snap_get_u64(&r);
+		v->scrub_passes = snap_get_u64(&r);
+		v->scrub_rate = snap_get_u64(&r);
+		snap_get_str(&r, v->last_damage, sizeof(v->last_damage));
+	}
 	free(p);
 	return r.bad ? -1 : 0;
 }
@@ -150,6 +162,13 @@ int cmd_status(int argc, char **argv)
 		live ? printf("%u", d.pinners) : printf("null");
 		printf(",\"daemon_reserving\":");
 		live ? printf("%u", d.reserving) : printf("null");
+		/* Self-healing (docs/self-healing.md): null when no daemon (or an older one) answers. */
+		const char *heal[] = { "repaired_chunks", "damaged_steps", "scrubbed_bytes", "scrub_passes", "scrub_rate" };
+		const uint64_t hv[] = { d.repaired_chunks, d.damaged_steps, d.scrubbed_bytes, d.scrub_passes, d.scrub_rate };
+		for (int i = 0; i < 5; i++)
+			d.heal ? printf(",\"%s\":%" PRIu64, heal[i], hv[i]) : printf(",\"%s\":null", heal[i]);
+		printf(",\"last_damage\":");
+		d.heal && strcmp(d.last_damage, "none") ? st_json_str(d.last_damage) : (void)printf("null");
 		printf(",\"jobs\":[");
 	} else if (live) {
 		printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "
@@ -159,6 +178,15 @@ int cmd_status(int argc, char **argv)
 		 * (plus a table of frame lengths each): inside the budget above. */
 		printf("pinned for GPU copies by %u connected process%s: %.1f MiB (their slots, registered with CUDA)\n",
 		       d.pinners, d.pinners == 1 ? "" : "es", d.pinned / 1048576.0);
+		/* The scrub's running counts are --json's: this text stays the same from call to call. */
+		if (d.heal) {
+			printf("self-healing: %" PRIu64 " chunks repaired, %" PRIu64 " steps damaged beyond repair; scrub ",
+			       d.repaired_chunks, d.damaged_steps);
+			d.scrub_rate ? printf("at %.1f MiB/s (--scrub-rate)\n", d.scrub_rate / 1048576.0)
+				     : printf("off (--scrub-rate 0)\n");
+			if (strcmp(d.last_damage, "none"))
+				printf("last damage beyond repair: %s\n", d.last_damage);
+		}
 	} else {
 		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
 		       s->mem_used / 1048576.0, o.cfg.client.socket);
@@ -500,19 +528,104 @@ uint64_t st_step_disk_bytes(const char *flush_dir, const char *job, uint64_t ste
 	return st_dir_bytes(d);
 }
 
+/* What the running snapsmp's REPAIR of a step did (smp/repair.c). */
+struct repair_view {
+	uint64_t step;
+	uint32_t ranks, bad, repaired, withdrawn, mended;
+	char how[768];
+};
+
+/* Ask the store's snapsmp to verify and repair `step` of job on every rank:
+ * 0, or an error code with msg saying why (none answers, or it refused). */
+static int daemon_repair(const char *sock_path, const char *job, uint64_t step, struct repair_view *v, char *msg,
+			 size_t msglen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(sock_path) >= sizeof(a.sun_path)) {
+		snprintf(msg, msglen, "socket path %s is too long", sock_path);
+		return SNAP_EINVAL;
+	}
+	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
+	struct snap_wbuf w = { 0 };
+	snap_put_str(&w, job);
+	snap_put_u32(&w, UINT32_MAX);
+	snap_put_u64(&w, step);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    snap_wire_send(s, SNAP_MSG_REPAIR, 0, w.p, (uint32_t)w.len, -1) != 0) {
+		snprintf(msg, msglen, "no snapsmp answers on %s: %s (the repair is the daemon's)", sock_path,
+			 strerror(errno));
+		snap_wbuf_free(&w);
+		if (s >= 0)
+			close(s);
+		return SNAP_EIO;
+	}
+	snap_wbuf_free(&w);
+	struct snap_msg_hdr h;
+	void *p = NULL;
+	/* A repair reads the flushed files: allow it time. */
+	int rc = snap_wire_recv(s, &h, &p, NULL, 600000);
+	close(s);
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, p, rc ? 0 : h.len);
+	if (rc || h.type != (SNAP_MSG_REPAIR | SNAP_MSG_REPLY)) {
+		snprintf(msg, msglen, "snapsmp on %s did not answer the repair (%s)", sock_path, snap_strerror(rc));
+		free(p);
+		return rc ? rc : SNAP_EPROTO;
+	}
+	if (h.status != 0) {
+		/* an error reply carries its message, raw */
+		snprintf(msg, msglen, "%.*s", (int)(h.len < msglen ? h.len : msglen - 1), p ? (const char *)p : "");
+		free(p);
+		return h.status;
+	}
+	v->step = snap_get_u64(&r);
+	v->ranks = snap_get_u32(&r);
+	v->bad = snap_get_u32(&r);
+	v->repaired = snap_get_u32(&r);
+	v->withdrawn = snap_get_u32(&r);
+	v->mended = snap_get_u32(&r);
+	snap_get_str(&r, v->how, sizeof(v->how));
+	free(p);
+	if (r.bad) {
+		snprintf(msg, msglen, "malformed REPAIR reply");
+		return SNAP_EPROTO;
+	}
+	return 0;
+}
+
 int cmd_verify(int argc, char **argv)
 {
 	struct opts o;
 	struct snap_store *s;
 	uint64_t step;
-	int rc = st_parse(argc, argv, &o, "usage: snaptool verify STEP [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
+	int rc = st_parse(argc, argv, &o, "usage: snaptool verify STEP [--repair] [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
 				       "Recompute the CRC32C of every chunk of a step on every rank in the node store, and\n"
 				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch or\n"
 				       "when ranks are missing from the node store, 1 if neither holds the step.\n"
+				       "--repair: first ask the running snapsmp to repair the step: each bad chunk is\n"
+				       "rewritten from the flushed copy of the same step (checked against the manifest's\n"
+				       "CRC32C), and a rank's copy no level holds intact is withdrawn (the step is then\n"
+				       "no longer restorable); then verify what is left. Exit 1 if no snapsmp answers.\n"
 				       "On a terminal, a progress bar (bytes, rate) on stderr; none when piped.\n", 1);
 	if (rc)
 		return rc < 0 ? 0 : rc;
-	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
+	if ((rc = st_parse_step(o.arg1, &step)))
+		return rc;
+	struct repair_view rv = { 0 };
+	if (o.repair) {
+		char msg[768] = "";
+		int r2 = daemon_repair(o.cfg.client.socket, o.cfg.client.job, step, &rv, msg, sizeof(msg));
+		if (r2) {
+			st_error("snaptool verify --repair: %s", msg);
+			return ST_FAIL;
+		}
+		if (!o.json)
+			printf("repair: %u rank%s checked, %u bad chunks, %u repaired from the flush, %u rank%s withdrawn%s%s\n",
+			       rv.ranks, rv.ranks == 1 ? "" : "s", rv.bad, rv.repaired, rv.withdrawn,
+			       rv.withdrawn == 1 ? "" : "s", rv.bad || rv.mended ? ": " : "", rv.bad || rv.mended ? rv.how : "");
+	}
+	if ((rc = st_open_store(&o, &s)))
 		return rc;
 	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
 	uint32_t ranks = 0, present = 0, bad = 0, world = 0, dworld = 0;
@@ -534,7 +647,16 @@ int cmd_verify(int argc, char **argv)
 	if (o.json) {
 		printf("{\"job\":");
 		st_json_str(o.cfg.client.job);
-		printf(",\"step\":%" PRIu64 ",\"ranks\":[", step);
+		printf(",\"step\":%" PRIu64 ",\"repair\":", step);
+		if (o.repair) {
+			printf("{\"ranks\":%u,\"bad_chunks\":%u,\"repaired_chunks\":%u,\"withdrawn_ranks\":%u,"
+			       "\"mended_files\":%u,\"how\":", rv.ranks, rv.bad, rv.repaired, rv.withdrawn, rv.mended);
+			st_json_str(rv.how);
+			printf("}");
+		} else {
+			printf("null");
+		}
+		printf(",\"ranks\":[");
 	}
 	struct st_progress bar;
 	if (present)

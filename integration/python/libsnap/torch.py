@@ -156,6 +156,7 @@ class Checkpointer:
         self._entries = None
         self._frozen = False       # the context has saved or restored: layout fixed
         self._last = None
+        self.fell_back_from = []   # steps the last restore() gave up (damaged beyond repair)
         self._relayouts = 0
         self._accounted = None     # the optimizer layout last checked against its state_dict()
         self._cuda = False
@@ -487,8 +488,24 @@ class Checkpointer:
         optimizer, RNGs and extra. Returns the step, or None when there is
         nothing to restore (start from scratch). Raises MismatchError naming
         what differs when the snapshot does not fit; nothing is then written
-        and the store is left as it was."""
+        and the store is left as it was.
+
+        Collective: every rank restores the same step. With the default, a
+        step that one rank cannot restore (a chunk no level holds intact,
+        docs/self-healing.md) is given up by all ranks together, and all of
+        them restore the next older one; `fell_back_from` then names the
+        steps given up. An explicit step never falls back."""
         self._check_open()
+        self.fell_back_from = []
+        while True:
+            got = self._restore_once(step)
+            if not isinstance(got, tuple):
+                return got
+            # ("damaged", p): snapsmp withdrew rank r's copy of p, so the newest
+            # restorable step is now an older one, the same on every rank.
+            self.fell_back_from.append(got[1])
+
+    def _restore_once(self, step):
         if self._keys is not None or self._frozen:
             self._reopen()       # a fresh context: the layout will be the snapshot's
         try:
@@ -519,7 +536,14 @@ class Checkpointer:
         except SnapError as e:
             out = ("error", e.code, e.message)
         self._frozen = True
-        self._raise_any(self._agree(out), "restore")
+        outs = self._agree(out)
+        if (step is None and not from_disk and p not in self.fell_back_from and
+                any(o[0] == "error" and o[1] == C.ECORRUPT and "no level holds a good copy" in o[2] for o in outs)):
+            bad = [r for r, o in enumerate(outs) if o[0] == "error"]
+            warnings.warn(f"restore: step {p} is damaged beyond repair on rank(s) {bad}; every rank falls back "
+                          "to the next older step", RuntimeWarning, stacklevel=3)
+            return ("damaged", p)
+        self._raise_any(outs, "restore")
         self._apply(entries)
         self._last = p
         return p

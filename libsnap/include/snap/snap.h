@@ -342,6 +342,18 @@ SNAP_API int snap_latest(snap_ctx *ctx, uint64_t *step);
  * (a read or device copy error, a frame that passes its CRC but does not
  * decode, any bad chunk under INLINE) say in the message that memory is
  * partly overwritten: restore another step before using it.
+ *
+ * Self-healing (docs/self-healing.md): a chunk that fails its check (or a
+ * slot file that is missing or short) makes snapsmp verify the step and
+ * rewrite each bad chunk from the flushed HDF5 copy of the same step,
+ * checked against the manifest's CRC32C; the step is then read again whole,
+ * so every registered byte is written by the pass that succeeds. A copy no
+ * level holds intact is withdrawn. SNAP_STEP_LATEST then means the newest
+ * step that restores: the next older one, every registered byte written
+ * again, and *restored says which. An explicit step never falls back: it
+ * fails with SNAP_ECORRUPT ("no level holds a good copy"). After a success
+ * that repaired chunks or fell back, snap_errmsg() says so ("" otherwise);
+ * a failure after a fallback says what state the memory is in.
  * *restored (may be NULL) receives the step restored. No fence is needed
  * first: it waits for the previous save itself, as snap_wait() does (copy
  * and commit), and returns that save's error if it failed.
@@ -412,7 +424,9 @@ static inline int snap_describe(snap_ctx *ctx, uint64_t step, uint64_t *step_out
  */
 SNAP_API uint32_t snap_crc32c(const void *buf, size_t len);
 
-/* The message for the last error on ctx ("" if none). Valid until the next call. */
+/* The message for the last error on ctx ("" if none), or after a
+ * snap_restore() that repaired or fell back, what it did. Valid until the
+ * next call. */
 SNAP_API const char *snap_errmsg(const snap_ctx *ctx);
 
 /*

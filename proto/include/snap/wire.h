@@ -29,7 +29,13 @@ enum snap_msg_type {
 	SNAP_MSG_FLUSH = 7,     /* str job, u64 step, u8 wait -> [u64 step, u64 bytes, u64 ns]; no HELLO needed */
 	SNAP_MSG_RECOMMIT = 8,  /* as COMMIT, for a slot acquired from a daemon that died -> (empty) */
 	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid, u64 pinned, u32 pinners,
-	                           u32 slot files being reserved (older daemons end before it); no HELLO needed */
+	                           u32 slot files being reserved, then the self-healing counters: u64 repaired_chunks,
+	                           u64 damaged_steps, u64 scrubbed_bytes, u64 scrub_passes, u64 scrub_rate, str last
+	                           damage ("none") (older daemons end before these); no HELLO needed */
+	SNAP_MSG_REPAIR = 10,   /* str job, u32 rank (UINT32_MAX: all), u64 step (UINT64_MAX = latest) -> u64 step,
+	                           u32 ranks checked, u32 bad chunks, u32 repaired, u32 ranks withdrawn, u32 slot files
+	                           mended (missing or short: recreated or grown), str how;
+	                           no HELLO needed (snaptool verify --repair) */
 	/* Captured files (integration/preload, smp/files.c); no HELLO needed, FATTACH first. */
 	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */
 	SNAP_MSG_FCREATE = 17,  /* str path, u32 mode, u8 excl -> u32 errno, u64 id (files/data/<id> created empty) */

@@ -212,6 +212,10 @@ int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, u
  */
 unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base,
 			      int same_launch);
+/* Withdraw committed slot i outside the normal recycling (a step damaged
+ * beyond repair, smp/repair.c): logged with why; its manifest goes now. */
+int snap_store_withdraw(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, const char *why,
+			char *err, size_t errlen);
 /* A reader (protect, flush) is done with slot i: a slot withdrawn while it
  * read is freed now. */
 void snap_store_unref(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i);

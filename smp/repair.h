@@ -1,0 +1,50 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/* repair.h - self-healing of the node store's slots; see repair.c. */
+#ifndef SNAP_REPAIR_H
+#define SNAP_REPAIR_H
+
+#include <stdint.h>
+
+#include "snap/smp_config.h"
+#include "snap/store.h"
+
+/* What repairs and scrubs did since snapsmp started (STATUS, snaptool status). */
+struct smp_heal {
+	uint64_t repaired_chunks;      /* chunks rewritten from another level, re-verified */
+	uint64_t damaged_steps;        /* a rank's step withdrawn: no level held a good copy */
+	uint64_t scrubbed_bytes;       /* bytes the background scrub verified */
+	uint64_t scrub_passes;         /* complete passes over the store */
+	uint64_t damaged_step;         /* the last withdrawn one ... */
+	uint32_t damaged_rank;
+	char damaged_job[SNAP_JOB_MAX + 1];
+	char damaged_why[400];         /* ... and why ("" none) */
+};
+
+/* One slot's repair. */
+struct smp_repair_out {
+	uint64_t step;
+	uint32_t bad;                  /* chunks that failed their CRC32C */
+	uint32_t repaired;             /* of those, rewritten and re-verified */
+	int mended;                    /* the slot file was missing or short: recreated or grown */
+	char how[400];                 /* what was found and where the bytes came from */
+};
+
+/*
+ * Verify every chunk of rank r's committed slot against its manifest's
+ * CRC32C (a missing or short slot file counts as bad bytes) and rewrite
+ * each bad chunk with the same step's chunk from the next level that holds
+ * it: the flushed HDF5 file in cfg->flush_dir (read region by region, each
+ * checked by io against the file's own CRC32C, then the chunk against the
+ * manifest's CRC before it is used, and again once it is written). A step
+ * with a chunk that no level holds intact is withdrawn on this rank (never
+ * restored) and counted as damaged, unless keep (a mesh, where only the
+ * agreement withdraws steps: there it is left and reported). Logged,
+ * counted in h.
+ * 0: the slot is intact (repaired or not); SNAP_ECORRUPT: withdrawn;
+ * another error: the slot could not be read or written (left as it was).
+ */
+int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j, struct store_rank *r,
+		    uint32_t slot, const char *who, int keep, struct smp_heal *h, struct smp_repair_out *out, char *err,
+		    size_t errlen);
+
+#endif
