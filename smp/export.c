@@ -136,6 +136,23 @@ static void format_node(struct smp *m, struct smp_text *t)
 	sample(t, "libsnap_connections", NULL, (double)m->nconns);
 	family(t, "libsnap_start_time_seconds", "gauge", "When the daemon started, in seconds since the epoch.");
 	sample(t, "libsnap_start_time_seconds", NULL, m->metrics_start_s);
+	/* Self-healing (repair.c, scrub.c): what snaptool status reports. */
+	static const struct { const char *name, *help; size_t off; } heal[] = {
+		{ "libsnap_repaired_chunks_total", "Store chunks repaired from the flushed copy and re-verified.",
+		  offsetof(struct smp_heal, repaired_chunks) },
+		{ "libsnap_damaged_steps_total", "A rank's step withdrawn because no level held a good copy of it.",
+		  offsetof(struct smp_heal, damaged_steps) },
+		{ "libsnap_scrubbed_bytes_total", "Bytes the background scrub verified (--scrub-rate).",
+		  offsetof(struct smp_heal, scrubbed_bytes) },
+		{ "libsnap_scrub_passes_total", "Complete passes of the background scrub over the store.",
+		  offsetof(struct smp_heal, scrub_passes) },
+	};
+	for (size_t i = 0; i < sizeof(heal) / sizeof(heal[0]); i++) {
+		uint64_t v;
+		memcpy(&v, (const char *)&m->heal + heal[i].off, sizeof(v));
+		family(t, heal[i].name, "counter", heal[i].help);
+		sample(t, heal[i].name, NULL, (double)v);
+	}
 }
 
 void smp_export_tick(struct smp *m)
