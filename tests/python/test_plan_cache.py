@@ -100,6 +100,7 @@ def run():
     check(ck.relayouts == r + 1, "p.data replaced: the layout was not renewed")
     saved = model[1].weight.detach().clone()
     check(not torch.equal(saved, old), "the test's step did not change the new tensor")
+    ck.wait()                           # the copy reads registered memory until then
     model[1].weight.data.add_(1.0)
     ck.restore(4)
     check(torch.equal(model[1].weight.detach(), saved),
@@ -110,6 +111,7 @@ def run():
     model.b = model.b.view(2, 3)
     ck.save(5)
     check(ck.relayouts == r + 1, "a buffer viewed with another shape: the layout was not renewed")
+    ck.wait()
     model.b.fill_(-1.0)
     ck.restore(5)
     check(model.b.shape == (2, 3) and torch.equal(model.b.flatten(), torch.arange(6.0)),
