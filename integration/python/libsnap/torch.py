@@ -256,10 +256,10 @@ class Checkpointer:
 
     def _layout(self, msd, index):
         """What the tensor regions of a snapshot are built from, cheaply:
-        every model and optimizer state tensor by identity, address, shape
-        and type, the optimizer's state keys and group sizes. Equal -> the
-        tensor entries of the last plan still hold. The non-tensor state
-        this loop meets is returned to be saved as of now."""
+        every model and optimizer state tensor by address, shape, type and
+        contiguity, the optimizer's state keys, group sizes and state count.
+        Equal -> the tensor entries of the last plan still hold. Also the
+        non-tensor optimizer state, to be saved as of now."""
         for name, t in msd.items():
             if not isinstance(t, torch.Tensor):
                 raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
