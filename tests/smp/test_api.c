@@ -10,6 +10,7 @@
 #include <fcntl.h>
 #include <glob.h>
 #include <inttypes.h>
+#include <sched.h>
 #include <stdint.h>
 #include <sys/stat.h>
 
@@ -371,7 +372,12 @@ static void test_abi_sizes(const struct smp_proc *p)
 	struct { struct snap_config c; uint64_t future; } big;
 	memset(&big, 0xAB, sizeof(big));
 	CHECK_RC(snap_config_init_size(&big.c, sizeof(big)), 0);
-	CHECK(big.future == 0 && big.c.size == sizeof(big) && big.c.copy_threads == 2);
+	/* the default copy threads: half the CPUs of this process's affinity, in [2, 8] */
+	cpu_set_t aff;
+	CHECK(sched_getaffinity(0, sizeof(aff), &aff) == 0);
+	unsigned want = (unsigned)CPU_COUNT(&aff) / 2;
+	want = want < 2 ? 2 : want > 8 ? 8 : want;
+	CHECK(big.future == 0 && big.c.size == sizeof(big) && big.c.copy_threads == want);
 	smp_cfg(&big.c, p, "abi", 0, 1);
 	big.c.size = sizeof(big);
 	CHECK_RC(snap_config_from_env(&big.c, NULL, 0), 0);

@@ -159,6 +159,7 @@ class Checkpointer:
         self.fell_back_from = []   # steps the last restore() gave up (damaged beyond repair)
         self._relayouts = 0
         self._accounted = None     # the optimizer layout last checked against its state_dict()
+        self._cache = None         # (layout, its tensor entries, ...) of the last plan: _plan()
         self._cuda = False
         self._wrap_step()
         self._hook = None
@@ -254,29 +255,51 @@ class Checkpointer:
             raise ValueError(f"{name}: shard spec has {len(gshape)} dims, the tensor {len(shape)}")
         return _Entry(name, kind, dt, shape, gshape, offset, tensor=t.detach())
 
-    def _plan(self):
-        """Every region of a snapshot as of now, payloads pickled."""
+    def _layout(self, msd, index):
+        """What the tensor regions of a snapshot are built from, cheaply:
+        every model and optimizer state tensor by address, shape, type and
+        contiguity, the optimizer's state keys, group sizes and state count.
+        Equal -> the tensor entries of the last plan still hold. Also the
+        non-tensor optimizer state, to be saved as of now."""
+        for name, t in msd.items():
+            if not isinstance(t, torch.Tensor):
+                raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+        # the address catches a tensor replaced in place (p.data = ...)
+        msig = [(t.data_ptr(), t.shape, t.dtype, t.is_contiguous()) for t in msd.values()]
+        other, keys, planned = {}, {}, {}
+        state = self._opt.state
+        for i, p in enumerate(index):
+            st = state.get(p)
+            if st:
+                planned[i] = st
+                keys[i] = list(st)
+        tensors = [v for st in planned.values() for v in st.values() if isinstance(v, torch.Tensor)]
+        if len(tensors) != sum(map(len, planned.values())):
+            for i, st in planned.items():
+                for k, v in st.items():
+                    if not isinstance(v, torch.Tensor):
+                        other.setdefault(i, {})[k] = v
+        osig = [(v.data_ptr(), v.shape, v.dtype, v.is_contiguous()) for v in tensors]
+        osig.append(tuple((i, index[i].data_ptr(), tuple(ks)) for i, ks in keys.items()))
+        sig = (tuple(msd), tuple(msig), tuple(osig), tuple(len(g["params"]) for g in self._opt.param_groups), len(state),
+               id(self.shards))
+        return sig, other, keys, planned
+
+    def _tensors(self, msd, index, planned):
+        """The tensor entries of a new layout: (entries, their keys, the
+        0-dim shapes, the shards) for the metadata."""
         entries, meta_shapes = [], {}
         pname = {}
         spec_of = {}
-        for name, t in self._model.state_dict(keep_vars=True).items():
-            if not torch.is_tensor(t):
-                raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+        for name, t in msd.items():
             g, o = self._shard(name, t)
             entries.append(self._tensor_entry("model/" + name, C.KIND["param"], t, g, o))
             if t.dim() == 0:
                 meta_shapes["model/" + name] = ()
             pname.setdefault(t.data_ptr(), name)
             spec_of[name] = (g, o, tuple(t.shape))
-        other, keys, planned = {}, {}, {}
-        generic = self._okind == "generic"
-        for i, p in enumerate([] if generic else self._index()):
-            st = self._opt.state.get(p)
-            if not st:
-                continue
-            planned[i] = st
-            keys[i] = list(st.keys())
-            pn = pname.get(p.data_ptr())
+        for i, st in planned.items():
+            pn = pname.get(index[i].data_ptr())
             for k, v in st.items():
                 if torch.is_tensor(v):
                     rn = f"optim/{i}/{k}"
@@ -289,8 +312,27 @@ class Checkpointer:
                     entries.append(self._tensor_entry(rn, kind, v, g, o))
                     if v.dim() == 0:
                         meta_shapes[rn] = ()
-                else:
-                    other.setdefault(i, {})[k] = v
+        # how this rank's shards sit in their tensors: lets an export file
+        # (which keeps only global shapes) be resharded along the right dim
+        shards = {e.name: (e.shape, e.gshape, e.offset) for e in entries if e.gshape != e.shape}
+        return entries, [e.key() for e in entries], meta_shapes, shards
+
+    def _plan(self):
+        """Every region of a snapshot as of now, payloads pickled: (entries,
+        their keys, how many of them are the tensor entries)."""
+        msd = self._model.state_dict(keep_vars=True)
+        generic = self._okind == "generic"
+        index = [] if generic else self._index()
+        # Building the tensor entries is most of a save's time; they are
+        # kept while the layout is the same. What is saved as a value (the
+        # non-tensor state, param_groups, RNGs, extra) is taken every save.
+        sig, other, keys, planned = self._layout(msd, index)
+        if self._cache is None or self._cache[0] != sig:
+            self._cache = None
+            tensors, tkeys, meta_shapes, shards = self._tensors(msd, index, planned)
+            self._cache = (sig, tensors, tkeys, meta_shapes, shards, False)
+        _, tensors, tkeys, meta_shapes, shards, accounted = self._cache
+        entries = list(tensors)
         groups = self._groups(self._opt.param_groups)
         if generic:
             # the optimizer's own state_dict(), pickled whole (tensors copied)
@@ -298,14 +340,15 @@ class Checkpointer:
         else:
             # at each new layout (the state Adam creates at its first step
             # is one): everything its own state_dict() holds must be here
-            sig = (tuple((i, tuple(ks)) for i, ks in keys.items()),
-                   tuple(e.key() for e in entries if e.name.startswith("optim/")), tuple(map(len, groups)), len(self._opt.state))
-            if sig != self._accounted:
-                account(self._opt, planned, groups)
-                self._accounted = sig
-        # how this rank's shards sit in their tensors: lets an export file
-        # (which keeps only global shapes) be resharded along the right dim
-        shards = {e.name: (e.shape, e.gshape, e.offset) for e in entries if e.gshape != e.shape}
+            # (the cached layout is one that was checked)
+            if not accounted:
+                sig = (tuple((i, tuple(ks)) for i, ks in keys.items()),
+                       tuple(k for e, k in zip(tensors, tkeys) if e.name.startswith("optim/")),
+                       tuple(map(len, groups)), len(self._opt.state))
+                if sig != self._accounted:
+                    account(self._opt, planned, groups)
+                    self._accounted = sig
+                self._cache = self._cache[:5] + (True,)
         meta = {"format": FORMAT, "optimizer": self._cls_name(), "param_groups": groups,
                 "state_keys": keys, "state_other": other, "shapes": meta_shapes, "shards": shards,
                 "rank": self.rank, "world_size": self.world_size, "torch": torch.__version__,
@@ -331,7 +374,8 @@ class Checkpointer:
             except Exception as e:
                 raise TypeError(f"extra {k!r}: cannot pickle it ({e})") from None
             entries.append(self._bytes_entry("extra/" + k, C.KIND["other"], data))
-        return entries
+        n = len(tensors)
+        return entries, tkeys + [e.key() for e in entries[n:]], n
 
     def _old(self, name):
         if self._entries is None:
@@ -418,14 +462,14 @@ class Checkpointer:
         step = int(step)
         if self._frozen:
             self._ctx.fence(self._stream())
-        entries = self._plan()
-        if self._keys != [e.key() for e in entries]:
+        entries, keys, n = self._plan()
+        if self._keys != keys:
             self._register(entries)
         else:
             # same regions: keep the registered buffers (the plan reused them)
             self._entries = entries
-            self._by_name = {e.name: e for e in entries}
-        for e in entries:
+            self._by_name.update((e.name, e) for e in entries[n:])
+        for e in entries[n:]:   # the tensor entries are registered memory: nothing to fill
             if e.payload is not None:
                 struct.pack_into("<Q", e.buf, 0, len(e.payload))
                 e.buf[_HDR:_HDR + len(e.payload)] = np.frombuffer(e.payload, np.uint8)

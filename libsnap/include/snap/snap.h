@@ -91,7 +91,8 @@ struct snap_config {
 	int rank;                     /* SNAP_RANK (else OMPI/PMI/SLURM rank vars), default 0 */
 	int world_size;               /* SNAP_WORLD_SIZE (else launcher vars), default 1 */
 	int local_rank;               /* SNAP_LOCAL_RANK (else launcher vars), default 0 */
-	unsigned copy_threads;        /* SNAP_COPY_THREADS: default 2 */
+	unsigned copy_threads;        /* SNAP_COPY_THREADS: default half the CPUs of the
+	                                 process's affinity, at least 2, at most 8 */
 	uint64_t chunk_size;          /* SNAP_CHUNK_SIZE: CRC granularity, default 4 MiB */
 	unsigned timeout_ms;          /* SNAP_TIMEOUT_MS: connect and slot wait, default 30000 */
 	int populate;                 /* SNAP_POPULATE: pre-fault slot mappings at register (1) */
