@@ -176,15 +176,22 @@ static int on_signal(struct smp *m)
 		snap_files_flush_all(m->files, "SIGUSR1 (preemption notice)");
 		return 0;
 	}
-	if (m->draining && si.ssi_pid == (uint32_t)getpid())
+	int own = si.ssi_pid == (uint32_t)getpid();
+	if (m->draining && (own || !m->drain_asked)) {
 		/* The mesh thread's own SIGTERM (a peer ended the mesh) is no
-		 * second signal: what the drain still does here, flushing the
-		 * captured files, needs no peer. */
+		 * second signal, and neither is the first one from outside when
+		 * the drain began with our own: a job's scancel or the mesh's
+		 * launcher signals every node, and a node whose peer shut down
+		 * first must still finish its flush (what the drain does here,
+		 * flushing the captured files, needs no peer). */
+		m->drain_asked |= !own;
 		return !persist_busy(m) && !snap_files_busy(m->files);
+	}
 	if (m->draining)
-		return 1;   /* a second signal: stop now */
+		return 1;   /* a second signal from outside: stop now */
 	smp_say(m, "signal %u: shutting down%s", si.ssi_signo, m->flusher ? " after flushing the newest steps" : "");
 	m->draining = 1;
+	m->drain_asked = !own;
 	persist_all(m, "shutdown");
 	snap_files_flush_all(m->files, "shutdown");
 	return !persist_busy(m) && !snap_files_busy(m->files);

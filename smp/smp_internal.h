@@ -88,6 +88,7 @@ struct smp {
 	unsigned nconns;
 	struct smp_log log;            /* --quiet; node -1: the mesh prefixes its own lines */
 	int draining;                  /* SIGTERM seen: finish flushes, then exit */
+	int drain_asked;               /* a signal from another process is part of the drain */
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
 	struct snap_files *files;      /* captured files (files.c) */
 	uint64_t last_mesh_tick_ns;    /* mesh: when --flush-interval last asked the mesh to flush */
