@@ -27,7 +27,10 @@ last() { grep '^committed' "$1" 2>/dev/null | tail -1 | cut -d' ' -f2; }
 say "1. start snapsmp, the node's snapshot daemon, on $STORE"
 $B/smp/snapsmp --store "$STORE" --quiet &
 SMP=$!
-sleep 0.3
+until [ -S "$STORE/smp.sock" ]; do   # serving once its socket exists
+  kill -0 $SMP 2>/dev/null || { echo "snapsmp did not start"; exit 1; }
+  sleep 0.05
+done
 
 say "2. run a $RANKS-rank job (64 MiB of state per rank, a snapshot every step, 50 ms of compute per step)"
 pids=()
@@ -35,8 +38,12 @@ for r in $(seq 0 $((RANKS - 1))); do
   SNAP_RANK=$r $B/integration/trainer --steps 100000 --bytes 64M --compute-us 50000 --quiet \
     --log "$LOGS/rank$r.log" & pids+=($!)
 done
-sleep 2
 victim=2
+# Let the job run until the victim has committed 20 steps (about 2 s).
+until [ "$(last "$LOGS/rank$victim.log")" ] && [ "$(last "$LOGS/rank$victim.log")" -ge 20 ]; do
+  [ $SECONDS -lt 600 ] || { echo "rank $victim committed no 20 steps in 10 minutes"; exit 1; }
+  sleep 0.1
+done
 say "3. kill -9 rank $victim (at its step $(($(last "$LOGS/rank$victim.log") + 1)), mid-run); the job dies with it"
 kill -9 "${pids[$victim]}"
 sleep 0.2
