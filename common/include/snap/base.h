@@ -18,29 +18,6 @@
 #define SNAP_PRINTF(a, b) __attribute__((format(printf, a, b)))
 #else
 #define SNAP_PRINTF(a, b)
-/*
- * SNAP_* variables. Unset or empty leaves *out alone. snap_env_int takes
- * the first set variable of a NULL-terminated list (SNAP_RANK, then the
- * launchers' names) and checks [lo, hi]; snap_env_size parses a size
- * (snap_parse_size) >= lo; snap_env_str copies into dst[cap]. On a bad value:
- * SNAP_EINVAL and a message naming the variable and what it expects.
- */
-int snap_env_int(const char *const *names, int *out, long lo, long hi, char *err, size_t errlen);
-int snap_env_size(const char *name, uint64_t *out, uint64_t lo, char *err, size_t errlen);
-int snap_env_str(const char *name, char *dst, size_t cap, char *err, size_t errlen);
-
-/*
- * Structs of the public ABI grow at their end; the caller says how big its
- * struct is. copyin: src_size < min_size -> SNAP_EINVAL (not a struct of any
- * released layout); bytes of src past dst_size not all zero ->
- * SNAP_EUNSUPPORTED (the caller sets fields this build does not know);
- * otherwise dst gets the common prefix and keeps its own values (defaults)
- * past it. copyout: dst gets the common prefix, its bytes past src_size
- * are zeroed.
- */
-int snap_abi_copyin(void *dst, size_t dst_size, const void *src, size_t src_size, size_t min_size);
-void snap_abi_copyout(void *dst, size_t dst_size, const void *src, size_t src_size);
-
 #endif
 
 /*
