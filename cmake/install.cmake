@@ -8,7 +8,7 @@
 #   P/bin/snapsmp, P/bin/snaptool        RUNPATH $ORIGIN/../<libdir>: relocatable
 #   P/bin/snapbench                      the benchmarks (`snaptool bench` execs it), same RUNPATH
 #   P/libexec/libsnap/snap_ec_bench      MPI helper snapbench ec starts under mpiexec
-#   P/include/snap/{snap,error,types}.h  what a user of libsnap.so includes
+#   P/include/snap/{snap,error,types,config,region}.h  what a user of libsnap.so includes
 #   P/<libdir>/libsnap.so.<PROJECT_VERSION> (+ .so.0, .so) and libsnap_cuda.so when nvcc was found
 #   P/<libdir>/hdf5/serial/plugins/libh5z_snapcodec.so   Debian's HDF5 plugin directory
 #   P/<libdir>/pkgconfig/libsnap.pc      prefix written at install time
@@ -17,12 +17,14 @@
 #   P/share/libsnap/launch               the launch recipes (mpirun, SLURM, torchrun)
 include(CMakePackageConfigHelpers)
 
-# The headers of libsnap.so's API (libsnap.map names the same three). ec.h,
+# The headers of libsnap.so's API (snap.h includes the other four). ec.h,
 # io.h and codec.h belong to static libraries that are not installed.
 set(SNAP_PUBLIC_HEADERS
   ${PROJECT_SOURCE_DIR}/libsnap/include/snap/snap.h
   ${PROJECT_SOURCE_DIR}/common/include/snap/error.h
-  ${PROJECT_SOURCE_DIR}/common/include/snap/types.h)
+  ${PROJECT_SOURCE_DIR}/common/include/snap/types.h
+  ${PROJECT_SOURCE_DIR}/common/include/snap/config.h
+  ${PROJECT_SOURCE_DIR}/common/include/snap/region.h)
 
 # Debian's libhdf5 (1.10, serial flavour) looks for plugins in
 # /usr/lib/<multiarch>/hdf5/serial/plugins when HDF5_PLUGIN_PATH is unset,

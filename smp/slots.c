@@ -22,6 +22,7 @@
 
 #include "reserve.h"
 #include "snap/base.h"
+#include "snap/snap.h"   /* SNAP_STEP_LATEST */
 #include "snap/store.h"
 
 /* Unlink slot i's manifest (first: from then on a crash finds a free slot), then free it. */

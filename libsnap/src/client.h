@@ -15,6 +15,7 @@
 #include "snap/buf.h"
 #include "snap/proto.h"
 #include "snap/manifest.h"
+#include "snap/snap.h"
 #include "pool.h"
 #include "snap/codec.h"
 

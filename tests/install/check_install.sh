@@ -33,7 +33,7 @@ unset LD_LIBRARY_PATH PKG_CONFIG_PATH CMAKE_PREFIX_PATH HDF5_PLUGIN_PATH
 "$cmake" --install "$build" --prefix "$P" >"$t/install.log" || { cat "$t/install.log"; fail "cmake --install"; }
 
 # 1. files
-for f in include/snap/snap.h include/snap/error.h include/snap/types.h \
+for f in include/snap/snap.h include/snap/error.h include/snap/types.h include/snap/config.h include/snap/region.h \
 	bin/snapsmp bin/snaptool bin/snapbench libexec/libsnap/snap_ec_bench \
 	"$libdir/libsnap.so.$version" "$libdir/pkgconfig/libsnap.pc" \
 	"$plugindir/libh5z_snapcodec.so" \

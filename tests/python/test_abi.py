@@ -97,7 +97,10 @@ for line in out:
 
 # Every C field is in the mirror (a field added to the header but not here
 # shifts nothing when appended, so compare the names too).
-hdr = open(os.path.join(args.src, "libsnap", "include", "snap", "snap.h")).read()
+# snap.h and the two headers it includes for the structs proto/ shares.
+hdr = "".join(open(os.path.join(args.src, *p)).read() for p in (
+    ("libsnap", "include", "snap", "snap.h"), ("common", "include", "snap", "config.h"),
+    ("common", "include", "snap", "region.h")))
 VERSION = tuple(int(re.search(r"#define SNAP_VERSION_%s (\d+)" % k, hdr).group(1)) for k in ("MAJOR", "MINOR", "PATCH"))
 for s, py in structs.items():
     body = re.search(r"struct %s \{(.*?)\n\};" % s, hdr, re.S).group(1)

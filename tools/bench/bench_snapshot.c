@@ -31,6 +31,7 @@
 #include "bench_proc.h"
 #include "bench_util.h"
 #include "snap/proto.h"
+#include "snap/snap.h"
 #include "snapbench.h"
 
 #define MAX_ITERS 64

@@ -12,7 +12,7 @@
 #include <stdint.h>
 
 #include "snap/buf.h"
-#include "snap/snap.h"
+#include "snap/region.h"
 
 #define SNAP_MAN_MAGIC "SNAPMAN\0"
 #define SNAP_MAN_VERSION 2           /* 2: codec bound per region, stored length per chunk */

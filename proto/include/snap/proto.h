@@ -2,8 +2,8 @@
 /*
  * snap/proto.h - what a client and its snapsmp agree on besides the wire and
  * manifest formats (snap/wire.h, snap/manifest.h): the settings both read.
- * struct snap_config itself is defined by the public header snap/snap.h,
- * which is the contract; proto/ uses its definitions, never libsnap.so.
+ * struct snap_config itself is defined by snap/config.h (common/), part of
+ * the public API snap/snap.h; proto/ uses its definitions, never libsnap.so.
  * Not installed.
  */
 #ifndef SNAP_PROTO_H
@@ -12,7 +12,7 @@
 #include <stddef.h>
 
 #include "snap/base.h"
-#include "snap/snap.h"
+#include "snap/config.h"
 
 /* sizeof(struct snap_config) in 0.4, the first layout with a size field. */
 #define SNAP_CONFIG_SIZE_0_4 (offsetof(struct snap_config, capture) + 1024)
