@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""ctypes bindings of libsnap.so (libsnap/include/snap/snap.h, types.h, error.h).
+"""ctypes bindings of libsnap.so (libsnap/include/snap/snap.h and the headers it includes: config.h, region.h, types.h, error.h).
 
 The structures mirror the C header field for field; tests/python/test_abi.py
 compiles a probe with the project's C compiler and compares every size and
