@@ -166,22 +166,34 @@ static int chunk_ok(snap_ctx *ctx, uint32_t t, const struct snap_chunk *c)
  * Memory already touched would pay a page-table walk for nothing (~0.05 s
  * per GiB), so a chunk whose first page is resident is left alone, and a
  * restore through the saving process's own mapping (whose buffers the saves
- * read) does not even ask (ctx->rfresh). Best effort: before Linux 5.14, or on a
- * mapping that refuses it, the copy faults the pages as before.
+ * read) does not even ask (ctx->rfresh). Best effort: a mapping that refuses
+ * it (EFAULT, ENOMEM, a VM_IO mapping's EINVAL) is left to the copy, which
+ * faults the pages as before. A kernel before 5.14 answers EINVAL to the
+ * advice itself; one zero-length probe finds that once, so such a kernel is
+ * not asked per chunk, and a mapping's EINVAL does not turn it off for the
+ * process. No touch-per-page fallback: it would take the same faults, on
+ * the same copy thread, just before the copy would.
  */
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23 /* Linux 5.14; headers may be older than the kernel */
+#endif
+static _Atomic int populate_ok; /* 0 unknown, 1 the kernel has it, -1 not */
+
 static void populate(uint8_t *dst, uint64_t len)
 {
-#ifdef MADV_POPULATE_WRITE
 	uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
 	uintptr_t a = ((uintptr_t)dst + page - 1) & ~(page - 1), e = ((uintptr_t)dst + len) & ~(page - 1);
 	unsigned char resident = 0;
-	if (e <= a || (mincore((void *)a, page, &resident) == 0 && (resident & 1)))
+	if (e <= a || populate_ok < 0 || (mincore((void *)a, page, &resident) == 0 && (resident & 1)))
 		return;
-	(void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
-#else
-	(void)dst;
-	(void)len;
-#endif
+	int saved = errno;
+	if (populate_ok == 0)
+		/* The advice is checked before the range, and a zero length is
+		 * then done: EINVAL here means only "unknown advice". */
+		populate_ok = madvise((void *)a, 0, MADV_POPULATE_WRITE) == 0 ? 1 : -1;
+	if (populate_ok > 0)
+		(void)madvise((void *)a, e - a, MADV_POPULATE_WRITE);
+	errno = saved;
 }
 
 static void restore_task(void *arg, uint32_t t)
