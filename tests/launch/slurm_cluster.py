@@ -24,6 +24,7 @@ stopped by its pid (SIGTERM, then SIGKILL after a grace).
 """
 import argparse
 import os
+import select
 import shutil
 import signal
 import socket
@@ -204,24 +205,26 @@ def stop_dir(root):
         if n.endswith(".fgpid"):
             with open(os.path.join(root, n)) as f:
                 pids.append(int(f.read()))
+    # Each daemon's exit is the event: a pidfd becomes readable when it is
+    # gone; what is left after one grace period is SIGKILLed.
+    fds = {}
     for pid in pids:
         try:
+            fds[os.pidfd_open(pid)] = pid
             os.kill(pid, signal.SIGTERM)
         except ProcessLookupError:
             pass
     deadline = time.monotonic() + 15
-    for pid in pids:
-        while time.monotonic() < deadline:
-            try:
-                os.kill(pid, 0)
-            except ProcessLookupError:
-                break
-            time.sleep(0.1)
-        else:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+    while fds and time.monotonic() < deadline:
+        for fd in select.select(list(fds), [], [], max(0.0, deadline - time.monotonic()))[0]:
+            os.close(fd)
+            del fds[fd]
+    for fd, pid in fds.items():
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.close(fd)
 
 
 def main():

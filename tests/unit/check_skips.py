@@ -11,7 +11,7 @@
     reported as a pass): skipped cases go through skiprule's optional(),
     which counts them in the summary line;
   - no `except ImportError: pass` (a check dropped without a word);
-  - no test reads ../shared or another path outside the clone.
+  - no test reads a path outside the clone (such as a data folder beside it).
 
 The tests are read from `ctest --show-only=json-v1` of the build (what is
 registered, with its properties), the sources from the tree.
