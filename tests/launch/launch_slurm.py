@@ -340,6 +340,7 @@ def scenario_node_failure(run):
     shutil.rmtree(os.path.join(run.store, "node1"))     # n2's memory is gone with it
     # slurmctld refuses to resume a node still completing the killed job's steps.
     deadline = time.monotonic() + 60
+    # slurmctld's acceptance is the event (it has no notification to wait on).
     while run.slurm("scontrol", "update", "nodename=n2", "state=resume", check_rc=False).returncode != 0:
         if not check(time.monotonic() < deadline, f"n2 cannot be resumed: {run.c.states()}"):
             raise SystemExit(1)
@@ -406,6 +407,7 @@ def scenario_preempt(run):
     # the job back in the queue, held until the node stores are gone.
     run.slurm("scontrol", "requeuehold", jobid)
     deadline = time.monotonic() + 60
+    # The scheduler's own state is the event (it has no notification to wait on).
     while run.job_state(jobid)[0] != "PENDING" or run.c.states() != {n: "idle" for n in run.c.nodes}:
         if not check(time.monotonic() < deadline, f"job {jobid} not requeued: {run.job_state(jobid)}"):
             raise SystemExit(1)
@@ -470,7 +472,7 @@ def main():
         # (slurmstepd outlives slurmd: the jobs must be gone first).
         subprocess.run(["scancel", "--user=root", "--full"], env=cluster.env, capture_output=True)
         deadline = time.monotonic() + 60
-        while cluster.procs and time.monotonic() < deadline:
+        while cluster.procs and time.monotonic() < deadline:   # an empty queue is the event
             q = subprocess.run(["squeue", "-h"], env=cluster.env, capture_output=True, text=True)
             if q.returncode != 0 or not q.stdout.strip():
                 break
