@@ -25,12 +25,13 @@
 #include <unistd.h>
 
 #include "daemon.h"
-#include "files.h"
+#include "files/files.h"
 #include "snap/io.h"
 #include "smp_internal.h"
-#include "scrub.h"
-#include "mesh.h"
-#include "metrics.h"
+#include "flush/persist.h"
+#include "heal/scrub.h"
+#include "mesh/mesh.h"
+#include "base/metrics.h"
 #include "snap/wire.h"
 
 #define SMP_MAX_CONNS 4096

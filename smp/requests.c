@@ -15,11 +15,12 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "files.h"
-#include "rehydrate.h"
+#include "files/files.h"
+#include "flush/rehydrate.h"
 #include "smp_internal.h"
-#include "mesh.h"
-#include "metrics.h"
+#include "flush/persist.h"
+#include "mesh/mesh.h"
+#include "base/metrics.h"
 #include "snap/wire.h"
 
 

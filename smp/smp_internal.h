@@ -1,44 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * smp_internal.h - the daemon's state (struct smp, struct conn), shared by
- * daemon.c and requests.c with persist.c and files.c; requests.c's and
- * persist.c's functions.
- *
- * Layers of snapsmp: a file calls only into files of lower layers (and its
- * own layer where the arrow says so); nothing calls upward, so there are no
- * call loops. Types (this header, mesh_int.h) are shared across layers.
- *
- *   8  main.c                   flags -> config, --ec, snap_smp_serve
- *   7  daemon.c                 poll loop, connections, signals, shutdown
- *   6  requests.c export.c      the trainers' requests and their dispatch;
- *                               the store's state as metrics (--metrics-file)
- *   5  mesh.c scrub.c           MPI start/stop, agreement rounds, mesh thread;
- *                               the background scrub of the store
- *   4  persist.c meshflush.c filereq.c repair.c
- *                               flush policy (-> flush.c); the mesh's flush
- *                               of a protected step across nodes; captured
- *                               files' requests; a damaged slot repaired
- *                               from the flush (-> rehydrate.c)
- *   3  flush.c files.c rehydrate.c protect.c recover.c meshcap.c
- *                               flush thread, captured files (open, close,
- *                               hooks), restore from disk, encode a step,
- *                               relaunch rebuild, captured files across the mesh
- *   2  meshrec.c capgen.c filescan.c fileflush.c
- *                               the relaunch's gathered records; a captured-
- *                               files generation on disk; captured files'
- *                               start-up scan and flush thread
- *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c
- *                               (meshmap: slot files kept mapped; fileent:
- *                               a job's captured-file entries)
- *   0  store.c slots.c reserve.c meshfiles.c metrics.c   (libraries
- *                               snapstore, snapmeshfiles; reserve: slot
- *                               files reserved by a thread; metrics:
- *                               histograms, counters, the file's writer
- *                               thread, recorded into from every layer)
- *
- * So requests.c answers requests and logs through log.c/reply.c, which
- * persist.c and files.c use too; mesh.c calls protect.c and recover.c, and
- * what those share with it (job entries, abort) lives in meshutil.c.
+ * daemon.c and requests.c with the subsystems that act on a connection or
+ * on the whole daemon (flush/persist.c, files/, heal/, gauges.c); the
+ * prototypes of requests.c and gauges.c. Which folder may call which is in
+ * README.md beside this file (and checked by tests/unit/check_smp_layers.py).
  */
 #ifndef SNAP_SMP_INTERNAL_H
 #define SNAP_SMP_INTERNAL_H
@@ -47,11 +13,11 @@
 
 #include "snap/buf.h"
 #include "snap/smp_config.h"
-#include "flush.h"
+#include "flush/flush.h"
 #include "snap/base.h"
-#include "log.h"
-#include "repair.h"
-#include "reply.h"
+#include "base/log.h"
+#include "heal/repair.h"
+#include "base/reply.h"
 #include "snap/store.h"
 
 #define SMP_ERRLEN 768
@@ -75,7 +41,7 @@ struct conn {
 	int waiting;
 	char wait_job[SNAP_JOB_MAX + 1];
 	uint64_t wait_step;
-	struct fjob *fjob;             /* captured files (files.c): the job FATTACH named */
+	struct fjob *fjob;             /* captured files (files/): the job FATTACH named */
 	struct conn *next;
 };
 
@@ -90,13 +56,13 @@ struct smp {
 	int draining;                  /* SIGTERM seen: finish flushes, then exit */
 	int drain_asked;               /* a signal from another process is part of the drain */
 	struct snap_mesh *mesh;        /* --ec: NULL without a mesh */
-	struct snap_files *files;      /* captured files (files.c) */
+	struct snap_files *files;      /* captured files (files/) */
 	uint64_t last_mesh_tick_ns;    /* mesh: when --flush-interval last asked the mesh to flush */
-	/* --metrics-file (export.c): when the store was last read, the file last formatted */
+	/* --metrics-file (gauges.c): when the store was last read, the file last formatted */
 	uint64_t metrics_read_ns, metrics_write_ns;
 	double metrics_start_s;        /* the daemon's start, seconds since the epoch */
-	struct smp_heal heal;          /* repairs and scrubs so far (repair.c, scrub.c) */
-	struct smp_scrub *scrub;       /* the background scrub (scrub.c); NULL: off */
+	struct smp_heal heal;          /* repairs and scrubs so far (heal/) */
+	struct smp_scrub *scrub;       /* the background scrub (heal/scrub.c); NULL: off */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */
@@ -110,28 +76,7 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 /* Closes c: its rank is free for a new connection; c is reaped later. */
 void smp_close_conn(struct smp *m, struct conn *c);
 
-/* ---- persist.c: when to flush, and what to tell who asked ---- */
-
-/* After a commit: count new restorable steps, flush every F-th. */
-void persist_on_commit(struct smp *m, struct store_job *j);
-/* Flush `step` (SNAP_STEP_LATEST: the newest restorable) of j now or after the current flush. */
-int persist_request(struct smp *m, struct store_job *j, uint64_t step, char *err, size_t errlen);
-/* SIGUSR1 / SIGTERM: flush the newest restorable step of every job. */
-void persist_all(struct smp *m, const char *why);
-/* The interval timer: milliseconds until the next check (-1: none). */
-int persist_timeout_ms(struct smp *m);
-void persist_tick(struct smp *m);
-/* Finished flushes: unpin, record, answer waiters, start queued ones. */
-void persist_collect(struct smp *m);
-/* A FLUSH message (allowed without HELLO). */
-int persist_on_flush_msg(struct smp *m, struct conn *c, struct snap_rbuf *r, char *err, int *deferred);
-/* Mesh: the mesh thread changed flush state (snap_mesh_fd readable):
- * answer FLUSH waiters whose step is persisted or failed. */
-void persist_mesh_update(struct smp *m);
-/* Flushes still running or queued (mesh: also one wanted or agreed and not sealed). */
-int persist_busy(const struct smp *m);
-
-/* ---- export.c: --metrics-file ---- */
+/* ---- gauges.c: --metrics-file ---- */
 
 /* [mesh lock held] Read the store's gauges (once a second) and hand the
  * file's text to the metrics writer (every --metrics-interval seconds). */

@@ -4,7 +4,7 @@
  *
  * LD_PRELOAD=libsnap_preload.so SNAP_CAPTURE=/ckpt: files a process writes
  * under a captured directory go to the node store of the local snapsmp
- * (smp/files.c) instead of the file system, and are read back from it.
+ * (smp/files/fileopen.c) instead of the file system, and are read back from it.
  * docs/design/captured-files.md has the model; in short:
  *
  *  - A file opened for writing is a fresh data file in the store, created by

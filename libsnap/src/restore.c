@@ -450,7 +450,7 @@ static int restore_once(snap_ctx *ctx, uint64_t step, uint64_t *restored, uint64
 	return rc;
 }
 
-/* What snapsmp's REPAIR did to one step of this rank (smp/repair.c). */
+/* What snapsmp's REPAIR did to one step of this rank (smp/heal/repair.c). */
 struct repair_reply {
 	uint64_t step;
 	uint32_t bad, repaired, withdrawn, mended;

@@ -2,7 +2,7 @@
 /*
  * The client's configuration: defaults, SNAP_* environment overrides,
  * checks, and the sized copy that lets struct snap_config grow (snap.h,
- * "Growing the ABI"). The daemon's settings are smp/'s (smp/config.c).
+ * "Growing the ABI"). The daemon's settings are smp/'s (smp/base/smp_config.c).
  */
 #include <errno.h>
 #include <inttypes.h>

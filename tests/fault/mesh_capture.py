@@ -54,7 +54,7 @@ def protected_gens(text, nodes):
 
 def catalog_names(path):
     """The base names of the files a generation's catalog lists (the layout of
-    smp/capgen.c: a 24-byte header, then per file u32 path length, u32
+    smp/mesh/capgen.c: a 24-byte header, then per file u32 path length, u32
     manifest length, u64 size, the path and manifest padded to 8), or None
     while it cannot be read (pruned by a newer generation)."""
     try:

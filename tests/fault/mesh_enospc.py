@@ -2,7 +2,7 @@
 # SPDX-License-Identifier: BSD-3-Clause
 """A relaunch rebuild that cannot write: the lost node's new store is full.
 
-The rebuild writes a lost node's pieces with pwrite() (smp/meshrec.c,
+The rebuild writes a lost node's pieces with pwrite() (smp/mesh/meshrec.c,
 mesh_fio). When that fails (here ENOSPC: the replaced node's store is a
 tmpfs too small for its part), the whole group must fail the rebuild
 together, every trainer must get an error naming the failed rebuild and the
@@ -106,7 +106,7 @@ def main():
         mesh.kill()
         # Every rank is told of the failed rebuild and its cause on node 1 (not "failed on
         # another group member"), rank 1 too: its REGISTER reserves its empty slots in the
-        # background now (smp/reserve.h), so its RESTORE is what fails.
+        # background now (smp/store/reserve.h), so its RESTORE is what fails.
         for r, (rc, got, err) in enumerate(res):
             want = ["rebuild of step 3 failed", f"node {lost}:", "store space exhausted"]
             if rc != 1 or any(w not in err for w in want):

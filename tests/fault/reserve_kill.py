@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
-"""SIGKILL of snapsmp while it reserves slot files (smp/reserve.c).
+"""SIGKILL of snapsmp while it reserves slot files (smp/store/reserve.c).
 
 REGISTER counts a job's slots against the budget and leaves their files to
 the store's reservation thread, which grows each one in 64 MiB pieces with

@@ -1,33 +1,35 @@
 # SPDX-License-Identifier: BSD-3-Clause
-"""snapsmp's files call one way: each only into lower layers (smp_internal.h).
+"""snapsmp's files call one way: down the folders of smp/README.md, and
+inside one folder without a loop.
 
-Reads the symbol tables of snapsmp's objects and its static libraries' (nm),
-links every undefined symbol of one file to the file that defines it, and
-fails naming each call that goes to the same or a higher layer (a call loop
-in the making), and each object missing from the table below (a new file
-must be given its layer). A self-test first feeds the checker a loop, so
-the check can fail.
-usage: check_smp_layers.py NM OBJECT... (lists separated by ';' are split)
+Reads the folder table of smp/README.md (which folder may call which), the
+symbol tables of snapsmp's objects and its static libraries' (nm), links
+every undefined symbol of one file to the file that defines it, and fails
+naming each call into a folder the caller's folder may not call, each loop
+of calls among the files of one folder, and each object in a folder the
+table does not list. A self-test first feeds the checker an upward call and
+a loop, so the check can fail.
+usage: check_smp_layers.py README NM OBJECT... (lists separated by ';' are split)
 """
 import os
+import re
 import subprocess
 import sys
 
-# file -> layer; mirror of the table at the top of smp/smp_internal.h
-LAYERS = {
-    "main": 8,
-    "daemon": 7,
-    "requests": 6, "export": 6,
-    "mesh": 5, "scrub": 5,
-    "persist": 4, "meshflush": 4, "filereq": 4, "repair": 4,
-    "flush": 3, "files": 3, "rehydrate": 3, "protect": 3, "recover": 3, "meshcap": 3,
-    "meshrec": 2, "capgen": 2, "filescan": 2, "fileflush": 2,
-    "log": 1, "reply": 1, "meshutil": 1, "meshmap": 1, "config": 1, "fileent": 1,
-    "store": 0, "slots": 0, "reserve": 0, "meshfiles": 0, "metrics": 0,
-}
-# calls allowed inside one layer (the library snapstore: slots uses store and
-# reserve, store stops reserve's thread)
-SAME_LAYER_OK = {("slots", "store"), ("slots", "reserve"), ("store", "reserve")}
+TOP = "."
+
+
+def read_table(readme):
+    """folder -> set of folders it may call ('*': all), from the README's table."""
+    may = {}
+    for line in open(readme, encoding="utf-8"):
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) != 3 or not cells[0].startswith("`"):
+            continue
+        folder = cells[0].strip("`").rstrip("/") or TOP
+        calls = {c.rstrip("/") for c in re.findall(r"`([^`]+)`", cells[2])}
+        may[folder] = {"*"} if "every folder" in cells[2] else calls
+    return may
 
 
 def symbols(nm, obj):
@@ -42,55 +44,91 @@ def symbols(nm, obj):
     return defined, undefined
 
 
-def violations(files):
-    """files: name -> (defined, undefined). Returns problem strings."""
-    owner = {}
-    for name, (defined, _) in files.items():
-        for s in defined:
-            owner[s] = name
-    bad = []
-    for name, (_, undefined) in sorted(files.items()):
-        if name not in LAYERS:
-            bad.append(f"{name}.c is not in the layer table (smp_internal.h, {__file__})")
+def loops(edges):
+    """Each cycle of a directed graph {node: set(nodes)}, as a list of nodes."""
+    found, state, path = [], {}, []
+
+    def visit(n):
+        state[n] = 1
+        path.append(n)
+        for t in sorted(edges.get(n, ())):
+            if state.get(t) == 1:
+                found.append(path[path.index(t):] + [t])
+            elif t not in state:
+                visit(t)
+        path.pop()
+        state[n] = 2
+
+    for n in sorted(edges):
+        if n not in state:
+            visit(n)
+    return found
+
+
+def violations(may, files):
+    """files: 'folder/name' -> (defined, undefined). Returns problem strings."""
+    owner = {s: f for f, (d, _) in files.items() for s in d}
+    bad, inside = [], {}
+    for f, (_, undefined) in sorted(files.items()):
+        folder = os.path.dirname(f) or TOP
+        if folder not in may:
+            bad.append(f"{f}.c is in {folder}/, which the folder table of smp/README.md does not list")
             continue
         for s in sorted(undefined):
             to = owner.get(s)
-            if to is None or to == name or to not in LAYERS:
+            if to is None or to == f:
                 continue
-            if LAYERS[to] < LAYERS[name] or (name, to) in SAME_LAYER_OK:
-                continue
-            bad.append(f"{name}.c (layer {LAYERS[name]}) calls {s} of {to}.c (layer {LAYERS[to]})")
+            tfolder = os.path.dirname(to) or TOP
+            if tfolder == folder:
+                inside.setdefault(f, set()).add(to)
+            elif "*" not in may[folder] and tfolder not in may[folder]:
+                bad.append(f"{f}.c ({folder}/) calls {s} of {to}.c ({tfolder}/), "
+                           f"which {folder}/ may not call")
+    for cyc in loops(inside):
+        bad.append("a loop of calls inside one folder: " + " -> ".join(c + ".c" for c in cyc))
     return bad
 
 
+def object_name(path):
+    """'.../snapsmp.dir/mesh/mesh.c.o' -> 'mesh/mesh'; top-level files -> 'daemon'."""
+    m = re.search(r"\.dir/(.*)$", path.replace(os.sep, "/"))
+    name = m.group(1) if m else os.path.basename(path)
+    for ext in (".o", ".obj"):
+        if name.endswith(ext):
+            name = name[: -len(ext)]
+    return name[:-2] if name.endswith(".c") else name
+
+
 def main():
-    if len(sys.argv) < 3:
+    if len(sys.argv) < 4:
         print(__doc__)
         return 2
-    nm = sys.argv[1]
-    objs = [o for a in sys.argv[2:] for o in a.split(";") if o]
-    # The checker itself: a loop like the one persist.c had with daemon.c is found.
-    loop = {"daemon": ({"reply_err"}, {"persist_tick"}), "persist": ({"persist_tick"}, {"reply_err"})}
-    if not any("persist.c (layer 4) calls reply_err" in v for v in violations(loop)):
-        print("FAIL: the checker does not see a persist -> daemon call")
+    may = read_table(sys.argv[1])
+    for need in (TOP, "store", "base", "mesh"):
+        if need not in may:
+            print(f"FAIL: the folder table of {sys.argv[1]} has no row for {need}/ (read {sorted(may)})")
+            return 1
+    nm = sys.argv[2]
+    objs = [o for a in sys.argv[3:] for o in a.split(";") if o]
+    # The checker itself: an upward call and a loop inside a folder are found.
+    planted = {"store/slots": ({"slots_x"}, {"smp_logf"}), "base/log": ({"smp_logf"}, set()),
+               "mesh/a": ({"a_f"}, {"b_f"}), "mesh/b": ({"b_f"}, {"a_f"})}
+    seen = violations(may, planted)
+    if not any("store/slots.c (store/) calls smp_logf" in v for v in seen) or \
+       not any("loop" in v and "mesh/a.c" in v for v in seen):
+        print("FAIL: the checker misses a planted upward call or loop:", seen)
         return 1
-    files = {}
-    for o in objs:
-        name = os.path.basename(o)
-        for ext in (".o", ".obj", ".c"):
-            if name.endswith(ext):
-                name = name[: -len(ext)]
-        files[name] = symbols(nm, o)
-    for need in ("daemon", "mesh", "persist", "log"):
+    files = {object_name(o): symbols(nm, o) for o in objs}
+    for need in ("daemon", "mesh/mesh", "flush/persist", "base/log"):
         if need not in files:
             print(f"FAIL: no object for {need}.c among {sorted(files)}")
             return 1
-    bad = violations(files)
+    bad = violations(may, files)
     for b in bad:
         print("FAIL:", b)
     if bad:
         return 1
-    print(f"smp layers: {len(files)} objects, every call goes to a lower layer")
+    print(f"smp layers: {len(files)} objects in {len(may)} folders, every call goes down the table")
     return 0
 
 

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Slot files reserved by a thread (smp/reserve.c) and what the store makes
- * of it (smp/slots.c):
+ * Slot files reserved by a thread (smp/store/reserve.c) and what the store makes
+ * of it (smp/store/slots.c):
  *   - snap_reserve_file: a new file gets every byte allocated; a longer one
  *     is cut; a failure leaves the file empty and says why;
  *   - the reserver: files submitted in a batch all end allocated, whether a
@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../../smp/reserve.h"
+#include "../../smp/store/reserve.h"
 #include "snap/base.h"
 #include "../skiprule.h"
 #include "snap/store.h"

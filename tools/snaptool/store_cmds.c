@@ -528,7 +528,7 @@ uint64_t st_step_disk_bytes(const char *flush_dir, const char *job, uint64_t ste
 	return st_dir_bytes(d);
 }
 
-/* What the running snapsmp's REPAIR of a step did (smp/repair.c). */
+/* What the running snapsmp's REPAIR of a step did (smp/heal/repair.c). */
 struct repair_view {
 	uint64_t step;
 	uint32_t ranks, bad, repaired, withdrawn, mended;

@@ -4,7 +4,7 @@
  * that a preloaded process wrote under a captured directory and that the
  * node store holds. Unlike a snapshot slot it has no layout: it is a byte
  * stream whose size was known only at close. Its manifest sits in the
- * store's namespace tree at the file's own path (smp/files.c), so its name
+ * store's namespace tree at the file's own path (smp/files/fileopen.c), so its name
  * is the file's name and a rename of the manifest is the file's rename.
  *
  *   magic "SNAPFIL\0" 8 | version u32 | crc u32 (CRC32C of bytes 16..end)

@@ -36,7 +36,7 @@ enum snap_msg_type {
 	                           u32 ranks checked, u32 bad chunks, u32 repaired, u32 ranks withdrawn, u32 slot files
 	                           mended (missing or short: recreated or grown), str how;
 	                           no HELLO needed (snaptool verify --repair) */
-	/* Captured files (integration/preload, smp/files.c); no HELLO needed, FATTACH first. */
+	/* Captured files (integration/preload, smp/files/fileopen.c); no HELLO needed, FATTACH first. */
 	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */
 	SNAP_MSG_FCREATE = 17,  /* str path, u32 mode, u8 excl -> u32 errno, u64 id (files/data/<id> created empty) */
 	SNAP_MSG_FGROW = 18,    /* u64 id, u64 bytes -> (empty); SNAP_ENOSPC: the store is full */

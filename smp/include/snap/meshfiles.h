@@ -50,7 +50,7 @@ int mesh_ec_path(const char *root, const char *job, uint64_t step, const char *e
 int mesh_list_records(const char *root, const char *job, uint64_t **steps, size_t *n);
 
 /* The parity file a protect writes into next: the previous protected
- * step's, kept with its pages (smp/protect.c). Counted in the budget. */
+ * step's, kept with its pages (smp/mesh/protect.c). Counted in the budget. */
 #define MESH_SPARE_PARITY "spare.parity"
 
 /* Remove every file of <root>/<job>/ec except step-<keep>.rec and

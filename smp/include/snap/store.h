@@ -36,7 +36,7 @@ struct store_slot {
 	void *owner;                   /* connection writing it */
 	unsigned refs;                 /* readers (flush, EC) pinning it */
 	uint64_t resv;                 /* its file is being reserved in the background
-	                                  (smp/reserve.h): the ticket; 0 none */
+	                                  (smp/store/reserve.h): the ticket; 0 none */
 	int superseded;                /* withdrawn (manifest unlinked) while a reader held it: counts
 	                                  for nothing, freed by snap_store_unref */
 };
@@ -72,13 +72,13 @@ struct store_job {
 	uint64_t last_flush_ns;
 	int has_disk;                  /* restore from disk: the step chosen ... */
 	uint64_t disk_step, disk_gen;  /* ... for generation disk_gen */
-	/* --ec mesh only (smp/mesh.c): the newest globally complete step. */
+	/* --ec mesh only (smp/mesh/mesh.c): the newest globally complete step. */
 	int mesh_has_latest;
 	uint64_t mesh_latest;
 	/* --ec mesh only: this node's first rewind of a generation, for the
 	 * next agreement round to announce to every node (snap_store_rewind). */
 	uint64_t rewound_gen;          /* generation of the last rewind here */
-	/* --ec mesh with a flush directory (smp/meshflush.c, persist.c): this
+	/* --ec mesh with a flush directory (smp/mesh/meshflush.c, persist.c): this
 	 * node's part of the mesh's flush of step mfl_step ... */
 	int mfl_state;                 /* ... 0 writing, 1 written (mfl_ranks rank files), 2 failed */
 	uint64_t mfl_step;
@@ -92,8 +92,8 @@ struct store_job {
 	int mfl_failed;                /* the last mesh flush failed: its step and why */
 	uint64_t mfl_failed_step;
 	char mfl_msg[256];
-	/* Captured files (smp/files.c): namespace changes of this job here, so
-	 * the mesh knows when to protect a new generation (smp/meshcap.c). 1 at
+	/* Captured files (smp/files/fileopen.c): namespace changes of this job here, so
+	 * the mesh knows when to protect a new generation (smp/mesh/meshcap.c). 1 at
 	 * start when the job has a files directory. */
 	uint64_t files_ver;
 	int news;                      /* 0: none; 1: rewound to news_base; 2: rewound to nothing */
@@ -114,7 +114,7 @@ struct snap_store {
 	int mesh_flush_taken;          /* ... which a round has taken and not yet decided */
 	int mesh_stopped;              /* the mesh thread has ended: nothing more is agreed */
 	char denied[SNAP_FILE_MAX];    /* first path the scan could not read (EACCES): open fails */
-	struct snap_reserver *resv;    /* slot files reserved in the background (smp/reserve.h) */
+	struct snap_reserver *resv;    /* slot files reserved in the background (smp/store/reserve.h) */
 };
 
 /*
@@ -138,7 +138,7 @@ int snap_store_latest(const struct snap_store *s, const struct store_job *j, uin
  * Reserve slot files for a layout within the memory budget and make it the
  * rank's layout. On success takes ownership of *lay (zeroes it). The bytes
  * count against the budget at once; the files of free slots are allocated
- * by a thread (smp/reserve.h), and an ACQUIRE of a slot waits for its file.
+ * by a thread (smp/store/reserve.h), and an ACQUIRE of a slot waits for its file.
  */
 int snap_store_register(struct snap_store *s, struct store_job *j, struct store_rank *r,
 			struct snap_layout *lay, char *err, size_t errlen);
@@ -213,7 +213,7 @@ int snap_store_rewind(struct snap_store *s, struct store_job *j, int has_base, u
 unsigned snap_store_supersede(struct snap_store *s, struct store_job *j, int has_base, uint64_t base,
 			      int same_launch);
 /* Withdraw committed slot i outside the normal recycling (a step damaged
- * beyond repair, smp/repair.c): logged with why; its manifest goes now. */
+ * beyond repair, smp/heal/repair.c): logged with why; its manifest goes now. */
 int snap_store_withdraw(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t i, const char *why,
 			char *err, size_t errlen);
 /* A reader (protect, flush) is done with slot i: a slot withdrawn while it

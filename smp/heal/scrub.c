@@ -1,0 +1,225 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * The background scrub: snapsmp re-reads the committed slots it holds,
+ * chunk by chunk, at --scrub-rate bytes per second, and checks each chunk
+ * against its manifest's CRC32C, as ZFS scrubs and Ceph deep-scrubs do. A
+ * bad chunk (a bit flipped in memory, a slot file truncated or deleted
+ * behind the daemon's back) sends the slot to repair (repair.c): the chunk
+ * is rewritten from the flush, or the step is withdrawn on that rank and
+ * STATUS says why. Found now, the damage costs a repair; found at restore
+ * time, it would cost the step.
+ *
+ * The scrub runs on the event loop's thread, a slice per poll round (at
+ * most SCRUB_SLICE_MS worth of the rate at a time), reading with pread (a
+ * file truncated under a mapping would raise SIGBUS). Slots being written
+ * are skipped; so is a mesh (--ec), whose steps are withdrawn only by the
+ * mesh's agreement: there a bad chunk is found and repaired at restore.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "heal/scrub.h"
+#include "smp_internal.h"
+
+#define SCRUB_SLICE_MS 10
+#define SCRUB_BUF (256u << 10)   /* stays in L2 between the read and the CRC */
+
+struct smp_scrub {
+	uint64_t rate;                 /* bytes per second */
+	uint64_t last_ns;
+	int64_t credit;                /* bytes the rate allows now; negative: a big chunk's debt */
+	int idle;                      /* the last look found no committed slot */
+	uint32_t job, rank, slot, chunk;   /* the cursor: ordinals in the store's lists */
+	uint64_t step;                 /* the step the cursor's slot held when it was reached */
+	int held;                      /* the cursor names a slot */
+	int fd;
+	uint8_t *buf;
+	unsigned seen;                 /* committed slots passed over in this pass */
+};
+
+struct smp_scrub *smp_scrub_new(struct smp *m)
+{
+	if (!m->cfg->scrub_rate || m->mesh)
+		return NULL;
+	struct smp_scrub *sc = calloc(1, sizeof(*sc));
+	if (!sc || !(sc->buf = malloc(SCRUB_BUF))) {
+		free(sc);
+		smp_logf(&m->log, SMP_LOG_WARN, "scrub: out of memory; the node store is not scrubbed");
+		return NULL;
+	}
+	/* Resident from the start: the daemon's memory must not grow later
+	 * (the memory tests sample it save after save). */
+	memset(sc->buf, 0, SCRUB_BUF);
+	sc->rate = m->cfg->scrub_rate;
+	sc->fd = -1;
+	sc->last_ns = snap_now_ns();
+	smp_say(m, "scrub: verifying committed slots at %.1f MiB/s (--scrub-rate)", sc->rate / 1048576.0);
+	return sc;
+}
+
+void smp_scrub_free(struct smp_scrub *sc)
+{
+	if (!sc)
+		return;
+	if (sc->fd >= 0)
+		close(sc->fd);
+	free(sc->buf);
+	free(sc);
+}
+
+int smp_scrub_timeout_ms(const struct smp_scrub *sc)
+{
+	/* Nothing to scrub: look again now and then, not every slice. */
+	return !sc ? -1 : sc->idle ? 1000 : SCRUB_SLICE_MS;
+}
+
+static void drop(struct smp_scrub *sc)
+{
+	if (sc->fd >= 0)
+		close(sc->fd);
+	sc->fd = -1;
+	sc->held = 0;
+	sc->chunk = 0;
+}
+
+/* The cursor's job (by ordinal), or NULL past the last. */
+static struct store_job *nth_job(struct snap_store *s, uint32_t k)
+{
+	struct store_job *j = s->jobs;
+	while (j && k--)
+		j = j->next;
+	return j;
+}
+
+/* Move to the next committed slot, wrapping around once: 0 when the store
+ * holds none. A complete wrap is a pass. */
+static int advance(struct smp *m, struct smp_scrub *sc, int next)
+{
+	struct snap_store *s = m->store;
+	drop(sc);
+	for (int wraps = 0; wraps < 2;) {
+		if (next && ++sc->slot >= s->nslots) {
+			sc->slot = 0;
+			sc->rank++;
+		}
+		next = 1;
+		struct store_job *j = nth_job(s, sc->job);
+		if (!j) {
+			if (sc->seen)
+				m->heal.scrub_passes++;
+			sc->seen = 0;
+			sc->job = sc->rank = sc->slot = 0;
+			wraps++;
+			next = 0;
+			continue;
+		}
+		if (sc->rank >= j->nranks) {
+			sc->job++;
+			sc->rank = sc->slot = 0;
+			next = 0;
+			continue;
+		}
+		struct store_rank *r = j->ranks[sc->rank];
+		if (!r) {
+			sc->slot = s->nslots - 1;
+			continue;
+		}
+		const struct store_slot *sl = &r->slots[sc->slot];
+		if (sl->state == SLOT_COMMITTED && !sl->superseded && sl->man.layout.ncrc) {
+			sc->held = 1;
+			sc->step = sl->step;
+			sc->seen++;
+			return 1;
+		}
+	}
+	return 0;
+}
+
+/* Read chunk t's stored bytes and check them: 1 good, 0 bad (or unreadable). */
+static int chunk_ok(struct smp_scrub *sc, const struct snap_manifest *man, uint32_t t, uint64_t *read)
+{
+	struct snap_chunk c;
+	snap_layout_chunk(&man->layout, t, &c);
+	uint32_t crc = 0;
+	for (uint64_t done = 0; done < man->len[t];) {
+		size_t k = man->len[t] - done < SCRUB_BUF ? (size_t)(man->len[t] - done) : SCRUB_BUF;
+		ssize_t n = pread(sc->fd, sc->buf, k, (off_t)(c.slot_off + done));
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return 0;
+		crc = snap_crc32c_update(crc, sc->buf, (size_t)n);
+		done += (uint64_t)n;
+		*read += (uint64_t)n;
+	}
+	return crc == man->crc[t];
+}
+
+static void scrub_slice(struct smp *m, struct smp_scrub *sc);
+
+void smp_scrub_tick(struct smp *m)
+{
+	struct smp_scrub *sc = m->scrub;
+	if (!sc)
+		return;
+	scrub_slice(m, sc);
+	/* No descriptor is held between slices: what the daemon has open stays
+	 * what its trainers and flushes need (the memory tests compare it). */
+	if (sc->fd >= 0)
+		close(sc->fd);
+	sc->fd = -1;
+}
+
+static void scrub_slice(struct smp *m, struct smp_scrub *sc)
+{
+	uint64_t now = snap_now_ns(), dt = now - sc->last_ns;
+	sc->last_ns = now;
+	/* At most one slice's worth banked: an idle loop must not save up a
+	 * burst. A chunk bigger than a slice is read whole and repaid later. */
+	int64_t cap = (int64_t)(sc->rate / (1000 / SCRUB_SLICE_MS)) + 1;
+	sc->credit += (int64_t)((double)sc->rate * (double)dt / 1e9);
+	if (sc->credit > cap)
+		sc->credit = cap;
+	/* Whatever the rate, a slice ends after half a slice of wall time: the
+	 * trainers' requests wait on this thread. */
+	while (sc->credit > 0 && snap_now_ns() - now < SCRUB_SLICE_MS * 500000ull) {
+		if (!sc->held && !advance(m, sc, 1)) {
+			sc->idle = 1;
+			return;
+		}
+		sc->idle = 0;
+		struct store_job *j = nth_job(m->store, sc->job);
+		struct store_rank *r = j && sc->rank < j->nranks ? j->ranks[sc->rank] : NULL;
+		struct store_slot *sl = r ? &r->slots[sc->slot] : NULL;
+		if (!sl || sl->state != SLOT_COMMITTED || sl->superseded || sl->step != sc->step ||
+		    sc->chunk >= sl->man.layout.ncrc) {
+			drop(sc);   /* recycled under the cursor, or done */
+			continue;
+		}
+		char path[SNAP_FILE_MAX];
+		snap_store_path(m->store, j->name, r->rank, sc->slot, 0, path, sizeof(path));
+		if (sc->fd < 0)
+			sc->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		uint64_t got = 0;
+		int ok = sc->fd >= 0 && chunk_ok(sc, &sl->man, sc->chunk, &got);
+		sc->credit -= (int64_t)(got ? got : 4096);
+		m->heal.scrubbed_bytes += got;
+		if (ok) {
+			sc->chunk++;
+			continue;
+		}
+		struct smp_repair_out o;
+		char err[SMP_ERRLEN];
+		uint32_t chunk = sc->chunk;
+		drop(sc);
+		smp_logf(&m->log, SMP_LOG_WARN, "scrub: job %s rank %u step %" PRIu64 ": chunk %u fails its CRC32C in %s",
+			 j->name, r->rank, sl->step, chunk, path);
+		int rc = smp_repair_slot(m->cfg, m->store, j, r, sc->slot, "scrub", 0, &m->heal, &o, err, sizeof(err));
+		if (rc && rc != SNAP_ECORRUPT)
+			smp_logf(&m->log, SMP_LOG_WARN, "scrub: %s", err);
+	}
+}
