@@ -1,11 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * The checksums of a captured file at its commit (files.c): CRC32C of every
+ * The checksums of a captured file at its commit (capfiles.c): CRC32C of every
  * chunk, read from the file itself on a few threads.
  */
 #include <pthread.h>
 
-#include "files_int.h"
+#include "capfiles_int.h"
 
 /*
  * CRC32C of every chunk, read with pread into a buffer that stays in cache:

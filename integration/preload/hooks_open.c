@@ -2,10 +2,10 @@
 /*
  * The exported interposers, open/close family: open and its fortified and
  * stdio forms, close, fclose, and the dup family that shares a descriptor.
- * Each one is a thin shell: initialize once, ask files.c whether the call
+ * Each one is a thin shell: initialize once, ask capfiles.c whether the call
  * concerns a captured file, else call the real function. The other
  * families: hooks_io.c (writes), hooks_ns.c (stat, access, rename,
- * unlink), hooks_dir.c (listings, the working directory), meta.c (mode,
+ * unlink), hooks_dir.c (listings, the working directory), filemeta.c (mode,
  * owner, times, links), spawn.c (fork, exec, the process's end).
  * docs/preload.md has the table.
  */

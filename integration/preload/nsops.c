@@ -4,7 +4,7 @@
  * access, rename, unlink, truncate and listings, each merging the store's
  * namespace with the real directory.
  */
-#include "files_int.h"
+#include "capfiles_int.h"
 
 /* ---- stat, access -------------------------------------------------------- */
 

@@ -5,7 +5,7 @@
  * per process), and changed by this process itself, under the store's
  * files lock, when no snapsmp runs.
  */
-#include "files_int.h"
+#include "capfiles_int.h"
 
 /* Store files whose chunks this process has verified (by id), so a second open does not reread them. */
 #define VERIFIED 64

@@ -136,10 +136,10 @@ PL_HIDDEN void pl_say(const char *fmt, ...) __attribute__((format(printf, 1, 2))
  */
 #define PL_HIDE_FD 700
 PL_HIDDEN int pl_hide_fd(int fd);
-/* Set while autostart spawns snapsmp (conn.c): the spawn hooks export nothing. */
+/* Set while autostart spawns snapsmp (smpconn.c): the spawn hooks export nothing. */
 PL_HIDDEN extern _Thread_local int pl_spawning_daemon;
 
-/* ---- the snapsmp connection (conn.c) ---- */
+/* ---- the snapsmp connection (smpconn.c) ---- */
 /*
  * One request and its reply. 0: *payload (malloc'd, may be NULL) holds the
  * reply of `len` bytes; < 0: the daemon's SNAP_E* status (msg[] says why) or
@@ -155,7 +155,7 @@ PL_HIDDEN void pl_conn_atfork_prepare(void);
 PL_HIDDEN void pl_conn_atfork_parent(void);
 PL_HIDDEN void pl_conn_atfork_child(void);
 
-/* ---- descriptors and captured files (files.c, nsread.c, nsops.c) ---- */
+/* ---- descriptors and captured files (capfiles.c, nsread.c, nsops.c) ---- */
 /* PL_READ: a committed store file opened for reading (its path, for fchmod and the like). */
 enum { PL_WRITE = 1, PL_DIR = 2, PL_READ = 3 };
 
@@ -230,7 +230,7 @@ PL_HIDDEN void pl_export_fd(int fd, const char *why);
 PL_HIDDEN void pl_files_at_exit(void);
 /* This process has store files open for writing. */
 PL_HIDDEN int pl_files_open(void);
-/* Metadata on captured paths and descriptors (meta.c). */
+/* Metadata on captured paths and descriptors (filemeta.c). */
 PL_HIDDEN int pl_meta_mode(int dirfd, const char *path, int fd, mode_t mode, int flags, int *handled);
 PL_HIDDEN int pl_meta_times(int dirfd, const char *path, int fd, const struct timespec ts[2], int flags, int *handled);
 PL_HIDDEN int pl_meta_owner(int dirfd, const char *path, int fd, uid_t uid, gid_t gid, int flags, int *handled);

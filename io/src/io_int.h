@@ -4,9 +4,9 @@
  *
  * Calls go one way: a file calls only files in the rows below its own.
  *
- *   restore.c verify.c retain.c export.c  operations on persisted steps
+ *   loadstep.c verify.c retain.c export.c  operations on persisted steps
  *   steps.c                               a step: its MANIFEST or its nodes' parts; listing
- *   manifest.c                            one directory's MANIFEST: seal, read
+ *   stepmanifest.c                        one directory's MANIFEST: seal, read
  *   write.c read.c                        a rank file's datasets, out and back
  *   frames.c                              codec-frame datasets
  *   rankfile.c                            a rank file: names, creation, identity
@@ -301,7 +301,7 @@ int io_rank_open(const char *path, const struct io_rank_id *expect, hid_t *file,
 int io_ds_read(hid_t file, const char *path, const struct io_ds *d, void *buf,
 	       struct snap_io_err *err);
 
-/* ---- manifest.c ---- */
+/* ---- stepmanifest.c ---- */
 
 struct io_manifest_rank {
 	uint64_t size;

@@ -6,7 +6,7 @@
  * such); LZ4 chunks are fetched with H5Dread_chunk and decoded here, so
  * restore does not depend on the filter plugin being installed. Codec
  * frames likewise (frames.c). Which file, and whether it is the right
- * one, is rankfile.c's; whether its step is sealed, restore.c's.
+ * one, is rankfile.c's; whether its step is sealed, loadstep.c's.
  */
 #include <errno.h>
 #include <fcntl.h>

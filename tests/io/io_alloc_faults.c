@@ -15,7 +15,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 
 #define JOB "allocs"
 #define NV (16 * 1024) /* 16 frames of 1024 values */

@@ -23,7 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 
 #define JOB "crashy"
 #define N (128 * 1024)

@@ -16,7 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 #include "../skiprule.h"
 
 #define JOB "faulty"

@@ -24,7 +24,7 @@
 #include <hdf5.h>
 
 #include "codecfilter.h"
-#include "testutil.h"
+#include "io_testutil.h"
 
 #define JOB "jobF"
 #define WORLD 2

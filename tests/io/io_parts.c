@@ -17,7 +17,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 
 #define JOB "parts"
 #define WORLD 4

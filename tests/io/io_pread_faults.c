@@ -18,7 +18,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 #include "../skiprule.h"
 
 #define JOB "preads"

@@ -11,7 +11,7 @@
 #include <inttypes.h>
 #include <sys/stat.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 
 #define WORLD 2
 #define JOB "jobA"

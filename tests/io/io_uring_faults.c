@@ -19,7 +19,7 @@
 
 #include <liburing.h>
 
-#include "testutil.h"
+#include "io_testutil.h"
 
 #define JOB "ringy"
 #define N (1024 * 1024 / 4)

@@ -15,7 +15,7 @@
 #include <unistd.h>
 
 #include "io_int.h"
-#include "testutil.h"
+#include "io_testutil.h"
 #include "../skiprule.h"
 
 #define FILE_BYTES (256 * 1024)

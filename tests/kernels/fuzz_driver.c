@@ -8,7 +8,7 @@
 #include "snap/codec.h"
 #include "fuzz_decode.h"
 #include "seeds.h"
-#include "testutil.h"
+#include "codec_testutil.h"
 
 static double now(void)
 {

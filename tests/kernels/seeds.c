@@ -3,7 +3,7 @@
  * outliers}, a few hundred values over two or three 256-value blocks. */
 #include "snap/codec.h"
 #include "seeds.h"
-#include "testutil.h"
+#include "codec_testutil.h"
 
 size_t seed_stream(int i, uint8_t *buf, size_t cap)
 {

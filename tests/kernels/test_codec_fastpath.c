@@ -8,7 +8,7 @@
  * the scalar level and decode any stream to the same values. */
 #include "snap/codec.h"
 #include "codec_impl.h"
-#include "testutil.h"
+#include "codec_testutil.h"
 
 static const int dtypes[] = { SNAP_DTYPE_F32, SNAP_DTYPE_BF16, SNAP_DTYPE_F16 };
 static const double bounds[] = { 1e-3, 0.37, 1e-6, 1e-30, 12.0 };

@@ -11,7 +11,7 @@
 
 #include "snap/codec.h"
 #include "seeds.h"
-#include "testutil.h"
+#include "codec_testutil.h"
 
 #include "../cuda_check.h"
 #include "../skiprule.h"

@@ -5,7 +5,7 @@
  * ASan) and never accept a stream whose announced length is not there. */
 #include "snap/codec.h"
 #include "seeds.h"
-#include "testutil.h"
+#include "codec_testutil.h"
 
 static uint8_t seed[8192];
 

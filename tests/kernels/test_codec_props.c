@@ -4,7 +4,7 @@
  * per element in the target dtype), multi-threaded streams equal the
  * single-threaded ones, streams fit snap_codec_bound(). Unaligned buffers. */
 #include "snap/codec.h"
-#include "testutil.h"
+#include "codec_testutil.h"
 
 static const int dtypes[] = { SNAP_DTYPE_F32, SNAP_DTYPE_BF16, SNAP_DTYPE_F16 };
 

@@ -3,7 +3,7 @@
  * Captured files on the preload's side: which descriptors are store files,
  * opening (create in the store, or read from it), budget growth, commit at
  * the last close, and the fall back to the file system; nsread.c and
- * nsops.c hold the namespace (files_int.h). docs/design/captured-files.md
+ * nsops.c hold the namespace (capfiles_int.h). docs/design/captured-files.md
  * has the model.
  *
  * Visibility: a committed file is visible to every preloaded process of the
@@ -12,7 +12,7 @@
  * writing therefore leaves nothing behind: snapsmp discards the data of a
  * connection that closed without committing.
  */
-#include "files_int.h"
+#include "capfiles_int.h"
 
 _Atomic(struct pl_file *) pl_tab[PL_MAXFD];
 pthread_mutex_t plf_tab_mu = PTHREAD_MUTEX_INITIALIZER;

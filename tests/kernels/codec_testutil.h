@@ -1,5 +1,5 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* testutil.h - shared helpers of the codec tests: checks, a seeded RNG and
+/* codec_testutil.h - shared helpers of the codec tests: checks, a seeded RNG and
  * the array generators (ordinary, adversarial) in f32 bits. */
 #ifndef SNAP_KERNELS_TESTUTIL_H
 #define SNAP_KERNELS_TESTUTIL_H

@@ -2,7 +2,7 @@
 /*
  * Restore: the regions of one rank of a persisted (sealed) step, listed or
  * read into the caller's buffers. A step is readable once its MANIFEST is
- * in place, so this sits above manifest.c; the reading itself is read.c's.
+ * in place, so this sits above stepmanifest.c; the reading itself is read.c's.
  */
 #include <inttypes.h>
 #include <stdlib.h>

@@ -15,7 +15,7 @@
 #include <time.h>
 #include <utime.h>
 
-#include "files_int.h"
+#include "capfiles_int.h"
 
 #define EXPORT __attribute__((visibility("default")))
 

@@ -1,16 +1,16 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * files_int.h - what the preload's captured-file files share (not installed):
+ * capfiles_int.h - what the preload's captured-file files share (not installed):
  *
- *   files.c   the descriptor table, open, growth, the fall back, commit, fork
- *   filecrc.c the chunk checksums a commit sends, read from the file
- *   nsread.c  the store's namespace read directly, and changed by this
- *             process itself when no snapsmp runs
- *   nsops.c   stat, access, rename, unlink, truncate and listings, merged
- *             with the real directories
- *   meta.c    mode, owner, times, links and the calls that must see a
- *             real file (freopen, spawn file actions)
- *   spawn.c   fork, exec, spawn, passing descriptors, the process's end
+ *   capfiles.c  the descriptor table, open, growth, the fall back, commit, fork
+ *   filecrc.c   the chunk checksums a commit sends, read from the file
+ *   nsread.c    the store's namespace read directly, and changed by this
+ *               process itself when no snapsmp runs
+ *   nsops.c     stat, access, rename, unlink, truncate and listings, merged
+ *               with the real directories
+ *   filemeta.c  mode, owner, times, links and the calls that must see a
+ *               real file (freopen, spawn file actions)
+ *   spawn.c     fork, exec, spawn, passing descriptors, the process's end
  *
  * All of it is hidden (the library's default visibility and preload.map).
  */
@@ -34,7 +34,7 @@
 #include "preload.h"
 #include "snap/wire.h"
 
-/* files.c */
+/* capfiles.c */
 PL_HIDDEN extern pthread_mutex_t plf_tab_mu;   /* the descriptor table and the files being written */
 PL_HIDDEN void plf_data_path(uint64_t id, char *out, size_t cap);
 PL_HIDDEN int plf_ns_path(const char *abs, char *out, size_t cap);
