@@ -3,7 +3,7 @@
  * The connection to snapsmp: HELLO (retried while the daemon starts or a
  * dead predecessor's connection is torn down), REGISTER of the frozen
  * layout again after a reconnect, one request/reply pair at a time, and the
- * context's error message.
+ * context's error messages (snap_fail; a save's failed asynchronous copy).
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -30,6 +30,21 @@ int snap_fail(snap_ctx *ctx, int rc, const char *fmt, ...)
 	vsnprintf(ctx->err, sizeof(ctx->err), fmt, ap);
 	va_end(ap);
 	return rc;
+}
+
+/* The first failure of a save's asynchronous copy (a pool or GPU thread) is
+ * the save's: kept on its record, reported by the next fence or wait. */
+void snap_copy_failed(snap_ctx *ctx, struct save_rec *rec, int rc, const char *fmt, ...)
+{
+	pthread_mutex_lock(&ctx->mu);
+	if (!rec->copy_rc) {
+		rec->copy_rc = rc;
+		va_list ap;
+		va_start(ap, fmt);
+		vsnprintf(rec->err, SNAP_CLIENT_ERRLEN, fmt, ap);
+		va_end(ap);
+	}
+	pthread_mutex_unlock(&ctx->mu);
 }
 
 const char *snap_errmsg(const snap_ctx *ctx)

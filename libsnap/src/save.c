@@ -67,19 +67,6 @@ static int map_slot(snap_ctx *ctx, uint32_t slot, int fd, uint8_t **base)
 	return 0;
 }
 
-void snap_copy_failed(snap_ctx *ctx, struct save_rec *rec, int rc, const char *fmt, ...)
-{
-	pthread_mutex_lock(&ctx->mu);
-	if (!rec->copy_rc) {
-		rec->copy_rc = rc;
-		va_list ap;
-		va_start(ap, fmt);
-		vsnprintf(rec->err, SNAP_CLIENT_ERRLEN, fmt, ap);
-		va_end(ap);
-	}
-	pthread_mutex_unlock(&ctx->mu);
-}
-
 /* Compress chunk c of a codec region into its frame area; CRC the frame. */
 static void compress_chunk(snap_ctx *ctx, struct save_rec *rec, uint32_t t, const struct snap_chunk *c,
 			   const uint8_t *src)
