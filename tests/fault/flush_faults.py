@@ -30,6 +30,7 @@ import sys
 import time
 
 from events import Waiter, strike_within, wait_socket
+from checks import Checks
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from skiprule import Skips, can_mount  # noqa: E402
@@ -45,21 +46,11 @@ BASE = f"/dev/shm/snaptest-flush-{os.getpid()}"
 DISK = f"/tmp/snaptest-flush-{os.getpid()}"
 # Our codec-frame reader plugin, and Debian's (LZ4 filter 32004).
 PLUGINS = f"{os.path.join(BUILD, 'io', 'plugin')}:/usr/lib/x86_64-linux-gnu/hdf5/serial/plugins"
-failures, passed = 0, 0
+check = Checks()   # counts the checks, prints each failure
 skips = Skips()
 # Decided before any case runs, from the capability: with it, a failing
 # mount is a failure of the case.
 MOUNT = skips.optional("full flush directory", "CAP_SYS_ADMIN to mount a tmpfs", can_mount())
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}")
-    return cond
 
 
 def env(store, flush, **extra):
@@ -448,12 +439,12 @@ def main():
         test_lost_manifest()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
-        if not failures:
+        if not check.failed:
             shutil.rmtree(DISK, ignore_errors=True)
-    if failures:
+    if check.failed:
         print(replay)
-    print(f"{passed} passed, {failures} failed, {skips.summary()}")
-    return 1 if failures else 0
+    print(f"{check.passed} passed, {check.failed} failed, {skips.summary()}")
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

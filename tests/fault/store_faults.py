@@ -13,6 +13,7 @@ import sys
 import time
 
 from events import wait_socket
+from checks import Checks
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from skiprule import Skips, can_mount, is_root  # noqa: E402
@@ -22,8 +23,7 @@ SMP = os.path.join(BUILD, "smp", "snapsmp")
 TRAINER = os.path.join(BUILD, "integration", "trainer")
 SNAPTOOL = os.path.join(BUILD, "tools", "snaptool")
 BASE = f"/dev/shm/snaptest-faults-{os.getpid()}"
-failures = 0
-passed = 0
+check = Checks()   # counts the checks, prints each failure
 skips = Skips()
 # Decided before any case runs, from what this process has: with it, a
 # failing mount or setuid is a failure of the case.
@@ -32,15 +32,6 @@ ROOT = skips.optional("foreign uid", "root, to run snaptool as another user", is
 # One generous deadline for ranks that wait on each other, for hangs only;
 # each process's own deadline is longer still.
 WAIT_MS = "60000"
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}")
 
 
 class Smp:
@@ -371,8 +362,8 @@ def main():
             t()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
-    print(f"{passed} passed, {failures} failed, {skips.summary()}")
-    return 1 if failures else 0
+    print(f"{check.passed} passed, {check.failed} failed, {skips.summary()}")
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter, strike_within, wait_socket  # noqa: E402
+from checks import Checks  # noqa: E402
 from procstat import compare, sample  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -69,17 +70,7 @@ CALLS = os.path.join(BUILD, "tests", "preload", "pl_calls")
 TRAIN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "torch_train.py")
 BASE = f"/dev/shm/snaptest-preload-{os.getpid()}"
 DISK = f"/tmp/snaptest-preload-{os.getpid()}"
-failures, passed = 0, 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}", flush=True)
-    return cond
+check = Checks()   # counts the checks, prints each failure
 
 
 def env(store, capture, preload=True, python=False, **extra):
@@ -541,8 +532,8 @@ def main():
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
         shutil.rmtree(DISK, ignore_errors=True)
-    print(f"{passed} checks passed, {failures} failed", flush=True)
-    sys.exit(1 if failures else 0)
+    print(f"{check.passed} checks passed, {check.failed} failed", flush=True)
+    sys.exit(1 if check.failed else 0)
 
 
 main()

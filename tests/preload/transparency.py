@@ -20,7 +20,6 @@ not on the disk.
              bytes, under the preload and on disk after the flush.
 """
 import argparse
-import hashlib
 import json
 import os
 import random
@@ -32,6 +31,7 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from events import wait_socket  # noqa: E402
+from checks import Checks  # noqa: E402
 from skiprule import Skips  # noqa: E402
 
 ap = argparse.ArgumentParser()
@@ -48,19 +48,9 @@ ROOT = f"/tmp/snaptest-transp-{os.getpid()}"
 STORE = f"/dev/shm/snaptest-transp-{os.getpid()}"
 SRC, PLAIN, CAP = f"{ROOT}/src", f"{ROOT}/plain", f"{ROOT}/cap"
 PY = sys.executable
-failures, passed = 0, 0
+check = Checks()   # counts the checks, prints each failure
 KEPT = []   # (path, size) of files a killed writer had reported complete: on disk after the flush too
 CASE_START = 1_700_000_000_000_000_000   # older mtimes than this are ones a program set (the inputs' are 2020)
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}", flush=True)
-    return cond
 
 
 def env(preload):
@@ -493,11 +483,11 @@ def main():
                              f"lost {lost[:5]}")
     left = [os.path.join(d, n) for d, _, fs in os.walk(CAP) for n in fs if ".snapfallback-" in n or ".snapflush-" in n]
     check(not left, f"no temporary files left on disk: {left[:5]}")
-    print(f"{passed} checks passed, {failures} failed, {skips.summary()}", flush=True)
-    if not failures:
+    print(f"{check.passed} checks passed, {check.failed} failed, {skips.summary()}", flush=True)
+    if not check.failed:
         shutil.rmtree(ROOT, ignore_errors=True)
         shutil.rmtree(STORE, ignore_errors=True)
-    return 1 if failures else 0
+    return 1 if check.failed else 0
 
 
 if __name__ == "__main__":

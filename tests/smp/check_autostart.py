@@ -36,6 +36,9 @@ import subprocess
 import sys
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
+from checks import Checks  # noqa: E402
+
 ap = argparse.ArgumentParser()
 ap.add_argument("--build", required=True)
 args = ap.parse_args()
@@ -47,17 +50,7 @@ WRITER = os.path.join(B, "tests", "preload", "pl_writer")
 BASE = f"/dev/shm/snaptest-autostart-{os.getpid()}"
 DISK = f"/tmp/snaptest-autostart-{os.getpid()}"
 LIMIT = 120   # one generous deadline for hangs; nothing waits on a timer
-failures, passed = 0, 0
-
-
-def check(cond, what):
-    global failures, passed
-    if cond:
-        passed += 1
-    else:
-        failures += 1
-        print(f"FAILED: {what}", flush=True)
-    return cond
+check = Checks()   # counts the checks, prints each failure
 
 
 def env(store, **extra):
@@ -252,8 +245,8 @@ def main():
         check(not reports, "sanitizer reports: " + "".join(open(r).read()[-3000:] for r in reports))
         shutil.rmtree(BASE, ignore_errors=True)
         shutil.rmtree(DISK, ignore_errors=True)
-    print(f"{passed} checks passed, {failures} failed ({time.monotonic() - t0:.1f} s)")
-    sys.exit(1 if failures else 0)
+    print(f"{check.passed} checks passed, {check.failed} failed ({time.monotonic() - t0:.1f} s)")
+    sys.exit(1 if check.failed else 0)
 
 
 main()
