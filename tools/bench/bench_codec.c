@@ -19,6 +19,7 @@
 #include <zfp.h>
 #endif
 
+#include "cliopts.h"
 #include "snap/codec.h"
 #include "snapbench.h"
 
@@ -199,25 +200,55 @@ static int bench_zfp(struct row *r, const float *f, size_t n, size_t bytes_ref,
 }
 #endif
 
+struct codec_args {
+	const char *input, *dtname;
+	double bound, rel;
+	unsigned threads;
+	int reps, json;
+};
+
+/* SB_OK with a filled, -1 after --help, SB_USAGE. */
+static int codec_parse(int argc, char **argv, struct codec_args *a)
+{
+	const char *bound = NULL, *rel = NULL, *threads = NULL, *reps = NULL;
+	*a = (struct codec_args){ .dtname = "f32", .bound = 1e-3, .threads = 1, .reps = 5 };
+	const struct cli_opt opts[] = {
+		CLI_OPT_HELP,
+		CLI_OPT_FLAG("json", 0, &a->json),
+		CLI_OPT_STR("input", 0, &a->input),
+		CLI_OPT_STR("dtype", 0, &a->dtname),
+		CLI_OPT_STR("bound", 0, &bound),
+		CLI_OPT_STR("rel", 0, &rel),
+		CLI_OPT_STR("threads", 0, &threads),
+		CLI_OPT_STR("reps", 0, &reps),
+	};
+	const struct cli c = BENCH_CLI("codec");
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc == CLI_HELP_ASKED) {
+		usage(stdout);
+		return -1;
+	}
+	if (rc) {
+		usage(stderr);
+		return SB_USAGE;
+	}
+	a->bound = bound ? strtod(bound, NULL) : a->bound;
+	a->rel = rel ? strtod(rel, NULL) : a->rel;
+	a->threads = threads ? (unsigned)strtoul(threads, NULL, 10) : a->threads;
+	a->reps = reps ? atoi(reps) : a->reps;
+	return SB_OK;
+}
+
 int cmd_bench_codec(int argc, char **argv)
 {
-	const char *input = NULL, *dtname = "f32";
-	double bound = 1e-3, rel = 0;
-	unsigned threads = 1;
-	int reps = 5, json = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return SB_OK; }
-		else if (!strcmp(a, "--json")) json = 1;
-		else if (!v) { usage(stderr); return SB_USAGE; }
-		else if (!strcmp(a, "--input")) { input = v; i++; }
-		else if (!strcmp(a, "--dtype")) { dtname = v; i++; }
-		else if (!strcmp(a, "--bound")) { bound = strtod(v, NULL); i++; }
-		else if (!strcmp(a, "--rel")) { rel = strtod(v, NULL); i++; }
-		else if (!strcmp(a, "--threads")) { threads = (unsigned)strtoul(v, NULL, 10); i++; }
-		else if (!strcmp(a, "--reps")) { reps = atoi(v); i++; }
-		else { usage(stderr); return SB_USAGE; }
-	}
+	struct codec_args A;
+	int rc = codec_parse(argc, argv, &A);
+	if (rc)
+		return rc < 0 ? SB_OK : rc;
+	const char *input = A.input, *dtname = A.dtname;
+	double bound = A.bound, rel = A.rel;
+	unsigned threads = A.threads;
+	int reps = A.reps, json = A.json;
 	int dt = !strcmp(dtname, "f32") ? SNAP_DTYPE_F32 : !strcmp(dtname, "bf16") ? SNAP_DTYPE_BF16
 		: !strcmp(dtname, "f16") ? SNAP_DTYPE_F16 : -1;
 	if (!input || dt < 0 || !(bound > 0) || rel < 0 || reps < 1 || threads < 1 || threads > 64) {

@@ -22,6 +22,7 @@
 #include <lz4.h>
 
 #include "bench_util.h"
+#include "cliopts.h"
 #include "snap/base.h"
 #include "snap/codec.h"
 #include "snap/io.h"
@@ -296,37 +297,50 @@ static double run_h5py(const char *dir, const char *data, size_t size, char *not
 	return (double)size / s / 1e9;
 }
 
+static int size_opt(const struct cli *c, const char *opt, const char *v, void *dst)
+{
+	if (snap_parse_size(v, dst)) {
+		cli_error(c, "%s %s: expected a size like 64M or 1G", opt, v);
+		return -1;
+	}
+	return 0;
+}
+
+/* SB_OK with *size (whole pages), *dir, *json; -1 after --help; SB_USAGE. */
+static int flush_parse(int argc, char **argv, size_t *size, const char **dir, int *json)
+{
+	uint64_t b = 0;
+	const struct cli_opt opts[] = {
+		CLI_OPT_HELP,
+		CLI_OPT_CALL("size", 0, &b, size_opt),
+		CLI_OPT_STR("dir", 0, dir),
+		CLI_OPT_FLAG("json", 0, json),
+	};
+	const struct cli c = BENCH_CLI("flush");
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc == CLI_HELP_ASKED) {
+		usage(stdout);
+		return -1;
+	}
+	*size = (size_t)b / 4096 * 4096;
+	if (rc == CLI_EVALUE)
+		return SB_USAGE;
+	if (rc || *size == 0) {
+		usage(stderr);
+		return SB_USAGE;
+	}
+	return SB_OK;
+}
+
 int cmd_bench_flush(int argc, char **argv)
 {
 	size_t size = 0;
 	const char *dir = NULL;
 	char scratch[PATH_MAX] = "";
 	int json = 0;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			usage(stdout);
-			return SB_OK;
-		} else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-			uint64_t b;
-			if (snap_parse_size(argv[++i], &b)) {
-				fprintf(stderr, "snapbench flush: --size %s: expected a size like 64M or 1G\n", argv[i]);
-				return SB_USAGE;
-			}
-			size = (size_t)b;
-		} else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
-			dir = argv[++i];
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = 1;
-		} else {
-			usage(stderr);
-			return SB_USAGE;
-		}
-	}
-	size = size / 4096 * 4096;
-	if (size == 0) {
-		usage(stderr);
-		return SB_USAGE;
-	}
+	int rc = flush_parse(argc, argv, &size, &dir, &json);
+	if (rc)
+		return rc < 0 ? SB_OK : rc;
 	const char *data = find_data();
 	if (!data) {
 		const char *e = getenv("SNAP_BENCH_DATA");

@@ -12,7 +12,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
@@ -27,9 +26,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench_opts.h"
 #include "bench_proc.h"
 #include "bench_util.h"
+#include "cliopts.h"
 #include "snap/proto.h"
 #include "snap/snap.h"
 #include "snapbench.h"
@@ -343,69 +342,89 @@ static int exec_gpu_bench(int argc, char **argv)
 	return SB_FAIL;
 }
 
+struct snap_args {
+	uint64_t size;
+	int ranks, iters, json;
+	const char *input, *codec, *dir;
+	struct bench_data data;   /* its codec and bound from --codec */
+};
+
+static int size_opt(const struct cli *c, const char *opt, const char *v, void *dst)
+{
+	(void)c;
+	if (snap_parse_size(v, dst) || *(uint64_t *)dst < 4096) {
+		fprintf(stderr, "%s: expected a size >= 4096\n", opt);
+		return -1;
+	}
+	return 0;
+}
+
+static int codec_opt(const struct cli *c, const char *opt, const char *v, void *dst)
+{
+	struct snap_args *a = dst;
+	(void)c;
+	a->codec = v;
+	if (snap_codec_spec_parse(v, &a->data.codec, &a->data.bound)) {
+		fprintf(stderr, "%s: expected none, lossless, abs:BOUND or rel:FACTOR\n", opt);
+		return -1;
+	}
+	return 0;
+}
+
+static const char snapshot_usage[] =
+	"usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
+	"                          [--input FILE] [--dir D] [--json]\n"
+	"Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
+	"then restore of the newest step by the saving context and by a new one (as after a relaunch),\n"
+	"into its buffers and into fresh, never touched ones (a new context checks each chunk as it\n"
+	"copies it, restore_verify auto; \"verify first\" checks every chunk before copying any).\n"
+	"--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
+	"--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
+	"  default a ramp, which says nothing about a codec's speed on real data.\n"
+	"--dir: where the store and torch.save's file go (default /dev/shm; a tmpfs mounted\n"
+	"  huge=within_size shows what huge pages change, docs/deploy.md).\n"
+	"--device cuda: the region in GPU memory, vs pinned cudaMemcpyAsync and a pageable copy\n"
+	"  (runs snap_bench_gpu, built where nvcc was found; --sizes LIST instead of --size).\n";
+
+/* SB_OK with a filled, -1 after --help, SB_USAGE. */
+static int snap_parse(int argc, char **argv, struct snap_args *a)
+{
+	*a = (struct snap_args){ .size = 256ull << 20, .ranks = 2, .iters = 10, .codec = "none", .dir = "/dev/shm" };
+	const struct cli_opt opts[] = {
+		CLI_OPT_CALL("size", 0, &a->size, size_opt),
+		CLI_OPT_CALL("codec", 0, a, codec_opt),
+		CLI_OPT_STR("input", 0, &a->input),
+		CLI_OPT_INT("ranks", 0, &a->ranks, 1, 64),
+		CLI_OPT_INT("iters", 0, &a->iters, 1, MAX_ITERS),
+		CLI_OPT_FLAG("json", 0, &a->json),
+		CLI_OPT_STR("dir", 0, &a->dir),
+		CLI_OPT_HELP,
+	};
+	const struct cli c = BENCH_CLI("snapshot");
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc == CLI_HELP_ASKED) {
+		printf("%s", snapshot_usage);
+		return -1;
+	}
+	if (rc == CLI_EOPT)
+		fprintf(stderr, "%s", snapshot_usage);
+	return rc ? SB_USAGE : SB_OK;
+}
+
 int cmd_bench_snapshot(int argc, char **argv)
 {
 	for (int i = 1; i < argc; i++)
 		if ((strcmp(argv[i], "--device") == 0 && i + 1 < argc && strcmp(argv[i + 1], "cuda") == 0) ||
 		    strcmp(argv[i], "--device=cuda") == 0)
 			return exec_gpu_bench(argc, argv);
-	uint64_t size = 256ull << 20;
-	int ranks = 2, iters = 10, json = 0, c;
-	struct bench_data data = { 0 };
-	const char *input = NULL, *codec = "none", *dir = "/dev/shm";
-	static const struct option lo[] = { { "size", required_argument, NULL, 's' },
-					    { "codec", required_argument, NULL, 'c' },
-					    { "input", required_argument, NULL, 'f' },
-					    { "ranks", required_argument, NULL, 'r' },
-					    { "iters", required_argument, NULL, 'i' },
-					    { "json", no_argument, NULL, 'j' },
-					    { "dir", required_argument, NULL, 'd' },
-					    { "help", no_argument, NULL, 'h' },
-					    { NULL, 0, NULL, 0 } };
-	const char *usage = "usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
-			    "                          [--input FILE] [--dir D] [--json]\n"
-			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
-			    "then restore of the newest step by the saving context and by a new one (as after a relaunch),\n"
-			    "into its buffers and into fresh, never touched ones (a new context checks each chunk as it\n"
-			    "copies it, restore_verify auto; \"verify first\" checks every chunk before copying any).\n"
-			    "--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
-			    "--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
-			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
-			    "--dir: where the store and torch.save's file go (default /dev/shm; a tmpfs mounted\n"
-			    "  huge=within_size shows what huge pages change, docs/deploy.md).\n"
-			    "--device cuda: the region in GPU memory, vs pinned cudaMemcpyAsync and a pageable copy\n"
-			    "  (runs snap_bench_gpu, built where nvcc was found; --sizes LIST instead of --size).\n";
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case 's':
-			if (snap_parse_size(optarg, &size) || size < 4096) {
-				fprintf(stderr, "--size: expected a size >= 4096\n");
-				return SB_USAGE;
-			}
-			break;
-		case 'r':
-			if (bench_opt_int("snapshot", "--ranks", optarg, 1, 64, &ranks))
-				return SB_USAGE;
-			break;
-		case 'i':
-			if (bench_opt_int("snapshot", "--iters", optarg, 1, MAX_ITERS, &iters))
-				return SB_USAGE;
-			break;
-		case 'd': dir = optarg; break;
-		case 'j': json = 1; break;
-		case 'c':
-			codec = optarg;
-			if (snap_codec_spec_parse(optarg, &data.codec, &data.bound)) {
-				fprintf(stderr, "--codec: expected none, lossless, abs:BOUND or rel:FACTOR\n");
-				return SB_USAGE;
-			}
-			break;
-		case 'f': input = optarg; break;
-		case 'h': printf("%s", usage); return SB_OK;
-		default: fprintf(stderr, "%s", usage); return SB_USAGE;
-		}
-	}
+	struct snap_args A;
+	int prc = snap_parse(argc, argv, &A);
+	if (prc)
+		return prc < 0 ? SB_OK : prc;
+	uint64_t size = A.size;
+	int ranks = A.ranks, iters = A.iters, json = A.json;
+	const char *input = A.input, *codec = A.codec, *dir = A.dir;
+	struct bench_data data = A.data;
 	char store[PATH_MAX], smp[PATH_MAX];
 	snprintf(store, sizeof(store), "%s/snapbench-%d", dir, (int)getpid());
 	/* the socket is <store>/smp.sock; torch.save's path goes into a quoted script */

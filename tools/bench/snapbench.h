@@ -11,6 +11,11 @@
 
 enum { SB_OK = 0, SB_FAIL = 1, SB_USAGE = 2 };
 
+/* The struct cli (cliopts.h) of benchmark NAME: messages "snapbench NAME:
+ * ...", no positionals. */
+#define BENCH_CLI(name) \
+	{ .who = "snapbench " name, .unknown_fmt = "%s: unknown or incomplete option '%s'", .max_pos = 0 }
+
 int cmd_bench_snapshot(int argc, char **argv);
 int cmd_bench_codec(int argc, char **argv);
 int cmd_bench_ec(int argc, char **argv);
