@@ -53,7 +53,10 @@ int cli_size(const struct cli *c, const char *opt, const char *v, uint64_t lo, u
 static int cli_take(const struct cli *c, const struct cli_opt *o, const char *v)
 {
 	char opt[64];
-	snprintf(opt, sizeof(opt), "--%s", o->name);
+	if (o->name)
+		snprintf(opt, sizeof(opt), "--%s", o->name);
+	else
+		snprintf(opt, sizeof(opt), "-%c", o->letter);
 	switch (o->kind) {
 	case CLI_FLAG: *(int *)o->dst = 1; return 0;
 	case CLI_STR: *(const char **)o->dst = v; return 0;
@@ -70,20 +73,21 @@ static int cli_take(const struct cli *c, const struct cli_opt *o, const char *v)
  * the letters so that the two never meet. */
 static int cli_tables(const struct cli_opt *opts, size_t n, struct option *lo, char *shorts, size_t cap)
 {
-	size_t s = 0;
+	size_t s = 0, l = 0;
 	if (n >= CLI_MAX_OPTS)
 		return -1;
 	shorts[s++] = ':';   /* ':' for a missing value, '?' for an unknown option */
 	for (size_t i = 0; i < n; i++) {
 		int arg = opts[i].kind == CLI_FLAG || opts[i].kind == CLI_HELP ? no_argument : required_argument;
-		lo[i] = (struct option){ opts[i].name, arg, NULL, 256 + (int)i };
+		if (opts[i].name)
+			lo[l++] = (struct option){ opts[i].name, arg, NULL, 256 + (int)i };
 		if (opts[i].letter && s + 3 < cap) {
 			shorts[s++] = (char)opts[i].letter;
 			if (arg == required_argument)
 				shorts[s++] = ':';
 		}
 	}
-	lo[n] = (struct option){ NULL, 0, NULL, 0 };
+	lo[l] = (struct option){ NULL, 0, NULL, 0 };
 	shorts[s] = 0;
 	return 0;
 }
@@ -111,8 +115,10 @@ int cli_parse(const struct cli *c, int argc, char **argv, const struct cli_opt *
 {
 	struct option lo[CLI_MAX_OPTS + 1];
 	char shorts[2 * CLI_MAX_OPTS + 2];
-	if (cli_tables(opts, n, lo, shorts, sizeof(shorts)))
-		return cli_unknown(c, "%s: %s: too many options for cli_parse", "");
+	if (cli_tables(opts, n, lo, shorts, sizeof(shorts))) {
+		cli_error(c, "more than %d options: raise CLI_MAX_OPTS", CLI_MAX_OPTS - 1);
+		return CLI_EOPT;
+	}
 	int ch;
 	optind = 1;
 	opterr = 0;   /* our message, so that snaptool --json can carry it */

@@ -26,7 +26,7 @@ enum cli_kind {
 };
 
 struct cli_opt {
-	const char *name;    /* long name, without "--" */
+	const char *name;    /* long name, without "--"; NULL: the letter only */
 	int letter;          /* short option letter, 0 for none */
 	enum cli_kind kind;
 	void *dst;

@@ -10,7 +10,6 @@
  * codes. Reads files only (read-only store open, no lock), like the other
  * views.
  */
-#include <getopt.h>
 #include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -21,6 +20,7 @@
 #include "snap/io.h"
 #include "snap/meshfiles.h"
 #include "snap/ec.h"
+#include "cliopts.h"
 #include "opts.h"
 #include "snaptool.h"
 #include "snap/store.h"
@@ -304,112 +304,152 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 		print_levels(job, L, flush_dir);
 }
 
-int cmd_mesh_status(int argc, char **argv, int recover)
+struct mesh_args {
+	const char *pat, *job, *flush_dir, *cmd;
+	int nodes, json, quiet, recover;
+};
+
+static void mesh_help(const char *cmd, int recover)
 {
-	static const struct option lo[] = { { "store", required_argument, NULL, 's' },
-					    { "nodes", required_argument, NULL, 'n' },
-					    { "job", required_argument, NULL, 'j' },
-					    { "flush-dir", required_argument, NULL, 'F' },
-					    { "help", no_argument, NULL, 'h' },
-					    { "json", no_argument, NULL, 'J' },
-					    { "quiet", no_argument, NULL, 'q' },
-					    { "verbose", no_argument, NULL, 'v' },
-					    { NULL, 0, NULL, 0 } };
-	const char *pat = getenv("SNAP_STORE"), *job = NULL, *flush_dir = getenv("SNAP_FLUSH_DIR");
-	const char *cmd = recover ? "recover" : "status";
-	int nodes = 0, o, json = 0, quiet = 0;
-	optind = 1;
-	opterr = 0;
-	while ((o = getopt_long(argc, argv, "hqv", lo, NULL)) != -1) {
-		switch (o) {
-		case 's': pat = optarg; break;
-		case 'n': nodes = atoi(optarg); break;
-		case 'j': job = optarg; break;
-		case 'F': flush_dir = optarg; break;
-		case 'J': json = 1; break;
-		case 'q': quiet = 1; break;
-		case 'v': break;   /* the mesh view prints every detail it has */
-		case 'h':
-			printf("usage: snaptool %s --nodes N --store PATTERN [--flush-dir DIR] [--job NAME]\n"
-			       "The erasure-coded mesh of N node stores (\"%%n\" in PATTERN = node number)%s\n"
-			       "and, per job, what each level holds (node stores, parity, the shared flush\n"
-			       "directory) and from which a relaunch restores.%s\n"
-			       "  -q, --quiet    nothing on stdout; the exit code tells%s\n"
-			       "  -v, --verbose  accepted; the mesh view is already complete\n"
-			       "  --json         one JSON document (docs/snaptool-json.md, \"mesh\")\n", cmd,
-			       recover ? "" : ":\nper step the nodes holding data and parity, whether each group is protected,",
-			       recover ? " Exit 0 if every job shown is recoverable,\n3 if one is not" : "",
-			       recover ? "" : " (0, or 1/2 on errors)");
-			return ST_OK;
-		default:
-			st_error("snaptool %s --nodes: unknown option or missing argument: \"%s\"", cmd, argv[optind - 1]);
-			return ST_USAGE;
-		}
+	printf("usage: snaptool %s --nodes N --store PATTERN [--flush-dir DIR] [--job NAME]\n"
+	       "The erasure-coded mesh of N node stores (\"%%n\" in PATTERN = node number)%s\n"
+	       "and, per job, what each level holds (node stores, parity, the shared flush\n"
+	       "directory) and from which a relaunch restores.%s\n"
+	       "  -q, --quiet    nothing on stdout; the exit code tells%s\n"
+	       "  -v, --verbose  accepted; the mesh view is already complete\n"
+	       "  --json         one JSON document (docs/snaptool-json.md, \"mesh\")\n", cmd,
+	       recover ? "" : ":\nper step the nodes holding data and parity, whether each group is protected,",
+	       recover ? " Exit 0 if every job shown is recoverable,\n3 if one is not" : "",
+	       recover ? "" : " (0, or 1/2 on errors)");
+}
+
+static void st_error_line(const char *line)
+{
+	st_error("%s", line);
+}
+
+/* 0 with a filled, -1 after --help, or an exit code after a message. */
+static int mesh_parse(int argc, char **argv, int recover, struct mesh_args *a)
+{
+	const char *nodes = NULL;
+	int verbose;   /* the mesh view prints every detail it has */
+	*a = (struct mesh_args){ .pat = getenv("SNAP_STORE"), .flush_dir = getenv("SNAP_FLUSH_DIR"),
+				 .cmd = recover ? "recover" : "status", .recover = recover };
+	const struct cli_opt lo[] = {
+		CLI_OPT_STR("store", 0, &a->pat),        CLI_OPT_STR("nodes", 0, &nodes),
+		CLI_OPT_STR("job", 0, &a->job),          CLI_OPT_STR("flush-dir", 0, &a->flush_dir),
+		CLI_OPT_HELP,                            CLI_OPT_FLAG("json", 0, &a->json),
+		CLI_OPT_FLAG("quiet", 'q', &a->quiet),   CLI_OPT_FLAG("verbose", 'v', &verbose),
+	};
+	char who[64];
+	snprintf(who, sizeof(who), "snaptool %s --nodes", a->cmd);
+	const struct cli c = { .who = who, .unknown_fmt = "%s: unknown option or missing argument: \"%s\"",
+			       .max_pos = -1, .error = st_error_line };
+	int rc = cli_parse(&c, argc, argv, lo, sizeof(lo) / sizeof(lo[0]), NULL);
+	if (rc == CLI_HELP_ASKED) {
+		mesh_help(a->cmd, recover);
+		return -1;
 	}
-	if (quiet && !json && !freopen("/dev/null", "w", stdout)) {
-		st_error("snaptool %s: --quiet: cannot open /dev/null", cmd);
+	if (rc)
+		return ST_USAGE;
+	a->nodes = nodes ? atoi(nodes) : 0;
+	if (a->quiet && !a->json && !freopen("/dev/null", "w", stdout)) {
+		st_error("snaptool %s: --quiet: cannot open /dev/null", a->cmd);
 		return ST_FAIL;
 	}
-	if (!pat || nodes < 1 || nodes > 4096 || !strstr(pat, "%n")) {
-		st_error("snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)", cmd);
+	if (!a->pat || a->nodes < 1 || a->nodes > 4096 || !strstr(a->pat, "%n")) {
+		st_error("snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)", a->cmd);
 		return ST_USAGE;
 	}
-	if (job && !snap_job_name_ok(job)) {
-		st_error("snaptool %s: --job %s: not a job name", cmd, job);
+	if (a->job && !snap_job_name_ok(a->job)) {
+		st_error("snaptool %s: --job %s: not a job name", a->cmd, a->job);
 		return ST_USAGE;
 	}
-	struct snap_store **st = calloc((size_t)nodes, sizeof(*st));
-	if (!st)
-		return ST_FAIL;
+	return 0;
+}
+
+/* Every node's store, NULL where there is none; ST_OK or ST_USAGE. */
+static int mesh_open(const struct mesh_args *a, struct snap_store **st)
+{
 	char root[SNAP_PATH_MAX], err[512];
-	for (int n = 0; n < nodes; n++) {
-		if (snap_mesh_expand(pat, n, root, sizeof(root))) {
-			fprintf(stderr, "snaptool %s: --store %s: node %d's path does not fit %zu bytes\n", cmd, pat, n,
-				sizeof(root));
+	for (int n = 0; n < a->nodes; n++) {
+		if (snap_mesh_expand(a->pat, n, root, sizeof(root))) {
+			fprintf(stderr, "snaptool %s: --store %s: node %d's path does not fit %zu bytes\n", a->cmd, a->pat,
+				n, sizeof(root));
 			while (n-- > 0)
 				snap_store_close(st[n]);
-			free(st);
 			return ST_USAGE;
 		}
-		if (snap_store_open(&st[n], root, 64, UINT64_MAX, 1, NULL, err, sizeof(err)) && !json)
+		if (snap_store_open(&st[n], root, 64, UINT64_MAX, 1, NULL, err, sizeof(err)) && !a->json)
 			printf("node%d: %s: no store (lost or not started)\n", n, root);
 	}
-	if (json) {
-		printf("{\"nodes\": %d, \"store\": ", nodes);
-		st_json_str(pat);
-		printf(", \"missing_nodes\": [");
-		for (int n = 0, c = 0; n < nodes; n++)
-			if (!st[n])
-				printf("%s%d", c++ ? ", " : "", n);
-		printf("], \"jobs\": [");
-	}
-	/* Every job any node knows, each once; a named job also when only the
-	 * disk knows it (every store lost). */
-	int shown = 0, lost = 0;
+	return ST_OK;
+}
+
+/* Every job any node knows, each once; a named job also when only the
+ * disk knows it (every store lost). How many have nothing to restore. */
+static int mesh_jobs(const struct mesh_args *a, struct snap_store **st)
+{
+	int shown = 0, lost = 0, nodes = a->nodes;
 	struct levels L;
+	uint64_t step;
 	for (int n = 0; n < nodes; n++)
 		for (struct store_job *j = st[n] ? st[n]->jobs : NULL; j; j = j->next) {
 			int seen = 0;
 			for (int p = 0; p < n && !seen; p++)
 				seen = st[p] && snap_store_job(st[p], j->name, 0);
-			if (!seen && (!job || !strcmp(job, j->name))) {
-				show_job(st, nodes, j->name, flush_dir, recover, json, !shown, &L);
-				uint64_t step;
+			if (!seen && (!a->job || !strcmp(a->job, j->name))) {
+				show_job(st, nodes, j->name, a->flush_dir, a->recover, a->json, !shown, &L);
 				lost += !relaunch_level(&L, &step);
 				shown++;
 			}
 		}
-	if (!shown && job) {
-		show_job(st, nodes, job, flush_dir, recover, json, 1, &L);
-		uint64_t step;
+	if (!shown && a->job) {
+		show_job(st, nodes, a->job, a->flush_dir, a->recover, a->json, 1, &L);
 		lost += !relaunch_level(&L, &step);
 	}
-	if (json) {
+	return lost;
+}
+
+static int mesh_view(int argc, char **argv, int recover)
+{
+	struct mesh_args a;
+	int rc = mesh_parse(argc, argv, recover, &a);
+	if (rc)
+		return rc < 0 ? ST_OK : rc;
+	struct snap_store **st = calloc((size_t)a.nodes, sizeof(*st));
+	if (!st)
+		return ST_FAIL;
+	if ((rc = mesh_open(&a, st))) {
+		free(st);
+		return rc;
+	}
+	if (a.json) {
+		printf("{\"nodes\": %d, \"store\": ", a.nodes);
+		st_json_str(a.pat);
+		printf(", \"missing_nodes\": [");
+		for (int n = 0, c = 0; n < a.nodes; n++)
+			if (!st[n])
+				printf("%s%d", c++ ? ", " : "", n);
+		printf("], \"jobs\": [");
+	}
+	int lost = mesh_jobs(&a, st);
+	if (a.json) {
 		printf("]}\n");
 		st_json_done();
 	}
-	for (int n = 0; n < nodes; n++)
+	for (int n = 0; n < a.nodes; n++)
 		snap_store_close(st[n]);
 	free(st);
 	return recover && lost ? ST_LOST : ST_OK;
+}
+
+int cmd_mesh_status(int argc, char **argv)
+{
+	return mesh_view(argc, argv, 0);
+}
+
+int cmd_mesh_recover(int argc, char **argv)
+{
+	return mesh_view(argc, argv, 1);
 }
