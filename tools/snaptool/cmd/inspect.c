@@ -144,34 +144,49 @@ static void json_open_step(const char *job, uint64_t step, int found)
 	printf(",\"step\":%" PRIu64 ",\"ranks\":[", step);
 }
 
-int cmd_inspect(int argc, char **argv)
+static const char inspect_usage[] =
+	"usage: snaptool inspect STEP [REGION] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
+	"                       [--json] [-q|-v]\n"
+	"Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk\n"
+	"(the first 4 per region; all with REGION or --json). From the node store, else\n"
+	"from the persisted copy in the flush directory. Exit 1 if neither holds the step.\n";
+
+/* One region of a slot, as a text line. */
+static void print_mem_region(const struct opts *o, const struct store_slot *sl, const struct snap_man_region *g)
 {
-	struct opts o;
-	struct snap_store *s;
-	uint64_t step;
-	int rc = st_parse(argc, argv, &o, "usage: snaptool inspect STEP [REGION] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
-				       "                       [--json] [-q|-v]\n"
-				       "Regions of a step on every rank: dtype, shape, kind, codec, bytes, CRC32C of each chunk\n"
-				       "(the first 4 per region; all with REGION or --json). From the node store, else\n"
-				       "from the persisted copy in the flush directory. Exit 1 if neither holds the step.\n", 2);
-	if (rc)
-		return rc < 0 ? 0 : rc;
-	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
-		return rc;
-	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
-	if (!j)
-		st_verbose(&o, "node store %s holds no job %s", o.cfg.client.store, o.cfg.client.job);
+	printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind),
+	       snap_codec_spec_name(g->codec));
+	if (g->codec == SNAP_CODEC_LOSSY_ABS || g->codec == SNAP_CODEC_LOSSY_REL)
+		printf(":%g", g->bound);
+	printf(" bytes=%" PRIu64, g->bytes);
+	if (g->codec != SNAP_CODEC_NONE) {
+		uint64_t stored = 0;
+		for (uint32_t c = 0; c < g->nchunks; c++)
+			stored += sl->man.len[g->first_crc + c];
+		printf(" stored=%" PRIu64 " (%.3fx)", stored, stored ? (double)g->bytes / (double)stored : 0.0);
+	}
+	printf(" shape=");
+	print_shape(g);
+	printf(" crc32c=");
+	for (uint32_t c = 0; c < g->nchunks && (o->arg2 || c < 4); c++)
+		printf("%s%08x", c ? "," : "", sl->man.crc[g->first_crc + c]);
+	printf("%s\n", !o->arg2 && g->nchunks > 4 ? ",..." : "");
+}
+
+/* The step in the node store, rank by rank; whether any rank holds it. */
+static int inspect_store(const struct opts *o, struct snap_store *s, struct store_job *j, uint64_t step)
+{
 	int found = 0;
 	for (uint32_t r = 0; j && r < j->nranks; r++) {
 		uint32_t slot;
 		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, &slot);
 		if (!sl) {
-			st_verbose(&o, "rank %u: no committed slot of step %" PRIu64 " in the node store", r, step);
+			st_verbose(o, "rank %u: no committed slot of step %" PRIu64 " in the node store", r, step);
 			continue;
 		}
 		const struct snap_layout *lay = &sl->man.layout;
-		if (o.json) {
-			json_open_step(o.cfg.client.job, step, found);
+		if (o->json) {
+			json_open_step(o->cfg.client.job, step, found);
 			printf("{\"rank\":%u,\"world\":%u,\"source\":\"node store\",\"slot\":%u,\"bytes\":%" PRIu64
 			       ",\"chunk_size\":%" PRIu64 ",\"error\":null,\"regions\":[",
 			       r, sl->man.world, slot, lay->slot_bytes, lay->chunk_size);
@@ -184,59 +199,66 @@ int cmd_inspect(int argc, char **argv)
 		int n = 0;
 		for (uint32_t i = 0; i < lay->nregions; i++) {
 			const struct snap_man_region *g = &lay->regions[i];
-			if (o.arg2 && strcmp(o.arg2, g->name))
+			if (o->arg2 && strcmp(o->arg2, g->name))
 				continue;
-			if (o.json) {
+			if (o->json)
 				json_mem_region(sl, g, n++ == 0);
-				continue;
-			}
-			printf("  %-24s %-5s %-6s codec=%s", g->name, snap_dtype_name(g->dtype), snap_kind_name(g->kind),
-			       snap_codec_spec_name(g->codec));
-			if (g->codec == SNAP_CODEC_LOSSY_ABS || g->codec == SNAP_CODEC_LOSSY_REL)
-				printf(":%g", g->bound);
-			printf(" bytes=%" PRIu64, g->bytes);
-			if (g->codec != SNAP_CODEC_NONE) {
-				uint64_t stored = 0;
-				for (uint32_t c = 0; c < g->nchunks; c++)
-					stored += sl->man.len[g->first_crc + c];
-				printf(" stored=%" PRIu64 " (%.3fx)", stored, stored ? (double)g->bytes / (double)stored : 0.0);
-			}
-			printf(" shape=");
-			print_shape(g);
-			printf(" crc32c=");
-			for (uint32_t c = 0; c < g->nchunks && (o.arg2 || c < 4); c++)
-				printf("%s%08x", c ? "," : "", sl->man.crc[g->first_crc + c]);
-			printf("%s\n", !o.arg2 && g->nchunks > 4 ? ",..." : "");
+			else
+				print_mem_region(o, sl, g);
 		}
-		if (o.json)
+		if (o->json)
 			printf("]}");
 	}
-	snap_store_close(s);
+	return found;
+}
+
+/* The step's persisted copy, rank by rank; whether there is one. */
+static int inspect_disk(const struct opts *o, uint64_t step)
+{
 	uint32_t world;
 	struct snap_io_err e = { 0 };
-	if (!found && o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &world, &e) == 0) {
-		st_verbose(&o, "step %" PRIu64 " is not in the node store; reading its persisted copy in %s", step,
-			   o.cfg.flush_dir);
-		for (uint32_t r = 0; r < world; r++) {
-			struct disk_walk w = { .only = o.arg2, .json = o.json };
-			if (o.json) {
-				json_open_step(o.cfg.client.job, step, found);
-				printf("{\"rank\":%u,\"world\":%u,\"source\":\"flush directory\",\"slot\":null,\"bytes\":null,"
-				       "\"chunk_size\":null,\"regions\":[", r, world);
-			} else
-				printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o.cfg.client.job, step, r, world,
-				       o.cfg.flush_dir);
-			found = 1;
-			int lrc = snap_io_list_regions(o.cfg.flush_dir, o.cfg.client.job, step, r, print_disk_region, &w, &e);
-			if (o.json) {
-				printf("],\"error\":");
-				lrc ? st_json_str(e.msg) : (void)printf("null");
-				printf("}");
-			} else if (lrc) {
-				printf("  %s\n", e.msg);
-			}
+	if (!o->cfg.flush_dir[0] || snap_io_step_world(o->cfg.flush_dir, o->cfg.client.job, step, &world, &e) != 0)
+		return 0;
+	st_verbose(o, "step %" PRIu64 " is not in the node store; reading its persisted copy in %s", step,
+		   o->cfg.flush_dir);
+	for (uint32_t r = 0; r < world; r++) {
+		struct disk_walk w = { .only = o->arg2, .json = o->json };
+		if (o->json) {
+			json_open_step(o->cfg.client.job, step, r > 0);
+			printf("{\"rank\":%u,\"world\":%u,\"source\":\"flush directory\",\"slot\":null,\"bytes\":null,"
+			       "\"chunk_size\":null,\"regions\":[", r, world);
+		} else
+			printf("job %s step %" PRIu64 " rank %u/%u: persisted in %s\n", o->cfg.client.job, step, r, world,
+			       o->cfg.flush_dir);
+		int lrc = snap_io_list_regions(o->cfg.flush_dir, o->cfg.client.job, step, r, print_disk_region, &w, &e);
+		if (o->json) {
+			printf("],\"error\":");
+			lrc ? st_json_str(e.msg) : (void)printf("null");
+			printf("}");
+		} else if (lrc) {
+			printf("  %s\n", e.msg);
 		}
 	}
+	return world > 0;
+}
+
+int cmd_inspect(int argc, char **argv)
+{
+	struct opts o;
+	struct snap_store *s;
+	uint64_t step;
+	int rc = st_parse(argc, argv, &o, inspect_usage, 2);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if ((rc = st_parse_step(o.arg1, &step)) || (rc = st_open_store(&o, &s)))
+		return rc;
+	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
+	if (!j)
+		st_verbose(&o, "node store %s holds no job %s", o.cfg.client.store, o.cfg.client.job);
+	int found = inspect_store(&o, s, j, step);
+	snap_store_close(s);
+	if (!found)
+		found = inspect_disk(&o, step);
 	if (!found) {
 		st_error("snaptool inspect: job %s has no step %" PRIu64 " in %s%s%s", o.cfg.client.job, step,
 			 o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
