@@ -166,29 +166,165 @@ static void json_levels(const struct levels *L, int k, int m, uint64_t data_tota
 	lv ? printf("%" PRIu64 "}", step) : printf("null}");
 }
 
-/* One job of the mesh view: text (per step unless levels_only), or one
- * JSON object of the "jobs" array when json (every step; first: no comma). */
-static void show_job(struct snap_store **st, int nodes, const char *job, const char *flush_dir, int levels_only,
-		     int json, int first_job, struct levels *L)
+/* One job of the mesh view being printed: text to out, JSON to jo (either NULL). */
+struct job_view {
+	struct snap_store **st;
+	int nodes;
+	const char *job;
+	FILE *out, *jo;
+	uint64_t data_total, parity_total;
+	int k, m;            /* the shape the parity records give (0: none seen) */
+};
+
+/* Every step any node holds of the job (committed slots, parity records), newest first. */
+static int job_all_steps(const struct job_view *v, uint64_t *steps)
 {
-	*L = (struct levels){ 0 };
-	uint64_t steps[64];
 	int ns = 0;
-	for (int n = 0; n < nodes; n++) {
-		struct store_job *j = st[n] ? snap_store_job(st[n], job, 0) : NULL;
+	for (int n = 0; n < v->nodes; n++) {
+		struct snap_store *st = v->st[n];
+		struct store_job *j = st ? snap_store_job(st, v->job, 0) : NULL;
 		for (uint32_t r = 0; j && r < j->nranks; r++)
-			for (unsigned i = 0; j->ranks[r] && i < st[n]->nslots; i++)
+			for (unsigned i = 0; j->ranks[r] && i < st->nslots; i++)
 				if (j->ranks[r]->slots[i].state == SLOT_COMMITTED)
 					add_step(steps, &ns, j->ranks[r]->slots[i].step);
 		uint64_t *rs;
 		size_t nr;
-		if (st[n] && !mesh_list_records(st[n]->root, job, &rs, &nr)) {
+		if (st && !mesh_list_records(st->root, v->job, &rs, &nr)) {
 			for (size_t i = 0; i < nr; i++)
 				add_step(steps, &ns, rs[i]);
 			free(rs);
 		}
 	}
 	qsort(steps, (size_t)ns, sizeof(steps[0]), cmp_desc);
+	return ns;
+}
+
+/* The nodes holding the step's data, and for which ranks; *ranks of *world. */
+static void step_data(const struct job_view *v, uint64_t step, uint32_t *ranks, uint32_t *world)
+{
+	int jn = 0;   /* JSON list items so far */
+	for (int n = 0; n < v->nodes; n++) {
+		struct store_job *j = v->st[n] ? snap_store_job(v->st[n], v->job, 0) : NULL;
+		int first = 1;
+		for (uint32_t r = 0; j && r < j->nranks; r++) {
+			struct store_slot *sl = snap_store_find(v->st[n], j->ranks[r], step, NULL);
+			if (!sl)
+				continue;
+			if (first) {
+				outf(v->out, " node%d(r%u", n, r);
+				outf(v->jo, "%s%d", jn++ ? ", " : "", n);
+			} else
+				outf(v->out, ",%u", r);
+			first = 0;
+			(*ranks)++;
+			*world = sl->man.world;
+		}
+		if (!first)
+			outf(v->out, ")");
+	}
+}
+
+/* The nodes holding the step's parity record (have[n] set); how many.
+ * *any: one of the records; the sizes count once, from the first step. */
+static int step_parity(struct job_view *v, uint64_t step, int s, char *have, struct snap_ec_meta_info *any)
+{
+	int holders = 0;
+	struct snap_ec_meta_info in;
+	for (int n = 0; n < v->nodes; n++)
+		if (v->st[n] && record(v->st[n]->root, v->job, step, &in)) {
+			outf(v->out, " node%d", n);
+			outf(v->jo, "%s%d", holders ? ", " : "", n);
+			holders++;
+			*any = in;
+			if (have)
+				have[n] = 1;
+			if (s == 0 || !v->parity_total) {
+				v->data_total += in.data_len;
+				v->parity_total += in.parity_len;
+			}
+		}
+	return holders;
+}
+
+/* Each group of the step's shape: protected, rebuildable or not; whether all can be restored. */
+static int step_groups(const struct job_view *v, const struct snap_ec_meta_info *any, const char *have)
+{
+	int all_ok = 1;
+	for (int first = 0; first < v->nodes;) {
+		struct snap_ec_group g;
+		if (snap_ec_group_of(v->nodes, any->k, any->m, 0, first, &g, NULL, 0))
+			break;
+		int missing = 0;
+		for (int i = 0; i < g.n; i++)
+			missing += !have[first + i];
+		all_ok &= missing <= g.m;
+		outf(v->out, "    group %d (nodes %d-%d, %d+%d): %s", g.id, first, first + g.n - 1, g.k, g.m,
+		     missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "NOT recoverable");
+		outf(v->jo, "%s{\"group\": %d, \"first_node\": %d, \"last_node\": %d, \"k\": %d, \"m\": %d, "
+		     "\"state\": \"%s\", \"missing\": [", g.id ? ", " : "", g.id, first, first + g.n - 1, g.k, g.m,
+		     missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "not recoverable");
+		if (missing)
+			outf(v->out, " (no parity/record on");
+		for (int i = 0, jm = 0; i < g.n; i++)
+			if (!have[first + i]) {
+				outf(v->out, " node%d", first + i);
+				outf(v->jo, "%s%d", jm++ ? ", " : "", first + i);
+			}
+		outf(v->out, "%s\n", missing ? ")" : "");
+		outf(v->jo, "]}");
+		first += g.n;
+	}
+	return all_ok;
+}
+
+/* Step number s of the job (the s-th newest): data, parity, groups; the levels it reaches. */
+static void show_step(struct job_view *v, uint64_t step, int s, struct levels *L)
+{
+	uint32_t ranks = 0, world = 0;
+	outf(v->out, "  step %" PRIu64 "\n    data:  ", step);
+	outf(v->jo, "%s{\"step\": %" PRIu64 ", \"data_nodes\": [", s ? ", " : "", step);
+	step_data(v, step, &ranks, &world);
+	outf(v->out, "%s\n    parity:", ranks ? "" : " none");
+	outf(v->jo, "], \"parity_nodes\": [");
+	struct snap_ec_meta_info any = { 0 };
+	char *have = calloc(v->nodes > 0 ? (size_t)v->nodes : 1, 1);   /* nodes > 0 (checked); -O1 cannot see it */
+	int holders = step_parity(v, step, s, have, &any);
+	int complete = world && ranks == world;
+	outf(v->out, "%s\n    %s", holders ? "" : " none", complete ? "globally complete" : "not globally complete");
+	if (complete && !L->has_mem) {
+		L->has_mem = 1;
+		L->mem = step;
+	}
+	int all_groups_ok = holders > 0;
+	if (world)
+		outf(v->out, " (%u of %u ranks)", ranks, world);
+	outf(v->out, "\n");
+	outf(v->jo, "], \"ranks\": %u, \"world\": %u, \"complete\": %s, \"groups\": [", ranks, world,
+	     complete ? "true" : "false");
+	if (holders && have) {
+		v->k = any.k;
+		v->m = any.m;
+		all_groups_ok &= step_groups(v, &any, have);
+	}
+	free(have);
+	outf(v->jo, "]}");
+	if (all_groups_ok && !L->has_par) {
+		L->has_par = 1;
+		L->par = step;
+	}
+}
+
+/* One job of the mesh view: text (per step unless levels_only), or one
+ * JSON object of the "jobs" array when json (every step; first: no comma). */
+static void show_job(struct snap_store **st, int nodes, const char *job, const char *flush_dir, int levels_only,
+		     int json, int first_job, struct levels *L)
+{
+	*L = (struct levels){ 0 };
+	/* levels_only: every step is looked at, nothing printed per step */
+	struct job_view v = { .st = st, .nodes = nodes, .job = job, .out = levels_only || json ? NULL : stdout,
+			      .jo = json ? stdout : NULL };
+	uint64_t steps[64];
+	int ns = job_all_steps(&v, steps);
 	if (json) {
 		printf("%s{\"job\": ", first_job ? "" : ", ");
 		st_json_str(job);
@@ -196,110 +332,18 @@ static void show_job(struct snap_store **st, int nodes, const char *job, const c
 	} else {
 		printf("job %s (%d nodes)\n", job, nodes);
 	}
-	uint64_t data_total = 0, parity_total = 0;
-	int k = 0, m = 0;
-	/* levels_only: every step is looked at, nothing printed per step */
-	FILE *out = levels_only || json ? NULL : stdout, *jo = json ? stdout : NULL;
-	for (int s = 0; s < ns && (levels_only || json || s < MESH_STATUS_MAXSTEPS); s++) {
-		uint32_t ranks = 0, world = 0;
-		int jn = 0;   /* JSON list items so far */
-		outf(out, "  step %" PRIu64 "\n    data:  ", steps[s]);
-		outf(jo, "%s{\"step\": %" PRIu64 ", \"data_nodes\": [", s ? ", " : "", steps[s]);
-		for (int n = 0; n < nodes; n++) {
-			struct store_job *j = st[n] ? snap_store_job(st[n], job, 0) : NULL;
-			int first = 1;
-			for (uint32_t r = 0; j && r < j->nranks; r++) {
-				struct store_slot *sl = snap_store_find(st[n], j->ranks[r], steps[s], NULL);
-				if (!sl)
-					continue;
-				if (first) {
-					outf(out, " node%d(r%u", n, r);
-					outf(jo, "%s%d", jn++ ? ", " : "", n);
-				} else
-					outf(out, ",%u", r);
-				first = 0;
-				ranks++;
-				world = sl->man.world;
-			}
-			if (!first)
-				outf(out, ")");
-		}
-		outf(out, "%s\n    parity:", ranks ? "" : " none");
-		outf(jo, "], \"parity_nodes\": [");
-		int holders = 0;
-		struct snap_ec_meta_info in, any = { 0 };
-		char *have = calloc(nodes > 0 ? (size_t)nodes : 1, 1);   /* nodes > 0 (checked); -O1 cannot see it */
-		for (int n = 0; n < nodes; n++)
-			if (st[n] && record(st[n]->root, job, steps[s], &in)) {
-				outf(out, " node%d", n);
-				outf(jo, "%s%d", holders ? ", " : "", n);
-				holders++;
-				any = in;
-				if (have)
-					have[n] = 1;
-				if (s == 0 || !parity_total) {
-					data_total += in.data_len;
-					parity_total += in.parity_len;
-				}
-			}
-		outf(out, "%s\n    %s", holders ? "" : " none",
-		       world && ranks == world ? "globally complete" : "not globally complete");
-		if (world && ranks == world && !L->has_mem) {
-			L->has_mem = 1;
-			L->mem = steps[s];
-		}
-		int all_groups_ok = holders > 0;
-		if (world)
-			outf(out, " (%u of %u ranks)", ranks, world);
-		outf(out, "\n");
-		outf(jo, "], \"ranks\": %u, \"world\": %u, \"complete\": %s, \"groups\": [", ranks, world,
-		     world && ranks == world ? "true" : "false");
-		if (holders && have) {
-			k = any.k;
-			m = any.m;
-			for (int first = 0; first < nodes;) {
-				struct snap_ec_group g;
-				if (snap_ec_group_of(nodes, any.k, any.m, 0, first, &g, NULL, 0))
-					break;
-				int missing = 0;
-				for (int i = 0; i < g.n; i++)
-					missing += !have[first + i];
-				all_groups_ok &= missing <= g.m;
-				outf(out, "    group %d (nodes %d-%d, %d+%d): %s", g.id, first, first + g.n - 1, g.k, g.m,
-				       missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "NOT recoverable");
-				outf(jo, "%s{\"group\": %d, \"first_node\": %d, \"last_node\": %d, \"k\": %d, \"m\": %d, "
-				     "\"state\": \"%s\", \"missing\": [", g.id ? ", " : "", g.id, first, first + g.n - 1, g.k, g.m,
-				     missing == 0 ? "protected" : missing <= g.m ? "rebuildable" : "not recoverable");
-				if (missing)
-					outf(out, " (no parity/record on");
-				for (int i = 0, jm = 0; i < g.n; i++)
-					if (!have[first + i]) {
-						outf(out, " node%d", first + i);
-						outf(jo, "%s%d", jm++ ? ", " : "", first + i);
-					}
-				outf(out, "%s\n", missing ? ")" : "");
-				outf(jo, "]}");
-				first += g.n;
-			}
-		}
-		free(have);
-		outf(jo, "]}");
-		if (all_groups_ok && !L->has_par) {
-			L->has_par = 1;
-			L->par = steps[s];
-		}
-	}
-
+	for (int s = 0; s < ns && (levels_only || json || s < MESH_STATUS_MAXSTEPS); s++)
+		show_step(&v, steps[s], s, L);
 	if (levels_only || json)
 		;
-	else if (k)
+	else if (v.k)
 		printf("  storage overhead M/K = %d/%d = %.2f (parity %" PRIu64 " bytes for %" PRIu64 " bytes of data)\n",
-		       m, k, (double)m / k, parity_total, data_total);
+		       v.m, v.k, (double)v.m / v.k, v.parity_total, v.data_total);
 	else
 		printf("  no step is protected yet (no parity records)\n");
 	disk_level(flush_dir, job, L);
 	if (json)
-		json_levels(L, k, m, data_total, parity_total);
+		json_levels(L, v.k, v.m, v.data_total, v.parity_total);
 	else
 		print_levels(job, L, flush_dir);
 }
