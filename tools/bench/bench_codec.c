@@ -222,16 +222,10 @@ static int codec_parse(int argc, char **argv, struct codec_args *a)
 		CLI_OPT_STR("threads", 0, &threads),
 		CLI_OPT_STR("reps", 0, &reps),
 	};
-	const struct cli c = BENCH_CLI("codec");
+	const struct cli c = BENCH_CLI("codec", usage, 1);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
-	if (rc == CLI_HELP_ASKED) {
-		usage(stdout);
-		return -1;
-	}
-	if (rc) {
-		usage(stderr);
-		return SB_USAGE;
-	}
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
 	a->bound = bound ? strtod(bound, NULL) : a->bound;
 	a->rel = rel ? strtod(rel, NULL) : a->rel;
 	a->threads = threads ? (unsigned)strtoul(threads, NULL, 10) : a->threads;

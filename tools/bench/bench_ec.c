@@ -79,16 +79,10 @@ static int ec_parse(int argc, char **argv, struct ec_args *a)
 		CLI_OPT_CALL("chunk", 0, &a->chunk, chunk_opt),
 		CLI_OPT_INT("reps", 0, &a->reps, 1, 1000),
 	};
-	const struct cli c = BENCH_CLI("ec");
+	const struct cli c = BENCH_CLI("ec", usage, 1);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
-	if (rc == CLI_HELP_ASKED) {
-		usage(stdout);
-		return -1;
-	}
-	if (rc) {
-		usage(stderr);
-		return SB_USAGE;
-	}
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
 	if (a->k + a->m > SNAP_EC_MAX_GROUP) {
 		cli_error(&c, "--k %d --m %d: a group has at most %d nodes", a->k, a->m, SNAP_EC_MAX_GROUP);
 		return SB_USAGE;

@@ -316,16 +316,12 @@ static int flush_parse(int argc, char **argv, size_t *size, const char **dir, in
 		CLI_OPT_STR("dir", 0, dir),
 		CLI_OPT_FLAG("json", 0, json),
 	};
-	const struct cli c = BENCH_CLI("flush");
+	const struct cli c = BENCH_CLI("flush", usage, 0);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
-	if (rc == CLI_HELP_ASKED) {
-		usage(stdout);
-		return -1;
-	}
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
 	*size = (size_t)b / 4096 * 4096;
-	if (rc == CLI_EVALUE)
-		return SB_USAGE;
-	if (rc || *size == 0) {
+	if (*size == 0) {
 		usage(stderr);
 		return SB_USAGE;
 	}

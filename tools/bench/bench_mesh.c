@@ -254,26 +254,22 @@ static void summarize(int steps, const struct result *R, struct summary *S)
 static void report_json(const struct mesh *ms, uint64_t size, int steps, const struct result *R,
 			const struct summary *S)
 {
-	int cold = S->cold;
-	double steady = S->steady, wall = S->wall, commit = S->commit, cold_max = S->cold_max, gb = S->gb;
-	double prot = S->prot, reb = S->reb, cpu_prot = S->cpu_prot, cpu_reb = S->cpu_reb;
-	double prot_ceiling = S->prot_ceiling, reb_ceiling = S->reb_ceiling;
 	printf("{\"shape\":\"%d+%d\",\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"steps\":%d,"
 	       "\"store_hugepages\":%s,\"protected_bytes\":%" PRIu64 ",\"parity_bytes\":%" PRIu64
 	       ",\"protect_cold_s\":[", ms->k, ms->m, ms->k, ms->m, ms->nodes, size, steps,
 	       ms->huge == 1 ? "true" : "false", R->data, R->parity);
-	for (int i = 0; i < cold; i++)
+	for (int i = 0; i < S->cold; i++)
 		printf("%s%.6f", i ? "," : "", R->prot_s[i]);
 	printf("],\"protect_steady_s\":%.6f,\"protect_gbps\":%.3f,\"protect_cold_gbps\":%.3f,"
 	       "\"commit_s\":%.6f,\"save_to_protected_s\":%.6f,\"lost_nodes\":[",
-	       steady, prot, gb / cold_max, commit, wall);
+	       S->steady, S->prot, S->gb / S->cold_max, S->commit, S->wall);
 	for (int i = 0; i < ms->m; i++)
 		printf("%s%d", i ? "," : "", i);
 	printf("],\"rebuild_s\":%.6f,\"rebuild_phases_ms\":{\"files\":%.1f,\"exchange\":%.1f,\"publish\":%.1f},"
 	       "\"rebuild_gbps\":%.3f,\"relaunch_to_serving_s\":%.3f,\"relaunch_to_restored_s\":%.3f,"
 	       "\"restore_s\":%.6f,\"restored_bytes_checked\":%" PRIu64 ",\"relaunch_together_to_restored_s\":%.3f,"
 	       "\"restore_together_s\":%.6f,",
-	       R->rebuild_ms / 1e3, R->files, R->exchange, R->publish, reb, R->serving, R->restored,
+	       R->rebuild_ms / 1e3, R->files, R->exchange, R->publish, S->reb, R->serving, R->restored,
 	       R->restore_max, (uint64_t)ms->nodes * (size / 8 * 8), R->restored_together, R->restore_max_together);
 	printf("\"library\":{\"mpi_move_gbps\":%.3f,\"raw_encode_gbps\":%.3f,\"mesh_encode_gbps\":%.3f,"
 	       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,\"mpi_move_cpu_s_per_gb\":%.4f,"
@@ -282,8 +278,8 @@ static void report_json(const struct mesh *ms, uint64_t size, int steps, const s
 	       "\"protect_vs_mpi_move\":%.3f,\"protect_vs_mpi_move_cpu_ceiling\":%.3f,"
 	       "\"rebuild_vs_raw_decode\":%.3f,\"rebuild_vs_raw_decode_cpu_ceiling\":%.3f}\n",
 	       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, R->lib_move_cpu,
-	       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, cpu_prot, cpu_reb, prot / R->lib_move,
-	       prot_ceiling, reb / R->lib_raw_dec, reb_ceiling);
+	       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, S->cpu_prot, S->cpu_reb, S->prot / R->lib_move,
+	       S->prot_ceiling, S->reb / R->lib_raw_dec, S->reb_ceiling);
 }
 
 static void report_text(const struct mesh *ms, uint64_t size, int steps, const struct result *R,
@@ -348,16 +344,10 @@ static int mesh_parse(int argc, char **argv, struct mesh_args *a)
 		CLI_OPT_SIZE("size", 0, &a->size, 8, 64ull << 30, "8 bytes to 64G"),
 		CLI_OPT_STR("dir", 0, &a->dir),
 	};
-	const struct cli c = BENCH_CLI("mesh");
+	const struct cli c = BENCH_CLI("mesh", usage, 1);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
-	if (rc == CLI_HELP_ASKED) {
-		usage(stdout);
-		return -1;
-	}
-	if (rc) {
-		usage(stderr);
-		return SB_USAGE;
-	}
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
 	a->nodes = a->nodes ? a->nodes : a->k + a->m;
 	struct snap_ec_group g;
 	char err[256];

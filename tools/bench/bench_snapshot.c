@@ -446,6 +446,11 @@ static const char snapshot_usage[] =
 	"--device cuda: the region in GPU memory, vs pinned cudaMemcpyAsync and a pageable copy\n"
 	"  (runs snap_bench_gpu, built where nvcc was found; --sizes LIST instead of --size).\n";
 
+static void usage(FILE *f)
+{
+	fputs(snapshot_usage, f);
+}
+
 /* SB_OK with a filled, -1 after --help, SB_USAGE. */
 static int snap_parse(int argc, char **argv, struct snap_args *a)
 {
@@ -460,15 +465,11 @@ static int snap_parse(int argc, char **argv, struct snap_args *a)
 		CLI_OPT_STR("dir", 0, &a->dir),
 		CLI_OPT_HELP,
 	};
-	const struct cli c = BENCH_CLI("snapshot");
+	const struct cli c = BENCH_CLI("snapshot", usage, 0);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
-	if (rc == CLI_HELP_ASKED) {
-		printf("%s", snapshot_usage);
-		return -1;
-	}
-	if (rc == CLI_EOPT)
-		fprintf(stderr, "%s", snapshot_usage);
-	return rc ? SB_USAGE : SB_OK;
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
+	return SB_OK;
 }
 
 /* --dir: a directory under which the store's socket path fits and
@@ -495,20 +496,10 @@ static int snapshot_dir(const char *dir, char *store, size_t cap)
  * malloc'd) or SB_FAIL after a message. */
 static int snapshot_input(const char *input, struct bench_data *data)
 {
-	FILE *f = fopen(input, "rb");
-	struct stat st;
-	float *tile = NULL;
-	if (!f || fstat(fileno(f), &st) != 0 || st.st_size < 4 || !(tile = malloc((size_t)st.st_size)) ||
-	    fread(tile, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+	if (!(data->tile = bench_read_f32(input, &data->ntile))) {
 		fprintf(stderr, "bench snapshot: cannot read --input %s\n", input);
-		if (f)
-			fclose(f);
-		free(tile);
 		return SB_FAIL;
 	}
-	fclose(f);
-	data->tile = tile;
-	data->ntile = (size_t)st.st_size / 4;
 	return SB_OK;
 }
 

@@ -328,6 +328,11 @@ static int device_opt(const struct cli *c, const char *opt, const char *v, void 
 static const char gpu_usage[] = "usage: snap_bench_gpu [--sizes 256M,1G,4G,8G] [--iters K] [--input FILE]\n"
 				"       (snapbench snapshot --device cuda takes the same options)\n";
 
+static void usage(FILE *f)
+{
+	fputs(gpu_usage, f);
+}
+
 /* 0 with a filled, -1 after --help, or the exit code 2 after a message. */
 static int gpu_parse(int argc, char **argv, struct gpu_args *a)
 {
@@ -339,16 +344,10 @@ static int gpu_parse(int argc, char **argv, struct gpu_args *a)
 		CLI_OPT_CALL("device", 0, NULL, device_opt), CLI_OPT_HELP,
 	};
 	const struct cli c = { .who = "snap_bench_gpu", .unknown_fmt = "%s: unknown or incomplete option '%s'",
-			       .max_pos = 0 };
+			       .max_pos = 0, .usage = usage };
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
-	if (rc == CLI_HELP_ASKED) {
-		printf("%s", gpu_usage);
-		return -1;
-	}
-	if (rc == CLI_EOPT)
-		fprintf(stderr, "%s", gpu_usage);
 	if (rc)
-		return 2;
+		return rc == CLI_HELP_ASKED ? -1 : 2;
 	a->iters = iters ? atoi(iters) : a->iters;
 	if (a->iters < 1 || a->iters > MAXI) {
 		fprintf(stderr, "--iters: 1..%d\n", MAXI);
@@ -360,15 +359,10 @@ static int gpu_parse(int argc, char **argv, struct gpu_args *a)
 /* --input's f32 values into *tile (*ntile of them): 0, or 1 after a message. */
 static int gpu_input(const char *input, float **tile, size_t *ntile)
 {
-	FILE *f = fopen(input, "rb");
-	struct stat st;
-	if (!f || fstat(fileno(f), &st) || st.st_size < 4 || !(*tile = malloc((size_t)st.st_size)) ||
-	    fread(*tile, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+	if (!(*tile = bench_read_f32(input, ntile))) {
 		fprintf(stderr, "cannot read --input %s\n", input);
 		return 1;
 	}
-	fclose(f);
-	*ntile = (size_t)st.st_size / 4;
 	return 0;
 }
 

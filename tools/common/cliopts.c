@@ -111,7 +111,8 @@ static int cli_unknown(const struct cli *c, const char *fmt, const char *arg)
 	return CLI_EOPT;
 }
 
-int cli_parse(const struct cli *c, int argc, char **argv, const struct cli_opt *opts, size_t n, int *first_pos)
+static int cli_options(const struct cli *c, int argc, char **argv, const struct cli_opt *opts, size_t n,
+		       int *first_pos)
 {
 	struct option lo[CLI_MAX_OPTS + 1];
 	char shorts[2 * CLI_MAX_OPTS + 2];
@@ -138,4 +139,14 @@ int cli_parse(const struct cli *c, int argc, char **argv, const struct cli_opt *
 	if (first_pos)
 		*first_pos = optind;
 	return CLI_OK;
+}
+
+int cli_parse(const struct cli *c, int argc, char **argv, const struct cli_opt *opts, size_t n, int *first_pos)
+{
+	int rc = cli_options(c, argc, argv, opts, n, first_pos);
+	if (c->usage && rc == CLI_HELP_ASKED)
+		c->usage(stdout);
+	else if (c->usage && (rc == CLI_EOPT || (rc == CLI_EVALUE && c->usage_on_value)))
+		c->usage(stderr);
+	return rc;
 }

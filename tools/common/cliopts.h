@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 struct cli;
 
@@ -41,6 +42,7 @@ struct cli_opt {
 #define CLI_OPT_HELP { .name = "help", .letter = 'h', .kind = CLI_HELP }
 #define CLI_OPT_FLAG(n, l, d) { .name = (n), .letter = (l), .kind = CLI_FLAG, .dst = (d) }
 #define CLI_OPT_STR(n, l, d) { .name = (n), .letter = (l), .kind = CLI_STR, .dst = (d) }
+/* d: a char array (its sizeof is the room) */
 #define CLI_OPT_BUF(n, l, d) { .name = (n), .letter = (l), .kind = CLI_BUF, .dst = (d), .hi = sizeof(d) }
 #define CLI_OPT_INT(n, l, d, a, b) { .name = (n), .letter = (l), .kind = CLI_INT, .dst = (d), .lo = (a), .hi = (b) }
 #define CLI_OPT_SIZE(n, l, d, a, b, words) \
@@ -56,6 +58,11 @@ struct cli {
 	const char *unknown_fmt, *missing_fmt;
 	int max_pos;              /* positionals allowed; more are refused as unknown; -1: any */
 	void (*error)(const char *line);   /* where a message goes (NULL: stderr) */
+	/* the command's usage, printed to stdout for --help and to stderr
+	 * after a refused option (after a refused value too when
+	 * usage_on_value); NULL: the caller prints its own */
+	void (*usage)(FILE *f);
+	int usage_on_value;
 };
 
 enum { CLI_OK = 0, CLI_HELP_ASKED = 1, CLI_EOPT = -1, CLI_EVALUE = -2 };
