@@ -33,9 +33,9 @@ struct opts {
  * needs to test it before printing.
  */
 int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos);
-/* Open the node store read-only; prints the error. 0 or ST_FAIL. */
 /* stderr logger for store scans. */
 void st_log(const char *msg);
+/* Open the node store read-only; prints the error. 0 or ST_FAIL. */
 int st_open_store(const struct opts *o, struct snap_store **s);
 /* Print s as a JSON string (quoted, escaped): paths and names given by the
  * user may hold quotes, backslashes or control characters. */
