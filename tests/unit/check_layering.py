@@ -14,6 +14,10 @@ dependencies"):
    the Castagnoli polynomial.
 5. libsnap.so exports only snap_* symbols, exactly those libsnap.map lists,
    and each is declared SNAP_API in a public header (given the library).
+6. tools/: a command's file (tools/snaptool/cmd/*.c, a snapbench benchmark's
+   bench_*.c) calls no function of another command's file, and no tools/
+   files call each other in a circle (read from the sources: non-static
+   definitions, and where another file names them).
 
 usage: check_layering.py SOURCE_DIR [libsnap.so]
 """
@@ -137,6 +141,64 @@ if lib:
         bad.append(f"SNAP_API in the public headers {sorted(declared - mapped)} not in libsnap.map; "
                    f"map names {sorted(mapped - declared)} not declared SNAP_API")
 
+# 6. tools/: one command per file, and the files of a program call each
+# other in no circle.
+def tools_calls(src):
+    """File -> the other tools/ files whose functions or globals it uses."""
+    files = [p for p in sources("tools") if p.endswith(".c")]
+    code, defs = {}, {}
+    for p in files:
+        text = re.sub(r"/\*.*?\*/|//[^\n]*", "", open(p, errors="replace").read(), flags=re.S)
+        text = re.sub(r'"(?:\\.|[^"\\])*"', '""', text)
+        code[p] = text
+        for name in re.findall(r"^(?!static\b)[A-Za-z_][^\n;{}()=]*?\b(\w+)\s*\([^;{}]*\)\s*\{", text, re.M):
+            defs.setdefault(name, p)
+        for name in re.findall(r"^(?!static\b|extern\b|typedef\b|struct\b|union\b|enum\b)[A-Za-z_]\w*"
+                               r"(?:\s+\w+)*\s+\**(\w+)\s*(?:\[[^\]]*\])?\s*(?:=[^;]*)?;", text, re.M):
+            defs.setdefault(name, p)
+    defs.pop("main", None)   # each program's own
+    calls = {p: {} for p in files}
+    words = {p: set(re.findall(r"\b\w+\b", code[p])) for p in files}
+    for name, owner in sorted(defs.items()):
+        for p in files:
+            if p != owner and name in words[p]:
+                calls[p].setdefault(owner, []).append(name)
+    return calls
+
+
+def is_command(p):
+    """A command's own file: snaptool's cmd/, or a snapbench benchmark (bench_<name>.c with its cmd_bench_)."""
+    r = rel(p)
+    if r.startswith("tools/snaptool/cmd/"):
+        return True
+    return r.startswith("tools/bench/bench_") and "cmd_bench_" in open(p, errors="replace").read()
+
+
+calls = tools_calls(src)
+for p, used in sorted(calls.items()):
+    for owner, names in sorted(used.items()):
+        if is_command(p) and is_command(owner):
+            bad.append(f"{rel(p)} uses {', '.join(names)} of {rel(owner)}: a command calls no other command; "
+                       "move what both need into the program's shared files")
+# No circle: a depth-first walk of the file graph.
+state = {}
+
+
+def walk(p, path):
+    state[p] = 1
+    for owner in sorted(calls[p]):
+        if state.get(owner) == 1:
+            cyc = path[path.index(owner):] + [owner]
+            bad.append("tools/ files call each other in a circle: " + " -> ".join(rel(x) for x in cyc))
+        elif owner not in state:
+            walk(owner, path + [owner])
+    state[p] = 2
+
+
+for p in sorted(calls):
+    if p not in state:
+        walk(p, [p])
+
 # The table above is the one in docs/design/components.md.
 design = open(os.path.join(src, "docs", "design", "components.md")).read()
 for comp, deps in DEPENDS.items():
@@ -154,4 +216,5 @@ if bad:
         print("  " + b)
     sys.exit(1)
 print(f"layering: {checked} includes in {len(COMPONENTS)} components follow the dependency table; "
-      f"one CRC32C; {'libsnap.so exports only the mapped snap_* API' if lib else 'exports not checked'}")
+      f"one CRC32C; tools/: no command calls another, no call circle among {len(calls)} files; "
+      f"{'libsnap.so exports only the mapped snap_* API' if lib else 'exports not checked'}")

@@ -19,6 +19,7 @@
 #include <zfp.h>
 #endif
 
+#include "cliopts.h"
 #include "snap/codec.h"
 #include "snapbench.h"
 
@@ -199,113 +200,166 @@ static int bench_zfp(struct row *r, const float *f, size_t n, size_t bytes_ref,
 }
 #endif
 
-int cmd_bench_codec(int argc, char **argv)
+struct codec_args {
+	const char *input, *dtname;
+	double bound, rel;
+	unsigned threads;
+	int reps, json;
+};
+
+/* SB_OK with a filled, -1 after --help, SB_USAGE. */
+static int codec_parse(int argc, char **argv, struct codec_args *a)
 {
-	const char *input = NULL, *dtname = "f32";
-	double bound = 1e-3, rel = 0;
-	unsigned threads = 1;
-	int reps = 5, json = 0;
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return SB_OK; }
-		else if (!strcmp(a, "--json")) json = 1;
-		else if (!v) { usage(stderr); return SB_USAGE; }
-		else if (!strcmp(a, "--input")) { input = v; i++; }
-		else if (!strcmp(a, "--dtype")) { dtname = v; i++; }
-		else if (!strcmp(a, "--bound")) { bound = strtod(v, NULL); i++; }
-		else if (!strcmp(a, "--rel")) { rel = strtod(v, NULL); i++; }
-		else if (!strcmp(a, "--threads")) { threads = (unsigned)strtoul(v, NULL, 10); i++; }
-		else if (!strcmp(a, "--reps")) { reps = atoi(v); i++; }
-		else { usage(stderr); return SB_USAGE; }
-	}
-	int dt = !strcmp(dtname, "f32") ? SNAP_DTYPE_F32 : !strcmp(dtname, "bf16") ? SNAP_DTYPE_BF16
-		: !strcmp(dtname, "f16") ? SNAP_DTYPE_F16 : -1;
-	if (!input || dt < 0 || !(bound > 0) || rel < 0 || reps < 1 || threads < 1 || threads > 64) {
-		usage(stderr);
-		return SB_USAGE;
-	}
+	const char *bound = NULL, *rel = NULL, *threads = NULL, *reps = NULL;
+	*a = (struct codec_args){ .dtname = "f32", .bound = 1e-3, .threads = 1, .reps = 5 };
+	const struct cli_opt opts[] = {
+		CLI_OPT_HELP,
+		CLI_OPT_FLAG("json", 0, &a->json),
+		CLI_OPT_STR("input", 0, &a->input),
+		CLI_OPT_STR("dtype", 0, &a->dtname),
+		CLI_OPT_STR("bound", 0, &bound),
+		CLI_OPT_STR("rel", 0, &rel),
+		CLI_OPT_STR("threads", 0, &threads),
+		CLI_OPT_STR("reps", 0, &reps),
+	};
+	const struct cli c = BENCH_CLI("codec", usage, 1);
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
+	a->bound = bound ? strtod(bound, NULL) : a->bound;
+	a->rel = rel ? strtod(rel, NULL) : a->rel;
+	a->threads = threads ? (unsigned)strtoul(threads, NULL, 10) : a->threads;
+	a->reps = reps ? atoi(reps) : a->reps;
+	return SB_OK;
+}
+
+/* --input's f32 values (*n of them), or NULL after a message. */
+static float *codec_read(const char *input, size_t *n)
+{
 	FILE *fp = fopen(input, "rb");
 	if (!fp) {
 		fprintf(stderr, "bench codec: %s: %s\n", input, strerror(errno));
-		return SB_FAIL;
+		return NULL;
 	}
 	fseek(fp, 0, SEEK_END);
 	long fsz = ftell(fp);
 	fseek(fp, 0, SEEK_SET);
-	size_t n = fsz > 0 ? (size_t)fsz / 4 : 0;
-	float *f = malloc(n * 4 + 4);
-	if (!f || fread(f, 4, n, fp) != n || n == 0) {
+	*n = fsz > 0 ? (size_t)fsz / 4 : 0;
+	float *f = malloc(*n * 4 + 4);
+	if (!f || fread(f, 4, *n, fp) != *n || *n == 0) {
 		fprintf(stderr, "bench codec: cannot read f32 values from %s\n", input);
 		fclose(fp);
 		free(f);
-		return SB_FAIL;
+		return NULL;
 	}
 	fclose(fp);
-	size_t es = snap_dtype_size(dt), bytes = n * es;
-	void *in = malloc(bytes), *out = malloc(bytes);
-	float *up = malloc(n * 4);
-	snap_codec_convert(dt, in, SNAP_DTYPE_F32, f, n);
-	snap_codec_convert(SNAP_DTYPE_F32, up, dt, in, n); /* exact upcast for ZFP */
+	return f;
+}
 
-	struct row rows[5];
-	int nr = 0, fail = 0;
-	memset(rows, 0, sizeof(rows));
-	struct snap_codec_params p = { SNAP_CODEC_LOSSLESS, dt, 0, 0 };
+/* The values as the benchmarked dtype (in) and back as f32 (up), n of them. */
+struct codec_input {
+	int dt;
+	size_t n, es, bytes;
+	void *in;
+	float *up;
+};
+
+/* Every codec's row on the input; how many rows, *fail when one could not run. */
+static int codec_rows(const struct codec_args *a, const struct codec_input *x, void *out, struct row *rows, int *fail)
+{
+	int nr = 0;
+	struct snap_codec_params p = { SNAP_CODEC_LOSSLESS, x->dt, 0, 0 };
 	rows[nr] = (struct row){ .codec = "snap-lossless", .note = "bit-exact" };
-	if (bench_ours(&rows[nr], &p, in, n, es, threads, reps, out)) fail = 1; else nr++;
+	if (bench_ours(&rows[nr], &p, x->in, x->n, x->es, a->threads, a->reps, out)) *fail = 1; else nr++;
 	p.codec = SNAP_CODEC_LOSSY_ABS;
-	p.bound = bound;
+	p.bound = a->bound;
 	rows[nr] = (struct row){ .codec = "snap-lossy", .note = "abs bound" };
-	if (bench_ours(&rows[nr], &p, in, n, es, threads, reps, out)) fail = 1; else nr++;
+	if (bench_ours(&rows[nr], &p, x->in, x->n, x->es, a->threads, a->reps, out)) *fail = 1; else nr++;
 	static char relnote[64];
-	if (rel > 0) {
+	if (a->rel > 0) {
 		p.codec = SNAP_CODEC_LOSSY_REL;
-		p.bound = rel;
+		p.bound = a->rel;
 		rows[nr] = (struct row){ .codec = "snap-lossy-rel" };
-		if (bench_ours(&rows[nr], &p, in, n, es, threads, reps, out)) {
-			fail = 1;
+		if (bench_ours(&rows[nr], &p, x->in, x->n, x->es, a->threads, a->reps, out)) {
+			*fail = 1;
 		} else {
 			snprintf(relnote, sizeof(relnote), "bound %.3g", rows[nr].bound);
 			rows[nr++].note = relnote;
 		}
 	}
 	rows[nr] = (struct row){ .codec = "lz4", .note = "default level" };
-	if (bench_lz4(&rows[nr], in, bytes, reps, out)) fail = 1; else nr++;
+	if (bench_lz4(&rows[nr], x->in, x->bytes, a->reps, out)) *fail = 1; else nr++;
 #ifdef SNAP_HAVE_ZFP
 	rows[nr] = (struct row){ .codec = "zfp",
-		.note = dt == SNAP_DTYPE_F32 ? "fixed accuracy" : "fixed accuracy, on upcast f32",
-		.bound = bound };
-	if (bench_zfp(&rows[nr], up, n, bytes, bound, reps)) fail = 1; else nr++;
+		.note = x->dt == SNAP_DTYPE_F32 ? "fixed accuracy" : "fixed accuracy, on upcast f32",
+		.bound = a->bound };
+	if (bench_zfp(&rows[nr], x->up, x->n, x->bytes, a->bound, a->reps)) *fail = 1; else nr++;
 #else
 	fprintf(stderr, "bench codec: built without libzfp; ZFP row left out\n");
 #endif
+	return nr;
+}
 
-	if (json) {
+static void codec_print(const struct codec_args *a, size_t n, const struct row *rows, int nr)
+{
+	if (a->json) {
 		printf("[");
 		for (int i = 0; i < nr; i++)
 			printf("%s\n {\"codec\": \"%s\", \"dtype\": \"%s\", \"values\": %zu, \"threads\": %u, "
 			       "\"bound\": %.6g, \"ratio\": %.4f, \"comp_gbps\": %.4f, \"decomp_gbps\": %.4f, "
 			       "\"max_err\": %.6g, \"ok\": %s}",
-			       i ? "," : "", rows[i].codec, dtname, n,
-			       strncmp(rows[i].codec, "snap", 4) ? 1 : threads,
+			       i ? "," : "", rows[i].codec, a->dtname, n,
+			       strncmp(rows[i].codec, "snap", 4) ? 1 : a->threads,
 			       rows[i].bound,
 			       rows[i].ratio, rows[i].comp_gbps, rows[i].decomp_gbps, rows[i].max_err,
 			       rows[i].ok ? "true" : "false");
 		printf("\n]\n");
-	} else {
-		printf("input %s: %zu values, dtype %s, bound %g, threads %u (ours), best of %d\n",
-		       input, n, dtname, bound, threads, reps);
-		printf("%-15s %7s %10s %12s %11s  %s\n", "codec", "ratio", "comp GB/s",
-		       "decomp GB/s", "max err", "note");
-		for (int i = 0; i < nr; i++)
-			printf("%-15s %7.3f %10.3f %12.3f %11.4g  %s%s\n", rows[i].codec, rows[i].ratio,
-			       rows[i].comp_gbps, rows[i].decomp_gbps, rows[i].max_err, rows[i].note,
-			       rows[i].ok ? "" : "  ** FAILED CHECK **");
+		return;
 	}
+	printf("input %s: %zu values, dtype %s, bound %g, threads %u (ours), best of %d\n",
+	       a->input, n, a->dtname, a->bound, a->threads, a->reps);
+	printf("%-15s %7s %10s %12s %11s  %s\n", "codec", "ratio", "comp GB/s",
+	       "decomp GB/s", "max err", "note");
+	for (int i = 0; i < nr; i++)
+		printf("%-15s %7.3f %10.3f %12.3f %11.4g  %s%s\n", rows[i].codec, rows[i].ratio,
+		       rows[i].comp_gbps, rows[i].decomp_gbps, rows[i].max_err, rows[i].note,
+		       rows[i].ok ? "" : "  ** FAILED CHECK **");
+}
+
+int cmd_bench_codec(int argc, char **argv)
+{
+	struct codec_args A;
+	int rc = codec_parse(argc, argv, &A);
+	if (rc)
+		return rc < 0 ? SB_OK : rc;
+	struct codec_input x = { .dt = !strcmp(A.dtname, "f32")	 ? SNAP_DTYPE_F32
+				       : !strcmp(A.dtname, "bf16") ? SNAP_DTYPE_BF16
+				       : !strcmp(A.dtname, "f16")  ? SNAP_DTYPE_F16
+								   : -1 };
+	if (!A.input || x.dt < 0 || !(A.bound > 0) || A.rel < 0 || A.reps < 1 || A.threads < 1 || A.threads > 64) {
+		usage(stderr);
+		return SB_USAGE;
+	}
+	float *f = codec_read(A.input, &x.n);
+	if (!f)
+		return SB_FAIL;
+	x.es = snap_dtype_size(x.dt);
+	x.bytes = x.n * x.es;
+	x.in = malloc(x.bytes);
+	x.up = malloc(x.n * 4);
+	void *out = malloc(x.bytes);
+	snap_codec_convert(x.dt, x.in, SNAP_DTYPE_F32, f, x.n);
+	snap_codec_convert(SNAP_DTYPE_F32, x.up, x.dt, x.in, x.n); /* exact upcast for ZFP */
+
+	struct row rows[5];
+	int fail = 0;
+	memset(rows, 0, sizeof(rows));
+	int nr = codec_rows(&A, &x, out, rows, &fail);
+	codec_print(&A, x.n, rows, nr);
 	int bad = fail;
 	for (int i = 0; i < nr; i++)
 		if (!rows[i].ok && strcmp(rows[i].codec, "zfp"))
 			bad = 1;
-	free(f); free(in); free(out); free(up);
+	free(f); free(x.in); free(out); free(x.up);
 	return bad ? SB_FAIL : SB_OK;
 }

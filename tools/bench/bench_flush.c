@@ -22,6 +22,7 @@
 #include <lz4.h>
 
 #include "bench_util.h"
+#include "cliopts.h"
 #include "snap/base.h"
 #include "snap/codec.h"
 #include "snap/io.h"
@@ -296,51 +297,138 @@ static double run_h5py(const char *dir, const char *data, size_t size, char *not
 	return (double)size / s / 1e9;
 }
 
-int cmd_bench_flush(int argc, char **argv)
+static int size_opt(const struct cli *c, const char *opt, const char *v, void *dst)
 {
-	size_t size = 0;
-	const char *dir = NULL;
-	char scratch[PATH_MAX] = "";
-	int json = 0;
-	for (int i = 1; i < argc; i++) {
-		if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-			usage(stdout);
-			return SB_OK;
-		} else if (strcmp(argv[i], "--size") == 0 && i + 1 < argc) {
-			uint64_t b;
-			if (snap_parse_size(argv[++i], &b)) {
-				fprintf(stderr, "snapbench flush: --size %s: expected a size like 64M or 1G\n", argv[i]);
-				return SB_USAGE;
-			}
-			size = (size_t)b;
-		} else if (strcmp(argv[i], "--dir") == 0 && i + 1 < argc) {
-			dir = argv[++i];
-		} else if (strcmp(argv[i], "--json") == 0) {
-			json = 1;
-		} else {
-			usage(stderr);
-			return SB_USAGE;
-		}
+	if (snap_parse_size(v, dst)) {
+		cli_error(c, "%s %s: expected a size like 64M or 1G", opt, v);
+		return -1;
 	}
-	size = size / 4096 * 4096;
-	if (size == 0) {
+	return 0;
+}
+
+/* SB_OK with *size (whole pages), *dir, *json; -1 after --help; SB_USAGE. */
+static int flush_parse(int argc, char **argv, size_t *size, const char **dir, int *json)
+{
+	uint64_t b = 0;
+	const struct cli_opt opts[] = {
+		CLI_OPT_HELP,
+		CLI_OPT_CALL("size", 0, &b, size_opt),
+		CLI_OPT_STR("dir", 0, dir),
+		CLI_OPT_FLAG("json", 0, json),
+	};
+	const struct cli c = BENCH_CLI("flush", usage, 0);
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
+	*size = (size_t)b / 4096 * 4096;
+	if (*size == 0) {
 		usage(stderr);
 		return SB_USAGE;
 	}
-	const char *data = find_data();
-	if (!data) {
+	return SB_OK;
+}
+
+/* What flush measured, as printed. */
+struct flush_figures {
+	double none, lz4, fl, fa, r1, r2, r3, fio, h5, lzm, lz4_limit, c[4];
+	char fio_note[128], h5_note[128];
+};
+
+/* The weights, size bytes of them in a page-aligned buffer; NULL after a message. */
+static unsigned char *flush_data(size_t size, const char **data)
+{
+	*data = find_data();
+	if (!*data) {
 		const char *e = getenv("SNAP_BENCH_DATA");
 		fprintf(stderr, "bench flush: weights file not found: SNAP_BENCH_DATA is %s%s%s, and neither %s nor %s "
 			"is readable from the working directory (set SNAP_BENCH_DATA to ppocr_v4_rec.f32)\n",
 			e ? "'" : "", e ? e : "unset", e ? "' (not readable)" : "", data_paths[0], data_paths[1]);
-		return SB_FAIL;
+		return NULL;
 	}
 	unsigned char *buf = NULL;
-	if (posix_memalign((void **)&buf, 4096, size) != 0 || fill(buf, size, data) < 0) {
-		fprintf(stderr, "bench flush: cannot prepare %zu bytes from %s\n", size, data);
+	if (posix_memalign((void **)&buf, 4096, size) != 0 || fill(buf, size, *data) < 0) {
+		fprintf(stderr, "bench flush: cannot prepare %zu bytes from %s\n", size, *data);
 		free(buf);
-		return SB_FAIL;
+		return NULL;
 	}
+	return buf;
+}
+
+/* snapio's four ways, then fio, LZ4 in memory and h5py, in dir. */
+static void flush_measure(const char *dir, const char *data, unsigned char *buf, size_t size,
+			  struct flush_figures *f)
+{
+	char job[64], rm[4096];
+	snprintf(job, sizeof job, "bench-%d", (int)getpid());
+	double r0 = 1;
+	f->r1 = f->r2 = f->r3 = 1;
+	f->none = run_flush(dir, job, 1, SNAP_IO_CODEC_NONE, buf, size, &r0);
+	f->c[0] = cached_mib(dir, job, 1);
+	f->lz4 = run_flush(dir, job, 2, SNAP_IO_CODEC_LZ4, buf, size, &f->r1);
+	f->c[1] = cached_mib(dir, job, 2);
+	f->fl = run_frames(dir, job, 3, SNAP_CODEC_LOSSLESS, 0, buf, size, &f->r2);
+	f->c[2] = cached_mib(dir, job, 3);
+	f->fa = run_frames(dir, job, 4, SNAP_CODEC_LOSSY_ABS, 1e-3, buf, size, &f->r3);
+	f->c[3] = cached_mib(dir, job, 4);
+	if (snprintf(rm, sizeof rm, "rm -rf '%s/%s'", dir, job) >= (int)sizeof rm || system(rm) != 0)
+		fprintf(stderr, "bench flush: could not remove %s/%s\n", dir, job);
+	f->fio = run_fio(dir, size, f->fio_note, sizeof f->fio_note);
+	f->lzm = lz4_in_memory(buf, size);
+	/* An LZ4 flush writes the compressed bytes: its limit in raw GB/s is the
+	 * slower of compressing and writing them. */
+	f->lz4_limit = f->fio > 0 && f->lzm > 0 ? (f->fio * f->r1 < f->lzm ? f->fio * f->r1 : f->lzm) : -1;
+	f->h5 = run_h5py(dir, data, size, f->h5_note, sizeof f->h5_note);
+}
+
+static void flush_json(size_t size, const char *dir, const struct flush_figures *f)
+{
+	printf("{\"size\": %zu, \"dir\": \"%s\", \"flush_gbps\": %.3f, \"flush_lz4_gbps\": %.3f, "
+	       "\"lz4_ratio\": %.4f, \"frames_lossless_gbps\": %.3f, \"frames_lossless_ratio\": %.4f, "
+	       "\"frames_lossy_gbps\": %.3f, \"frames_lossy_ratio\": %.4f, \"fio_gbps\": %.3f, "
+	       "\"h5py_gbps\": %.3f, \"flush_vs_fio\": %.3f, \"lz4_memory_gbps\": %.3f, "
+	       "\"flush_lz4_vs_limit\": %.3f, \"cached_mib\": {\"none\": %.1f, \"lz4\": %.1f, "
+	       "\"frames_lossless\": %.1f, \"frames_lossy\": %.1f}}\n",
+	       size, dir, f->none, f->lz4, f->r1, f->fl, f->r2, f->fa, f->r3, f->fio, f->h5,
+	       f->fio > 0 ? f->none / f->fio : -1.0, f->lzm, f->lz4_limit > 0 ? f->lz4 / f->lz4_limit : -1.0, f->c[0],
+	       f->c[1], f->c[2], f->c[3]);
+}
+
+static void flush_text(size_t size, const char *dir, const struct flush_figures *f)
+{
+	printf("flush benchmark: %zu bytes of fp32 weights in %s\n", size, dir);
+	printf("  %-34s %8s   %s\n", "path", "GB/s", "(left in the page cache)");
+	printf("  %-34s %8.3f   (%.0f MiB)\n", "snapio codec=none (io_uring)", f->none, f->c[0]);
+	printf("  %-34s %8.3f   (ratio %.4f; %.0f MiB)\n", "snapio codec=lz4 (io_uring)", f->lz4, f->r1, f->c[1]);
+	printf("  %-34s %8.3f   (ratio %.4f; raw GB/s; %.0f MiB)\n", "snapio frames, lossless (io_uring)", f->fl, f->r2,
+	       f->c[2]);
+	printf("  %-34s %8.3f   (ratio %.4f; raw GB/s; %.0f MiB)\n", "snapio frames, lossy abs 1e-3", f->fa, f->r3,
+	       f->c[3]);
+	if (f->fio > 0)
+		printf("  %-34s %8.3f   (snapio none = %.0f%% of fio)\n", "fio write 4M direct io_uring qd8", f->fio,
+		       100 * f->none / f->fio);
+	else
+		printf("  %-34s %8s   %s\n", "fio", "-", f->fio_note);
+	if (f->lzm > 0 && f->lz4_limit > 0)
+		printf("  %-34s %8.3f   (snapio lz4 = %.0f%% of min(this, fio x ratio))\n",
+		       "lz4 in memory, 1 thread", f->lzm, 100 * f->lz4 / f->lz4_limit);
+	if (f->h5 > 0)
+		printf("  %-34s %8.3f\n", "h5py plain write", f->h5);
+	else
+		printf("  %-34s %8s   %s\n", "h5py", "-", f->h5_note);
+}
+
+int cmd_bench_flush(int argc, char **argv)
+{
+	size_t size = 0;
+	const char *dir = NULL, *data;
+	char scratch[PATH_MAX] = "", rm[4096];
+	int json = 0;
+	int rc = flush_parse(argc, argv, &size, &dir, &json);
+	if (rc)
+		return rc < 0 ? SB_OK : rc;
+	unsigned char *buf = flush_data(size, &data);
+	if (!buf)
+		return SB_FAIL;
 	if (!dir) {
 		const char *tmp = getenv("TMPDIR");
 		snprintf(scratch, sizeof scratch, "%s/snapbench-flush-XXXXXX", tmp && *tmp ? tmp : "/tmp");
@@ -352,61 +440,17 @@ int cmd_bench_flush(int argc, char **argv)
 		}
 		dir = scratch;
 	}
-	char job[64], fio_note[128] = "", h5_note[128] = "", rm[4096];
-	snprintf(job, sizeof job, "bench-%d", (int)getpid());
-	double r0 = 1, r1 = 1;
-	double none = run_flush(dir, job, 1, SNAP_IO_CODEC_NONE, buf, size, &r0), c[4];
-	c[0] = cached_mib(dir, job, 1);
-	double lz4 = run_flush(dir, job, 2, SNAP_IO_CODEC_LZ4, buf, size, &r1);
-	c[1] = cached_mib(dir, job, 2);
-	double r2 = 1, r3 = 1;
-	double fl = run_frames(dir, job, 3, SNAP_CODEC_LOSSLESS, 0, buf, size, &r2);
-	c[2] = cached_mib(dir, job, 3);
-	double fa = run_frames(dir, job, 4, SNAP_CODEC_LOSSY_ABS, 1e-3, buf, size, &r3);
-	c[3] = cached_mib(dir, job, 4);
-	if (snprintf(rm, sizeof rm, "rm -rf '%s/%s'", dir, job) >= (int)sizeof rm || system(rm) != 0)
-		fprintf(stderr, "bench flush: could not remove %s/%s\n", dir, job);
-	double fio = run_fio(dir, size, fio_note, sizeof fio_note);
-	double lzm = lz4_in_memory(buf, size);
-	/* An LZ4 flush writes the compressed bytes: its limit in raw GB/s is the
-	 * slower of compressing and writing them. */
-	double lz4_limit = fio > 0 && lzm > 0 ? (fio * r1 < lzm ? fio * r1 : lzm) : -1;
-	double h5 = run_h5py(dir, data, size, h5_note, sizeof h5_note);
+	static struct flush_figures F;
+	flush_measure(dir, data, buf, size, &F);
 	free(buf);
 	/* The scratch directory is ours: it goes whole, with whatever a failed step left. */
 	if (scratch[0]) {
 		if (snprintf(rm, sizeof rm, "rm -rf '%s'", scratch) >= (int)sizeof rm || system(rm) != 0)
 			fprintf(stderr, "bench flush: could not remove %s\n", scratch);
 	}
-	if (json) {
-		printf("{\"size\": %zu, \"dir\": \"%s\", \"flush_gbps\": %.3f, \"flush_lz4_gbps\": %.3f, "
-		       "\"lz4_ratio\": %.4f, \"frames_lossless_gbps\": %.3f, \"frames_lossless_ratio\": %.4f, "
-		       "\"frames_lossy_gbps\": %.3f, \"frames_lossy_ratio\": %.4f, \"fio_gbps\": %.3f, "
-		       "\"h5py_gbps\": %.3f, \"flush_vs_fio\": %.3f, \"lz4_memory_gbps\": %.3f, "
-		       "\"flush_lz4_vs_limit\": %.3f, \"cached_mib\": {\"none\": %.1f, \"lz4\": %.1f, "
-		       "\"frames_lossless\": %.1f, \"frames_lossy\": %.1f}}\n",
-		       size, dir, none, lz4, r1, fl, r2, fa, r3, fio, h5, fio > 0 ? none / fio : -1.0, lzm,
-		       lz4_limit > 0 ? lz4 / lz4_limit : -1.0, c[0], c[1], c[2], c[3]);
-	} else {
-		printf("flush benchmark: %zu bytes of fp32 weights in %s\n", size, dir);
-		printf("  %-34s %8s   %s\n", "path", "GB/s", "(left in the page cache)");
-		printf("  %-34s %8.3f   (%.0f MiB)\n", "snapio codec=none (io_uring)", none, c[0]);
-		printf("  %-34s %8.3f   (ratio %.4f; %.0f MiB)\n", "snapio codec=lz4 (io_uring)", lz4, r1, c[1]);
-		printf("  %-34s %8.3f   (ratio %.4f; raw GB/s; %.0f MiB)\n", "snapio frames, lossless (io_uring)", fl, r2,
-		       c[2]);
-		printf("  %-34s %8.3f   (ratio %.4f; raw GB/s; %.0f MiB)\n", "snapio frames, lossy abs 1e-3", fa, r3, c[3]);
-		if (fio > 0)
-			printf("  %-34s %8.3f   (snapio none = %.0f%% of fio)\n", "fio write 4M direct io_uring qd8", fio,
-			       100 * none / fio);
-		else
-			printf("  %-34s %8s   %s\n", "fio", "-", fio_note);
-		if (lzm > 0 && lz4_limit > 0)
-			printf("  %-34s %8.3f   (snapio lz4 = %.0f%% of min(this, fio x ratio))\n",
-			       "lz4 in memory, 1 thread", lzm, 100 * lz4 / lz4_limit);
-		if (h5 > 0)
-			printf("  %-34s %8.3f\n", "h5py plain write", h5);
-		else
-			printf("  %-34s %8s   %s\n", "h5py", "-", h5_note);
-	}
-	return none > 0 && lz4 > 0 && fl > 0 && fa > 0 ? SB_OK : SB_FAIL;
+	if (json)
+		flush_json(size, dir, &F);
+	else
+		flush_text(size, dir, &F);
+	return F.none > 0 && F.lz4 > 0 && F.fl > 0 && F.fa > 0 ? SB_OK : SB_FAIL;
 }

@@ -41,7 +41,6 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,36 +49,13 @@
 #include <unistd.h>
 
 #include "bench_mesh.h"
-#include "bench_opts.h"
 #include "bench_proc.h"
 #include "bench_util.h"
+#include "cliopts.h"
 #include "snap/base.h"
 #include "snap/ec.h"
 #include "snap/snap.h"
 #include "snapbench.h"
-
-volatile sig_atomic_t bm_stop;
-
-static void on_signal(int sig)
-{
-	bm_stop = sig;
-}
-
-void bm_nap_ms(int ms)
-{
-	struct timespec ts = { 0, ms * 1000000L };
-	nanosleep(&ts, NULL);
-}
-
-void bm_fail(const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	fprintf(stderr, "snapbench mesh: ");
-	vfprintf(stderr, fmt, ap);
-	fputc('\n', stderr);
-	va_end(ap);
-}
 
 static void usage(FILE *f)
 {
@@ -249,47 +225,70 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	return 0;
 }
 
-static void report(const struct mesh *ms, uint64_t size, int steps, const struct result *R, int json)
+/* The figures report_json and report_text print, from a run's result. */
+struct summary {
+	int cold;
+	double steady, wall, commit, cold_max, gb, prot, reb;
+	double cpu_prot, cpu_reb, prot_ceiling, reb_ceiling;
+};
+
+static void summarize(int steps, const struct result *R, struct summary *S)
 {
-	int cold = SLOTS + 1;
-	double steady = median_of(R->prot_s, cold, steps), wall = median_of(R->wall_s, cold, steps);
-	double commit = median_of(R->commit_s, cold, steps), cold_max = 0, gb = (double)R->data / 1e9;
+	int cold = S->cold = SLOTS + 1;
+	S->steady = median_of(R->prot_s, cold, steps);
+	S->wall = median_of(R->wall_s, cold, steps);
+	S->commit = median_of(R->commit_s, cold, steps);
+	S->cold_max = 0;
+	S->gb = (double)R->data / 1e9;
 	for (int i = 0; i < cold; i++)
-		cold_max = R->prot_s[i] > cold_max ? R->prot_s[i] : cold_max;
-	double prot = gb / steady, reb = gb / (R->rebuild_ms / 1e3);
+		S->cold_max = R->prot_s[i] > S->cold_max ? R->prot_s[i] : S->cold_max;
+	S->prot = S->gb / S->steady;
+	S->reb = S->gb / (R->rebuild_ms / 1e3);
 	/* CPU seconds per GB, and the ceiling they set (bench_cpu_ceiling). */
-	double cpu_prot = median_of(R->cpu_s, cold, steps) / gb, cpu_reb = R->rebuild_cpu_s / gb;
-	double prot_ceiling = bench_cpu_ceiling(R->cores, cpu_prot, R->lib_move);
-	double reb_ceiling = bench_cpu_ceiling(R->cores, cpu_reb, R->lib_raw_dec);
-	if (json) {
-		printf("{\"shape\":\"%d+%d\",\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"steps\":%d,"
-		       "\"store_hugepages\":%s,\"protected_bytes\":%" PRIu64 ",\"parity_bytes\":%" PRIu64
-		       ",\"protect_cold_s\":[", ms->k, ms->m, ms->k, ms->m, ms->nodes, size, steps,
-		       ms->huge == 1 ? "true" : "false", R->data, R->parity);
-		for (int i = 0; i < cold; i++)
-			printf("%s%.6f", i ? "," : "", R->prot_s[i]);
-		printf("],\"protect_steady_s\":%.6f,\"protect_gbps\":%.3f,\"protect_cold_gbps\":%.3f,"
-		       "\"commit_s\":%.6f,\"save_to_protected_s\":%.6f,\"lost_nodes\":[",
-		       steady, prot, gb / cold_max, commit, wall);
-		for (int i = 0; i < ms->m; i++)
-			printf("%s%d", i ? "," : "", i);
-		printf("],\"rebuild_s\":%.6f,\"rebuild_phases_ms\":{\"files\":%.1f,\"exchange\":%.1f,\"publish\":%.1f},"
-		       "\"rebuild_gbps\":%.3f,\"relaunch_to_serving_s\":%.3f,\"relaunch_to_restored_s\":%.3f,"
-		       "\"restore_s\":%.6f,\"restored_bytes_checked\":%" PRIu64 ",\"relaunch_together_to_restored_s\":%.3f,"
-		       "\"restore_together_s\":%.6f,",
-		       R->rebuild_ms / 1e3, R->files, R->exchange, R->publish, reb, R->serving, R->restored,
-		       R->restore_max, (uint64_t)ms->nodes * (size / 8 * 8), R->restored_together, R->restore_max_together);
-		printf("\"library\":{\"mpi_move_gbps\":%.3f,\"raw_encode_gbps\":%.3f,\"mesh_encode_gbps\":%.3f,"
-		       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,\"mpi_move_cpu_s_per_gb\":%.4f,"
-		       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f},"
-		       "\"cores\":%.0f,\"protect_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,"
-		       "\"protect_vs_mpi_move\":%.3f,\"protect_vs_mpi_move_cpu_ceiling\":%.3f,"
-		       "\"rebuild_vs_raw_decode\":%.3f,\"rebuild_vs_raw_decode_cpu_ceiling\":%.3f}\n",
-		       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, R->lib_move_cpu,
-		       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, cpu_prot, cpu_reb, prot / R->lib_move,
-		       prot_ceiling, reb / R->lib_raw_dec, reb_ceiling);
-		return;
-	}
+	S->cpu_prot = median_of(R->cpu_s, cold, steps) / S->gb;
+	S->cpu_reb = R->rebuild_cpu_s / S->gb;
+	S->prot_ceiling = bench_cpu_ceiling(R->cores, S->cpu_prot, R->lib_move);
+	S->reb_ceiling = bench_cpu_ceiling(R->cores, S->cpu_reb, R->lib_raw_dec);
+}
+
+static void report_json(const struct mesh *ms, uint64_t size, int steps, const struct result *R,
+			const struct summary *S)
+{
+	printf("{\"shape\":\"%d+%d\",\"k\":%d,\"m\":%d,\"nodes\":%d,\"size\":%" PRIu64 ",\"steps\":%d,"
+	       "\"store_hugepages\":%s,\"protected_bytes\":%" PRIu64 ",\"parity_bytes\":%" PRIu64
+	       ",\"protect_cold_s\":[", ms->k, ms->m, ms->k, ms->m, ms->nodes, size, steps,
+	       ms->huge == 1 ? "true" : "false", R->data, R->parity);
+	for (int i = 0; i < S->cold; i++)
+		printf("%s%.6f", i ? "," : "", R->prot_s[i]);
+	printf("],\"protect_steady_s\":%.6f,\"protect_gbps\":%.3f,\"protect_cold_gbps\":%.3f,"
+	       "\"commit_s\":%.6f,\"save_to_protected_s\":%.6f,\"lost_nodes\":[",
+	       S->steady, S->prot, S->gb / S->cold_max, S->commit, S->wall);
+	for (int i = 0; i < ms->m; i++)
+		printf("%s%d", i ? "," : "", i);
+	printf("],\"rebuild_s\":%.6f,\"rebuild_phases_ms\":{\"files\":%.1f,\"exchange\":%.1f,\"publish\":%.1f},"
+	       "\"rebuild_gbps\":%.3f,\"relaunch_to_serving_s\":%.3f,\"relaunch_to_restored_s\":%.3f,"
+	       "\"restore_s\":%.6f,\"restored_bytes_checked\":%" PRIu64 ",\"relaunch_together_to_restored_s\":%.3f,"
+	       "\"restore_together_s\":%.6f,",
+	       R->rebuild_ms / 1e3, R->files, R->exchange, R->publish, S->reb, R->serving, R->restored,
+	       R->restore_max, (uint64_t)ms->nodes * (size / 8 * 8), R->restored_together, R->restore_max_together);
+	printf("\"library\":{\"mpi_move_gbps\":%.3f,\"raw_encode_gbps\":%.3f,\"mesh_encode_gbps\":%.3f,"
+	       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,\"mpi_move_cpu_s_per_gb\":%.4f,"
+	       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f},"
+	       "\"cores\":%.0f,\"protect_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,"
+	       "\"protect_vs_mpi_move\":%.3f,\"protect_vs_mpi_move_cpu_ceiling\":%.3f,"
+	       "\"rebuild_vs_raw_decode\":%.3f,\"rebuild_vs_raw_decode_cpu_ceiling\":%.3f}\n",
+	       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, R->lib_move_cpu,
+	       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, S->cpu_prot, S->cpu_reb, S->prot / R->lib_move,
+	       S->prot_ceiling, S->reb / R->lib_raw_dec, S->reb_ceiling);
+}
+
+static void report_text(const struct mesh *ms, uint64_t size, int steps, const struct result *R,
+			const struct summary *S)
+{
+	int cold = S->cold;
+	double steady = S->steady, wall = S->wall, commit = S->commit, cold_max = S->cold_max, gb = S->gb;
+	double prot = S->prot, reb = S->reb, cpu_prot = S->cpu_prot, cpu_reb = S->cpu_reb;
+	double prot_ceiling = S->prot_ceiling, reb_ceiling = S->reb_ceiling;
 	printf("mesh bench: %d nodes (%d+%d) of real snapsmp daemons on this host, %.1f MiB per node, "
 	       "%.3f GB of protected data per step; GB/s of protected data\n",
 	       ms->nodes, ms->k, ms->m, size / 1048576.0, gb);
@@ -325,86 +324,89 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	       R->restored_together);
 }
 
-int cmd_bench_mesh(int argc, char **argv)
+struct mesh_args {
+	int k, m, nodes, steps, json;
+	uint64_t size;
+	const char *dir;
+};
+
+/* SB_OK with a filled, -1 after --help, SB_USAGE. */
+static int mesh_parse(int argc, char **argv, struct mesh_args *a)
 {
-	int k = 3, m = 1, nodes = 0, steps = 8, json = 0;
-	uint64_t size = 256ull << 20;
-	const char *dir = "/dev/shm";
-	for (int i = 1; i < argc; i++) {
-		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-		int bad = 0;
-		if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-			usage(stdout);
-			return SB_OK;
-		} else if (!strcmp(a, "--json")) {
-			json = 1;
-		} else if (v && !strcmp(a, "--k")) {
-			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &k), i++;
-		} else if (v && !strcmp(a, "--m")) {
-			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &m), i++;
-		} else if (v && !strcmp(a, "--nodes")) {
-			bad = bench_opt_int("mesh", a, v, 2, MAX_NODES, &nodes), i++;
-		} else if (v && !strcmp(a, "--steps")) {
-			bad = bench_opt_int("mesh", a, v, SLOTS + 2, MAX_STEPS, &steps), i++;
-		} else if (v && !strcmp(a, "--size")) {
-			bad = bench_opt_size("mesh", a, v, 8, 64ull << 30, "8 bytes to 64G", &size), i++;
-		} else if (v && !strcmp(a, "--dir")) {
-			dir = v, i++;
-		} else {
-			bm_fail("unknown or incomplete option '%s'", a);
-			bad = 1;
-		}
-		if (bad) {
-			usage(stderr);
-			return SB_USAGE;
-		}
-	}
-	nodes = nodes ? nodes : k + m;
+	*a = (struct mesh_args){ .k = 3, .m = 1, .steps = 8, .size = 256ull << 20, .dir = "/dev/shm" };
+	const struct cli_opt opts[] = {
+		CLI_OPT_HELP,
+		CLI_OPT_FLAG("json", 0, &a->json),
+		CLI_OPT_INT("k", 0, &a->k, 1, SNAP_EC_MAX_GROUP - 1),
+		CLI_OPT_INT("m", 0, &a->m, 1, SNAP_EC_MAX_GROUP - 1),
+		CLI_OPT_INT("nodes", 0, &a->nodes, 2, MAX_NODES),
+		CLI_OPT_INT("steps", 0, &a->steps, SLOTS + 2, MAX_STEPS),
+		CLI_OPT_SIZE("size", 0, &a->size, 8, 64ull << 30, "8 bytes to 64G"),
+		CLI_OPT_STR("dir", 0, &a->dir),
+	};
+	const struct cli c = BENCH_CLI("mesh", usage, 1);
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : SB_USAGE;
+	a->nodes = a->nodes ? a->nodes : a->k + a->m;
 	struct snap_ec_group g;
 	char err[256];
+	int k = a->k, m = a->m, nodes = a->nodes;
 	if (nodes < k + m || nodes > MAX_NODES || snap_ec_group_of(nodes, k, m, 0, 0, &g, err, sizeof(err))) {
 		bm_fail("--nodes %d in groups of %d+%d: %s", nodes, k, m,
 		     nodes < k + m ? "need at least K+M nodes (group 0, the one that loses nodes, is measured)"
 				   : nodes > MAX_NODES ? "too many" : err);
 		return SB_USAGE;
 	}
-	struct mesh ms = { .k = k, .m = m, .nodes = nodes, .dir = dir };
+	return SB_OK;
+}
+
+/* The mesh's programs, paths and budget; its base folder made. SB_OK, or
+ * SB_USAGE / SB_FAIL after a message. */
+static int mesh_setup(const struct mesh_args *a, struct mesh *ms)
+{
+	*ms = (struct mesh){ .k = a->k, .m = a->m, .nodes = a->nodes, .dir = a->dir };
 	static const char *const cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
-	bench_find_prog(ms.smp, sizeof(ms.smp), "SNAPSMP", "snapsmp", cand, 2);
-	ms.mpiexec = getenv("MPIEXEC") && *getenv("MPIEXEC") ? getenv("MPIEXEC") : "mpiexec";
+	bench_find_prog(ms->smp, sizeof(ms->smp), "SNAPSMP", "snapsmp", cand, 2);
+	ms->mpiexec = getenv("MPIEXEC") && *getenv("MPIEXEC") ? getenv("MPIEXEC") : "mpiexec";
 	/* 3 slots of data and the parity of 2 steps (the protected one and the next), and room */
-	ms.mem_limit = 4 * size + 4 * ((uint64_t)m * size / (uint64_t)k + 1) + (64ull << 20);
+	ms->mem_limit = 4 * a->size + 4 * ((uint64_t)a->m * a->size / (uint64_t)a->k + 1) + (64ull << 20);
 	const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
-	snprintf(ms.base, sizeof(ms.base), "%s/snapbench-mesh-%d", dir, (int)getpid());
-	snprintf(ms.log, sizeof(ms.log), "%s/snapbench-mesh-%d.log", tmp, (int)getpid());
+	snprintf(ms->base, sizeof(ms->base), "%s/snapbench-mesh-%d", a->dir, (int)getpid());
+	snprintf(ms->log, sizeof(ms->log), "%s/snapbench-mesh-%d.log", tmp, (int)getpid());
 	char probe[SNAP_PATH_MAX];
-	if (node_path(&ms, nodes - 1, "smp.sock", probe, sizeof(probe))) {
-		bm_fail("--dir %s: too long: the node stores' socket paths must fit in %d bytes", dir, SNAP_PATH_MAX - 1);
+	if (node_path(ms, a->nodes - 1, "smp.sock", probe, sizeof(probe))) {
+		bm_fail("--dir %s: too long: the node stores' socket paths must fit in %d bytes", a->dir,
+			SNAP_PATH_MAX - 1);
 		return SB_USAGE;
 	}
-	if (mkdir(ms.base, 0700)) {
-		bm_fail("cannot create %s: %s", ms.base, strerror(errno));
+	if (mkdir(ms->base, 0700)) {
+		bm_fail("cannot create %s: %s", ms->base, strerror(errno));
 		return SB_FAIL;
 	}
-	ms.huge = snap_store_hugepages(ms.base, ms.fs, sizeof(ms.fs));
-	unlink(ms.log);
-	struct sigaction sa = { .sa_handler = on_signal }, ign = { .sa_handler = SIG_IGN }, old_int, old_term, old_pipe;
-	sigemptyset(&sa.sa_mask);
-	sigemptyset(&ign.sa_mask);
-	sigaction(SIGINT, &sa, &old_int);
-	sigaction(SIGTERM, &sa, &old_term);
-	/* A trainer that died must not take the benchmark with it when it is
-	 * told to go: the mesh (in a session of its own) would outlive us. */
-	sigaction(SIGPIPE, &ign, &old_pipe);
+	ms->huge = snap_store_hugepages(ms->base, ms->fs, sizeof(ms->fs));
+	unlink(ms->log);
+	return SB_OK;
+}
+
+int cmd_bench_mesh(int argc, char **argv)
+{
+	struct mesh_args a;
+	struct mesh ms;
+	int rc = mesh_parse(argc, argv, &a);
+	if (rc)
+		return rc < 0 ? SB_OK : rc;
+	if ((rc = mesh_setup(&a, &ms)))
+		return rc;
+	struct bm_signals old;
+	bm_signals_catch(&old);
 	static struct result R;
 	R.cores = bench_cores();
-	int rc = run(&ms, size, steps, &R);
+	rc = run(&ms, a.size, a.steps, &R);
 	if (bench_rm_tree(ms.base))
 		bm_fail("could not remove %s: %s", ms.base, strerror(errno));
 	free(ms.text);
-	sigaction(SIGINT, &old_int, NULL);
-	sigaction(SIGTERM, &old_term, NULL);
-	sigaction(SIGPIPE, &old_pipe, NULL);
+	bm_signals_restore(&old);
 	if (bm_stop) {
 		bm_fail("stopped by signal %d; the mesh and the trainers were killed, the stores removed", (int)bm_stop);
 		unlink(ms.log);
@@ -415,9 +417,13 @@ int cmd_bench_mesh(int argc, char **argv)
 		return SB_FAIL;
 	}
 	unlink(ms.log);
-	if (library(&ms, size, &R))
+	if (library(&ms, a.size, &R))
 		return SB_FAIL;
-	report(&ms, size, steps, &R, json);
+	struct summary S;
+	summarize(a.steps, &R, &S);
+	if (a.json)
+		report_json(&ms, a.size, a.steps, &R, &S);
+	else
+		report_text(&ms, a.size, a.steps, &R, &S);
 	return SB_OK;
 }
-

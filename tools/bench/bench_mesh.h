@@ -2,7 +2,10 @@
 /*
  * bench_mesh.h - the parts of `snapbench mesh` (bench_mesh.c says what it
  * measures): the mesh as processes and its log (bench_mesh_nodes.c), the
- * trainer processes (bench_mesh_trainers.c), and what they share.
+ * trainer processes (bench_mesh_trainers.c), and what they share
+ * (bench_mesh_util.c). The driver calls the nodes and the trainers, the
+ * trainers ask the nodes whether the mesh still runs, all three use the
+ * util; nothing calls back up.
  */
 #ifndef SNAP_BENCH_MESH_H
 #define SNAP_BENCH_MESH_H
@@ -22,9 +25,19 @@
 /* Set by SIGINT/SIGTERM: every wait gives up, the caller cleans up. */
 extern volatile sig_atomic_t bm_stop;
 
+/* ---- shared by the three parts (bench_mesh_util.c) ---- */
+
 /* "snapbench mesh: " + the message on stderr. */
 void bm_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void bm_nap_ms(int ms);
+
+/* SIGINT and SIGTERM set bm_stop, SIGPIPE is ignored, for the run; then
+ * what was there before. */
+struct bm_signals {
+	struct sigaction intr, term, pipe;
+};
+void bm_signals_catch(struct bm_signals *old);
+void bm_signals_restore(const struct bm_signals *old);
 
 /* ---- the mesh: mpiexec in a session of its own (bench_mesh_nodes.c) ---- */
 

@@ -3,7 +3,8 @@
  * bench_util.h - what the benchmark programs share: a monotonic clock, the
  * cores they may use,
  * the median of a run's samples, finding the snapsmp (or another program)
- * they start, and the Python they run the alternatives with.
+ * they start, reading an --input file of f32 values, and the Python they
+ * run the alternatives with.
  */
 #ifndef SNAP_BENCH_UTIL_H
 #define SNAP_BENCH_UTIL_H
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -84,6 +86,25 @@ static inline void bench_find_prog(char *out, size_t cap, const char *env_var, c
 		}
 	}
 	snprintf(out, cap, "%s", name);
+}
+
+/* A file of raw f32 values (at least one), malloc'd, *n of them; NULL when
+ * it cannot be read (the caller says so). */
+static inline float *bench_read_f32(const char *path, size_t *n)
+{
+	FILE *f = fopen(path, "rb");
+	struct stat st;
+	float *v = NULL;
+	if (!f || fstat(fileno(f), &st) != 0 || st.st_size < 4 || !(v = malloc((size_t)st.st_size)) ||
+	    fread(v, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
+		if (f)
+			fclose(f);
+		free(v);
+		return NULL;
+	}
+	fclose(f);
+	*n = (size_t)st.st_size / 4;
+	return v;
 }
 
 /*

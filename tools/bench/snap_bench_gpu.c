@@ -18,7 +18,6 @@
  * Medians over --iters. Values: --input FILE (raw f32, tiled), else a ramp.
  */
 #include <cuda_runtime_api.h>
-#include <getopt.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <signal.h>
@@ -30,6 +29,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "cliopts.h"
 #include "snap/base.h"
 #include "snap/codec.h"
 #include "snap/snap.h"
@@ -310,98 +310,98 @@ static void run_kernels(void *d, const float *h, uint64_t bytes, int codec, doub
 	cudaFree(lens);
 }
 
-int main(int argc, char **argv)
+struct gpu_args {
+	const char *sizes, *input;
+	int iters;
+};
+
+static int device_opt(const struct cli *c, const char *opt, const char *v, void *dst)
 {
-	const char *sizes = "256M,1G,4G,8G", *input = NULL;
-	int iters = 5, c;
-	static const struct option lo[] = { { "sizes", required_argument, NULL, 's' },
-					    { "size", required_argument, NULL, 's' },
-					    { "iters", required_argument, NULL, 'i' },
-					    { "input", required_argument, NULL, 'f' },
-					    { "device", required_argument, NULL, 'd' },
-					    { "help", no_argument, NULL, 'h' },
-					    { NULL, 0, NULL, 0 } };
-	const char *usage = "usage: snap_bench_gpu [--sizes 256M,1G,4G,8G] [--iters K] [--input FILE]\n"
-			    "       (snapbench snapshot --device cuda takes the same options)\n";
-	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
-		switch (c) {
-		case 's': sizes = optarg; break;
-		case 'i': iters = atoi(optarg); break;
-		case 'f': input = optarg; break;
-		case 'd':
-			if (strcmp(optarg, "cuda") != 0) {
-				fprintf(stderr, "--device: only cuda\n");
-				return 2;
-			}
-			break;
-		case 'h': printf("%s", usage); return 0;
-		default: fprintf(stderr, "%s", usage); return 2;
-		}
+	(void)c, (void)dst;
+	if (strcmp(v, "cuda") != 0) {
+		fprintf(stderr, "%s: only cuda\n", opt);
+		return -1;
 	}
-	if (iters < 1 || iters > MAXI) {
+	return 0;
+}
+
+static const char gpu_usage[] = "usage: snap_bench_gpu [--sizes 256M,1G,4G,8G] [--iters K] [--input FILE]\n"
+				"       (snapbench snapshot --device cuda takes the same options)\n";
+
+static void usage(FILE *f)
+{
+	fputs(gpu_usage, f);
+}
+
+/* 0 with a filled, -1 after --help, or the exit code 2 after a message. */
+static int gpu_parse(int argc, char **argv, struct gpu_args *a)
+{
+	const char *iters = NULL;
+	*a = (struct gpu_args){ .sizes = "256M,1G,4G,8G", .iters = 5 };
+	const struct cli_opt opts[] = {
+		CLI_OPT_STR("sizes", 0, &a->sizes),     CLI_OPT_STR("size", 0, &a->sizes),
+		CLI_OPT_STR("iters", 0, &iters),        CLI_OPT_STR("input", 0, &a->input),
+		CLI_OPT_CALL("device", 0, NULL, device_opt), CLI_OPT_HELP,
+	};
+	const struct cli c = { .who = "snap_bench_gpu", .unknown_fmt = "%s: unknown or incomplete option '%s'",
+			       .max_pos = 0, .usage = usage };
+	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
+	if (rc)
+		return rc == CLI_HELP_ASKED ? -1 : 2;
+	a->iters = iters ? atoi(iters) : a->iters;
+	if (a->iters < 1 || a->iters > MAXI) {
 		fprintf(stderr, "--iters: 1..%d\n", MAXI);
 		return 2;
 	}
-	int ndev = 0;
-	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
-		fprintf(stderr, "snap_bench_gpu: no usable CUDA device\n");
+	return 0;
+}
+
+/* --input's f32 values into *tile (*ntile of them): 0, or 1 after a message. */
+static int gpu_input(const char *input, float **tile, size_t *ntile)
+{
+	if (!(*tile = bench_read_f32(input, ntile))) {
+		fprintf(stderr, "cannot read --input %s\n", input);
 		return 1;
 	}
-	struct cudaDeviceProp prop;
-	CU(cudaGetDeviceProperties(&prop, 0));
-	float *tile = NULL;
-	size_t ntile = 0;
-	if (input) {
-		FILE *f = fopen(input, "rb");
-		struct stat st;
-		if (!f || fstat(fileno(f), &st) || st.st_size < 4 || !(tile = malloc((size_t)st.st_size)) ||
-		    fread(tile, 1, (size_t)st.st_size, f) != (size_t)st.st_size) {
-			fprintf(stderr, "cannot read --input %s\n", input);
-			return 1;
-		}
-		fclose(f);
-		ntile = (size_t)st.st_size / 4;
+	return 0;
+}
+
+/* One row of the table: the size tok (skipped when it is not one); -1 when a snapshot failed. */
+static int gpu_size_row(const char *store, const char *tok, const float *tile, size_t ntile, int iters,
+			cudaStream_t st)
+{
+	uint64_t bytes;
+	if (snap_parse_size(tok, &bytes) || bytes < (4u << 20)) {
+		fprintf(stderr, "--sizes: %s is not a size >= 4M\n", tok);
+		return 0;
 	}
-	char store[128];
-	snprintf(store, sizeof(store), "/dev/shm/snapbench-gpu-%d", (int)getpid());
-	find_smp(smp, sizeof(smp));
-	cudaStream_t st;
-	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
-	printf("GPU snapshot benchmark on %s, %s, median of %d; GB/s are raw bytes per second\n", prop.name,
-	       input ? input : "ramp data", iters);
-	printf("%8s | %9s %9s %7s | %7s %7s | %7s | %7s %7s | %s\n", "size", "save blk", "commit", "GB/s",
-	       "pinned", "GB/s", "ratio", "pageabl", "GB/s", "codec: commit s, GB/s, stall ms");
-	char *list = strdup(sizes), *save = NULL;
-	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-		uint64_t bytes;
-		if (snap_parse_size(tok, &bytes) || bytes < (4u << 20)) {
-			fprintf(stderr, "--sizes: %s is not a size >= 4M\n", tok);
-			continue;
-		}
-		bytes = bytes / (4u << 20) * (4u << 20);
-		float *h = malloc(bytes);
-		fill(h, bytes, tile, ntile);
-		void *d;
-		CU(cudaMalloc(&d, bytes));
-		CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
-		struct result raw, ll, ly;
-		if (run_snap(store, d, bytes, SNAP_CODEC_NONE, 0, iters, st, &raw) ||
-		    run_snap(store, d, bytes, SNAP_CODEC_LOSSLESS, 0, iters, st, &ll) ||
-		    run_snap(store, d, bytes, SNAP_CODEC_LOSSY_ABS, 1e-3, iters, st, &ly)) {
-			fprintf(stderr, "snapshot of %s failed\n", tok);
-			break;
-		}
-		double pin = run_pinned(d, bytes, iters, st), pg = run_pageable(d, bytes, iters < 3 ? iters : 3);
-		double gb = bytes / 1e9;
-		printf("%8s | %7.3fms %8.4fs %7.1f | %6.4fs %7.1f | %6.3fx | %6.3fs %7.1f | lossless %.4fs %.1f %.3fms;"
-		       " abs:1e-3 %.4fs %.1f %.3fms\n",
-		       tok, raw.block * 1e3, raw.commit, gb / raw.commit, pin, gb / pin, raw.commit / pin, pg, gb / pg,
-		       ll.commit, gb / ll.commit, ll.block * 1e3, ly.commit, gb / ly.commit, ly.block * 1e3);
-		free(h);
-		CU(cudaFree(d));
+	bytes = bytes / (4u << 20) * (4u << 20);
+	float *h = malloc(bytes);
+	fill(h, bytes, tile, ntile);
+	void *d;
+	CU(cudaMalloc(&d, bytes));
+	CU(cudaMemcpy(d, h, bytes, cudaMemcpyHostToDevice));
+	struct result raw, ll, ly;
+	if (run_snap(store, d, bytes, SNAP_CODEC_NONE, 0, iters, st, &raw) ||
+	    run_snap(store, d, bytes, SNAP_CODEC_LOSSLESS, 0, iters, st, &ll) ||
+	    run_snap(store, d, bytes, SNAP_CODEC_LOSSY_ABS, 1e-3, iters, st, &ly)) {
+		fprintf(stderr, "snapshot of %s failed\n", tok);
+		return -1;
 	}
-	free(list);
-	/* Kernels alone on 1 GiB (or the input tiled to it). */
+	double pin = run_pinned(d, bytes, iters, st), pg = run_pageable(d, bytes, iters < 3 ? iters : 3);
+	double gb = bytes / 1e9;
+	printf("%8s | %7.3fms %8.4fs %7.1f | %6.4fs %7.1f | %6.3fx | %6.3fs %7.1f | lossless %.4fs %.1f %.3fms;"
+	       " abs:1e-3 %.4fs %.1f %.3fms\n",
+	       tok, raw.block * 1e3, raw.commit, gb / raw.commit, pin, gb / pin, raw.commit / pin, pg, gb / pg,
+	       ll.commit, gb / ll.commit, ll.block * 1e3, ly.commit, gb / ly.commit, ly.block * 1e3);
+	free(h);
+	CU(cudaFree(d));
+	return 0;
+}
+
+/* The codec kernels alone on 1 GiB (or the input tiled to it). */
+static void gpu_kernels(const float *tile, size_t ntile, int iters, cudaStream_t st)
+{
 	uint64_t kb = 1ull << 30;
 	float *h = malloc(kb);
 	fill(h, kb, tile, ntile);
@@ -427,6 +427,40 @@ int main(int argc, char **argv)
 	}
 	free(h);
 	CU(cudaFree(d));
+}
+
+int main(int argc, char **argv)
+{
+	struct gpu_args A;
+	int rc = gpu_parse(argc, argv, &A);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	int ndev = 0;
+	if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+		fprintf(stderr, "snap_bench_gpu: no usable CUDA device\n");
+		return 1;
+	}
+	struct cudaDeviceProp prop;
+	CU(cudaGetDeviceProperties(&prop, 0));
+	float *tile = NULL;
+	size_t ntile = 0;
+	if (A.input && gpu_input(A.input, &tile, &ntile))
+		return 1;
+	char store[128];
+	snprintf(store, sizeof(store), "/dev/shm/snapbench-gpu-%d", (int)getpid());
+	find_smp(smp, sizeof(smp));
+	cudaStream_t st;
+	CU(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+	printf("GPU snapshot benchmark on %s, %s, median of %d; GB/s are raw bytes per second\n", prop.name,
+	       A.input ? A.input : "ramp data", A.iters);
+	printf("%8s | %9s %9s %7s | %7s %7s | %7s | %7s %7s | %s\n", "size", "save blk", "commit", "GB/s",
+	       "pinned", "GB/s", "ratio", "pageabl", "GB/s", "codec: commit s, GB/s, stall ms");
+	char *list = strdup(A.sizes), *save = NULL;
+	for (char *tok = strtok_r(list, ",", &save); tok; tok = strtok_r(NULL, ",", &save))
+		if (gpu_size_row(store, tok, tile, ntile, A.iters, st))
+			break;
+	free(list);
+	gpu_kernels(tile, ntile, A.iters, st);
 	free(tile);
 	return 0;
 }

@@ -11,6 +11,13 @@
 
 enum { SB_OK = 0, SB_FAIL = 1, SB_USAGE = 2 };
 
+/* The struct cli (cliopts.h) of benchmark NAME: messages "snapbench NAME:
+ * ...", no positionals, its usage function (and after a refused value too
+ * when on_value). */
+#define BENCH_CLI(name, usage_fn, on_value)                                                          \
+	{ .who = "snapbench " name, .unknown_fmt = "%s: unknown or incomplete option '%s'", .max_pos = 0, \
+	  .usage = (usage_fn), .usage_on_value = (on_value) }
+
 int cmd_bench_snapshot(int argc, char **argv);
 int cmd_bench_codec(int argc, char **argv);
 int cmd_bench_ec(int argc, char **argv);

@@ -1,7 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
  * snaptool: inspect, verify, flush, export and recover libsnap snapshots.
- * One file per subcommand; this one only dispatches. The benchmarks are a
+ * One file per subcommand (cmd/); this one only dispatches. The benchmarks are a
  * program of their own, snapbench (`snaptool bench` execs it). Exit codes
  * (docs/snaptool.md): 0 success, 1 operation failed, 2 usage error, 3 data
  * lost or corrupt.
@@ -16,19 +16,30 @@ struct cmd {
 	const char *name;
 	int (*fn)(int, char **);
 	const char *help;
+	int (*mesh)(int, char **);   /* with --nodes: the erasure-coded mesh (mesh_status.c) */
 };
 
 static const struct cmd cmds[] = {
-	{ "status", cmd_status, "steps of every job in the node store: committed / restorable, memory used" },
-	{ "ls", cmd_ls, "steps and ranks held for a job, one line each" },
-	{ "inspect", cmd_inspect, "regions of a step: dtype, shape, kind, codec, checksums" },
-	{ "verify", cmd_verify, "recompute every checksum of a step in the node store and on disk" },
-	{ "flush", cmd_flush, "persist a step to HDF5 now (asks snapsmp) and wait" },
-	{ "recover", cmd_recover, "what is recoverable after failures, and from where" },
-	{ "export", cmd_export, "one consolidated HDF5 file of a persisted step (global shapes)" },
-	{ "gc", cmd_gc, "apply retention to the flush directory" },
-	{ "bench", cmd_bench, "benchmarks (snapshot, codec, ec, flush): runs snapbench" },
+	{ "status", cmd_status, "steps of every job in the node store: committed / restorable, memory used",
+	  cmd_mesh_status },
+	{ "ls", cmd_ls, "steps and ranks held for a job, one line each", NULL },
+	{ "inspect", cmd_inspect, "regions of a step: dtype, shape, kind, codec, checksums", NULL },
+	{ "verify", cmd_verify, "recompute every checksum of a step in the node store and on disk", NULL },
+	{ "flush", cmd_flush, "persist a step to HDF5 now (asks snapsmp) and wait", NULL },
+	{ "recover", cmd_recover, "what is recoverable after failures, and from where", cmd_mesh_recover },
+	{ "export", cmd_export, "one consolidated HDF5 file of a persisted step (global shapes)", NULL },
+	{ "gc", cmd_gc, "apply retention to the flush directory", NULL },
+	{ "bench", cmd_bench, "benchmarks (snapshot, codec, ec, flush): runs snapbench", NULL },
 };
+
+/* The command's --nodes variant when argv asks for it, else the command. */
+static int (*pick(const struct cmd *c, int argc, char **argv))(int, char **)
+{
+	for (int i = 1; c->mesh && i < argc; i++)
+		if (!strncmp(argv[i], "--nodes", 7))
+			return c->mesh;
+	return c->fn;
+}
 
 static void usage(FILE *f)
 {
@@ -59,7 +70,7 @@ int main(int argc, char **argv)
 			break;
 	for (size_t i = 0; i < sizeof(cmds) / sizeof(cmds[0]); i++)
 		if (!strcmp(argv[1], cmds[i].name)) {
-			int rc = cmds[i].fn(argc - 1, argv + 1);
+			int rc = pick(&cmds[i], argc - 1, argv + 1)(argc - 1, argv + 1);
 			st_json_error(cmds[i].name, rc);
 			return rc;
 		}

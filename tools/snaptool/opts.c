@@ -1,11 +1,12 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* Options shared by snaptool's store and disk subcommands; see opts.h. */
-#include <getopt.h>
+/* What snaptool's commands share: options, the store, messages, JSON; see opts.h. */
+#include <inttypes.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "cliopts.h"
 #include "opts.h"
 #include "progress.h"
 #include "snaptool.h"
@@ -18,6 +19,61 @@ static const char common_help[] =
 	"  -q, --quiet    nothing on stdout (except the --json document); errors on stderr\n"
 	"  -v, --verbose  detail lines on stderr (what was opened, checked, skipped)\n";
 
+static void st_error_line(const char *line)
+{
+	st_error("%s", line);
+}
+
+static int job_opt(const struct cli *c, const char *opt, const char *v, void *dst)
+{
+	struct opts *o = dst;
+	(void)c, (void)opt;
+	snprintf(o->cfg.client.job, sizeof(o->cfg.client.job), "%s", v);
+	o->job_set = 1;
+	return 0;
+}
+
+static int keep_opt(const struct cli *c, const char *opt, const char *v, void *dst)
+{
+	unsigned *keep = dst;
+	*keep = (unsigned)atoi(v);
+	if (*keep < 1) {
+		cli_error(c, "%s must be at least 1", opt);
+		return -1;
+	}
+	return 0;
+}
+
+/* The options every command takes (each uses those it needs), into o. */
+static int st_options(int argc, char **argv, struct opts *o, const char *usage, int *first_pos)
+{
+	const struct cli_opt lo[] = {
+		CLI_OPT_BUF("store", 0, o->cfg.client.store),
+		CLI_OPT_CALL("job", 0, o, job_opt),
+		CLI_OPT_BUF("flush-dir", 0, o->cfg.flush_dir),
+		CLI_OPT_FLAG("json", 0, &o->json),
+		CLI_OPT_FLAG("copy", 0, &o->copy),
+		CLI_OPT_CALL("keep", 0, &o->keep, keep_opt),
+		CLI_OPT_FLAG("allow-older", 0, &o->allow_older),
+		CLI_OPT_FLAG("repair", 0, &o->repair),
+		CLI_OPT_FLAG("quiet", 'q', &o->quiet),
+		CLI_OPT_FLAG("verbose", 'v', &o->verbose),
+		CLI_OPT_STR(NULL, 'o', &o->output),
+		CLI_OPT_HELP,
+	};
+	char who[64];
+	snprintf(who, sizeof(who), "snaptool %s", argv[0]);
+	const struct cli c = { .who = who, .unknown_fmt = "%s: unknown option or missing argument: \"%s\"",
+			       .missing_fmt = "%s: option needs an argument: \"%s\"", .max_pos = -1,
+			       .error = st_error_line };
+	int rc = cli_parse(&c, argc, argv, lo, sizeof(lo) / sizeof(lo[0]), first_pos);
+	if (rc == CLI_HELP_ASKED)
+		printf("%s%s", usage, common_help);
+	else if (rc == CLI_EOPT)
+		fprintf(stderr, "%s", usage);
+	return rc == CLI_HELP_ASKED ? -1 : rc ? ST_USAGE : 0;
+}
+
 int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 {
 	memset(o, 0, sizeof(*o));
@@ -29,58 +85,13 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 		return ST_USAGE;
 	}
 	o->job_set = getenv("SNAP_JOB") != NULL;
-	static const struct option lo[] = { { "store", required_argument, NULL, 's' },
-					    { "job", required_argument, NULL, 'j' },
-					    { "flush-dir", required_argument, NULL, 'F' },
-					    { "json", no_argument, NULL, 'J' },
-					    { "copy", no_argument, NULL, 'c' },
-					    { "keep", required_argument, NULL, 'k' },
-					    { "allow-older", no_argument, NULL, 'O' },
-					    { "repair", no_argument, NULL, 'R' },
-					    { "quiet", no_argument, NULL, 'q' },
-					    { "verbose", no_argument, NULL, 'v' },
-					    { "help", no_argument, NULL, 'h' },
-					    { NULL, 0, NULL, 0 } };
-	int c;
-	optind = 1;
-	opterr = 0;   /* our message, so that --json can carry it */
 	o->keep = o->cfg.flush_keep;
 	o->allow_older = o->cfg.allow_older;
-	while ((c = getopt_long(argc, argv, "hqvo:", lo, NULL)) != -1) {
-		switch (c) {
-		case 's': snprintf(o->cfg.client.store, sizeof(o->cfg.client.store), "%s", optarg); break;
-		case 'j':
-			snprintf(o->cfg.client.job, sizeof(o->cfg.client.job), "%s", optarg);
-			o->job_set = 1;
-			break;
-		case 'J': o->json = 1; break;
-		case 'q': o->quiet = 1; break;
-		case 'v': o->verbose = 1; break;
-		case 'F': snprintf(o->cfg.flush_dir, sizeof(o->cfg.flush_dir), "%s", optarg); break;
-		case 'c': o->copy = 1; break;
-		case 'R': o->repair = 1; break;
-		case 'o': o->output = optarg; break;
-		case 'O': o->allow_older = 1; break;
-		case 'k':
-			o->keep = (unsigned)atoi(optarg);
-			if (o->keep < 1) {
-				st_error("snaptool %s: --keep must be at least 1", argv[0]);
-				return ST_USAGE;
-			}
-			break;
-		case 'h':
-			printf("%s%s", usage, common_help);
-			return -1;
-		default:
-			st_error("snaptool %s: %s \"%s\"", argv[0],
-				 optopt && strchr("o", optopt) ? "option needs an argument:" : "unknown option or missing argument:",
-				 argv[optind - 1]);
-			fprintf(stderr, "%s", usage);
-			return ST_USAGE;
-		}
-	}
-	if (argc - optind < (npos > 0 ? 1 : 0) || argc - optind > (npos < 0 ? -npos : npos)) {
-		st_error("snaptool %s: %s positional arguments", argv[0], argc - optind < 1 ? "missing" : "too many");
+	int first, rc = st_options(argc, argv, o, usage, &first);
+	if (rc)
+		return rc;
+	if (argc - first < (npos > 0 ? 1 : 0) || argc - first > (npos < 0 ? -npos : npos)) {
+		st_error("snaptool %s: %s positional arguments", argv[0], argc - first < 1 ? "missing" : "too many");
 		fprintf(stderr, "%s", usage);
 		return ST_USAGE;
 	}
@@ -99,8 +110,8 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 		st_error("snaptool %s: --quiet: cannot open /dev/null", argv[0]);
 		return ST_FAIL;
 	}
-	o->arg1 = optind < argc ? argv[optind] : NULL;
-	o->arg2 = optind + 1 < argc ? argv[optind + 1] : NULL;
+	o->arg1 = first < argc ? argv[first] : NULL;
+	o->arg2 = first + 1 < argc ? argv[first + 1] : NULL;
 	return 0;
 }
 
@@ -206,4 +217,20 @@ void st_verbose(const struct opts *o, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+}
+
+int st_need_flush_dir(const struct opts *o)
+{
+	if (o->cfg.flush_dir[0])
+		return 0;
+	st_error("snaptool %s: no flush directory: pass --flush-dir DIR or set SNAP_FLUSH_DIR", o->cmd);
+	return ST_USAGE;
+}
+
+/* Bytes of the persisted step's files, for the progress of reading them all. */
+uint64_t st_step_disk_bytes(const char *flush_dir, const char *job, uint64_t step)
+{
+	char d[SNAP_PATH_MAX * 2];
+	snprintf(d, sizeof(d), "%s/%s/step-%" PRIu64, flush_dir, job, step);
+	return st_dir_bytes(d);
 }

@@ -1,5 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
-/* opts.h - options shared by snaptool's store and disk subcommands. */
+/*
+ * opts.h - what snaptool's commands (cmd/, one file each) share: their
+ * options (st_parse, over the options helper tools/common/cliopts.h), the
+ * store opened read-only, error and --verbose messages, and the --json
+ * contract. A command parses, runs, prints; it calls these, never another
+ * command.
+ */
 #ifndef SNAPTOOL_OPTS_H
 #define SNAPTOOL_OPTS_H
 
@@ -27,9 +33,9 @@ struct opts {
  * needs to test it before printing.
  */
 int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos);
-/* Open the node store read-only; prints the error. 0 or ST_FAIL. */
 /* stderr logger for store scans. */
 void st_log(const char *msg);
+/* Open the node store read-only; prints the error. 0 or ST_FAIL. */
 int st_open_store(const struct opts *o, struct snap_store **s);
 /* Print s as a JSON string (quoted, escaped): paths and names given by the
  * user may hold quotes, backslashes or control characters. */
@@ -53,6 +59,8 @@ void st_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void st_json_error(const char *cmd, int rc);
 /* A --verbose detail line on stderr ("snaptool CMD: ..."); nothing otherwise. */
 void st_verbose(const struct opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* 0 when o has a flush directory, else ST_USAGE after saying so. */
+int st_need_flush_dir(const struct opts *o);
 /* Bytes of a persisted step's files (flush_dir/job/step-N), 0 when absent. */
 uint64_t st_step_disk_bytes(const char *flush_dir, const char *job, uint64_t step);
 

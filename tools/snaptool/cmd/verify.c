@@ -1,0 +1,312 @@
+/* SPDX-License-Identifier: BSD-3-Clause */
+/*
+ * snaptool verify: recompute every checksum of a step in the node store
+ * and of its persisted copy; with --repair, first ask the running snapsmp
+ * to repair the step.
+ */
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "snap/base.h"
+#include "opts.h"
+#include "progress.h"
+#include "snap/io.h"
+#include "snaptool.h"
+#include "snap/store.h"
+#include "snap/wire.h"
+
+/* What the running snapsmp's REPAIR of a step did (smp/heal/repair.c). */
+struct repair_view {
+	uint64_t step;
+	uint32_t ranks, bad, repaired, withdrawn, mended;
+	char how[768];
+};
+
+/* Ask the store's snapsmp to verify and repair `step` of job on every rank:
+ * 0, or an error code with msg saying why (none answers, or it refused). */
+static int daemon_repair(const char *sock_path, const char *job, uint64_t step, struct repair_view *v, char *msg,
+			 size_t msglen)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(sock_path) >= sizeof(a.sun_path)) {
+		snprintf(msg, msglen, "socket path %s is too long", sock_path);
+		return SNAP_EINVAL;
+	}
+	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
+	struct snap_wbuf w = { 0 };
+	snap_put_str(&w, job);
+	snap_put_u32(&w, UINT32_MAX);
+	snap_put_u64(&w, step);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
+	    snap_wire_send(s, SNAP_MSG_REPAIR, 0, w.p, (uint32_t)w.len, -1) != 0) {
+		snprintf(msg, msglen, "no snapsmp answers on %s: %s (the repair is the daemon's)", sock_path,
+			 strerror(errno));
+		snap_wbuf_free(&w);
+		if (s >= 0)
+			close(s);
+		return SNAP_EIO;
+	}
+	snap_wbuf_free(&w);
+	struct snap_msg_hdr h;
+	void *p = NULL;
+	/* A repair reads the flushed files: allow it time. */
+	int rc = snap_wire_recv(s, &h, &p, NULL, 600000);
+	close(s);
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, p, rc ? 0 : h.len);
+	if (rc || h.type != (SNAP_MSG_REPAIR | SNAP_MSG_REPLY)) {
+		snprintf(msg, msglen, "snapsmp on %s did not answer the repair (%s)", sock_path, snap_strerror(rc));
+		free(p);
+		return rc ? rc : SNAP_EPROTO;
+	}
+	if (h.status != 0) {
+		/* an error reply carries its message, raw */
+		snprintf(msg, msglen, "%.*s", (int)(h.len < msglen ? h.len : msglen - 1), p ? (const char *)p : "");
+		free(p);
+		return h.status;
+	}
+	v->step = snap_get_u64(&r);
+	v->ranks = snap_get_u32(&r);
+	v->bad = snap_get_u32(&r);
+	v->repaired = snap_get_u32(&r);
+	v->withdrawn = snap_get_u32(&r);
+	v->mended = snap_get_u32(&r);
+	snap_get_str(&r, v->how, sizeof(v->how));
+	free(p);
+	if (r.bad) {
+		snprintf(msg, msglen, "malformed REPAIR reply");
+		return SNAP_EPROTO;
+	}
+	return 0;
+}
+
+static const char verify_usage[] =
+	"usage: snaptool verify STEP [--repair] [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
+	"Recompute the CRC32C of every chunk of a step on every rank in the node store, and\n"
+	"of every dataset of its persisted copy if there is one. Exit 3 on a mismatch or\n"
+	"when ranks are missing from the node store, 1 if neither holds the step.\n"
+	"--repair: first ask the running snapsmp to repair the step: each bad chunk is\n"
+	"rewritten from the flushed copy of the same step (checked against the manifest's\n"
+	"CRC32C), and a rank's copy no level holds intact is withdrawn (the step is then\n"
+	"no longer restorable); then verify what is left. Exit 1 if no snapsmp answers.\n"
+	"On a terminal, a progress bar (bytes, rate) on stderr; none when piped.\n";
+
+/* --repair: the daemon's repair, said in text (--json says it in the document). */
+static int verify_repair(const struct opts *o, uint64_t step, struct repair_view *rv)
+{
+	char msg[768] = "";
+	if (daemon_repair(o->cfg.client.socket, o->cfg.client.job, step, rv, msg, sizeof(msg))) {
+		st_error("snaptool verify --repair: %s", msg);
+		return ST_FAIL;
+	}
+	if (!o->json)
+		printf("repair: %u rank%s checked, %u bad chunks, %u repaired from the flush, %u rank%s withdrawn%s%s\n",
+		       rv->ranks, rv->ranks == 1 ? "" : "s", rv->bad, rv->repaired, rv->withdrawn,
+		       rv->withdrawn == 1 ? "" : "s", rv->bad || rv->mended ? ": " : "", rv->bad || rv->mended ? rv->how : "");
+	return ST_OK;
+}
+
+/* What verify found in the node store. */
+struct verify_tally {
+	uint32_t ranks, bad, world;
+	struct st_progress bar;
+};
+
+/* The chunks of one mapped slot against its manifest; how many are bad. */
+static uint32_t verify_chunks(const struct opts *o, uint32_t r, const struct store_slot *sl, const uint8_t *p,
+			      struct st_progress *bar)
+{
+	const struct snap_layout *lay = &sl->man.layout;
+	uint32_t badc = 0;
+	for (uint32_t t = 0; t < lay->ncrc; t++) {
+		struct snap_chunk c;
+		snap_layout_chunk(lay, t, &c);
+		if (snap_crc32c(p + c.slot_off, sl->man.len[t]) != sl->man.crc[t]) {
+			if (o->json) {
+				printf("%s{\"region\":", badc ? "," : "");
+				st_json_str(c.g->name);
+				printf(",\"chunk\":%u}", c.index);
+			} else {
+				st_progress_hide(bar);
+				printf("rank %u: region \"%s\" chunk %u: CRC32C mismatch\n", r, c.g->name, c.index);
+			}
+			badc++;
+		}
+		st_progress_add(bar, sl->man.len[t]);
+	}
+	return badc;
+}
+
+/* Rank r's slot of the step, mapped and checked; printed as found. */
+static void verify_rank(const struct opts *o, struct snap_store *s, struct store_job *j, uint32_t r,
+			struct store_slot *sl, uint32_t slot, struct verify_tally *v)
+{
+	char err[512] = "";
+	v->world = sl->man.world;
+	const struct snap_layout *lay = &sl->man.layout;
+	if (o->json)
+		printf("%s{\"rank\":%u,\"slot\":%u,\"chunks\":%u,\"bad_chunks\":[", v->ranks ? "," : "", r, slot, lay->ncrc);
+	v->ranks++;
+	st_verbose(o, "rank %u: slot %u, %u chunks, %" PRIu64 " bytes", r, slot, lay->ncrc, lay->slot_bytes);
+	const uint8_t *p = NULL;
+	int fd = snap_store_open_slot(s, j, j->ranks[r], slot, err, sizeof(err));
+	if (fd >= 0) {
+		p = lay->slot_bytes ? mmap(NULL, lay->slot_bytes, PROT_READ, MAP_SHARED, fd, 0) : NULL;
+		close(fd);
+		if (p == MAP_FAILED)
+			snprintf(err, sizeof(err), "cannot map slot %u", slot);
+	}
+	if (fd < 0 || p == MAP_FAILED) {
+		st_progress_hide(&v->bar);
+		if (o->json) {
+			printf("],\"state\":\"unreadable\",\"error\":");
+			st_json_str(err);
+			printf("}");
+		} else {
+			printf("rank %u: %s\n", r, err);
+		}
+		v->bad++;
+		return;
+	}
+	uint32_t badc = verify_chunks(o, r, sl, p, &v->bar);
+	if (p)
+		munmap((void *)p, lay->slot_bytes);
+	if (o->json) {
+		printf("],\"state\":\"%s\",\"error\":null}", badc ? "corrupt" : "ok");
+	} else {
+		st_progress_hide(&v->bar);
+		printf("rank %u: %s (%u chunks)\n", r, badc ? "CORRUPT" : "ok", lay->ncrc);
+	}
+	v->bad += badc > 0;
+}
+
+/* Every rank's slot of the step in the node store. */
+static void verify_store(const struct opts *o, struct snap_store *s, struct store_job *j, uint64_t step,
+			 uint32_t present, uint64_t total, struct verify_tally *v)
+{
+	if (present)
+		st_progress_begin(&v->bar, "verify", total);
+	for (uint32_t r = 0; j && r < j->nranks; r++) {
+		uint32_t slot;
+		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, &slot);
+		if (sl)
+			verify_rank(o, s, j, r, sl, slot, v);
+	}
+	if (present)
+		st_progress_end(&v->bar);
+}
+
+/* The persisted copy, when there is one: snap_io_verify_step's code, or
+ * SNAP_ENOENT when there is none. */
+static int verify_disk(const struct opts *o, uint64_t step, int on_disk, uint32_t dworld, struct snap_io_err *e)
+{
+	if (!on_disk) {
+		if (o->json)
+			printf(",\"persisted\":null");
+		st_verbose(o, "no persisted copy of step %" PRIu64 "%s%s", step,
+			   o->cfg.flush_dir[0] ? " in " : " (no --flush-dir)", o->cfg.flush_dir);
+		return SNAP_ENOENT;
+	}
+	size_t dbad = 0;
+	struct st_progress dbar;
+	st_progress_begin(&dbar, "verify disk", st_step_disk_bytes(o->cfg.flush_dir, o->cfg.client.job, step));
+	st_progress_watch_reads(&dbar);
+	int disk_rc = snap_io_verify_step(o->cfg.flush_dir, o->cfg.client.job, step, &dbad, e);
+	st_progress_unwatch(&dbar);
+	if (!disk_rc)
+		st_progress_set(&dbar, dbar.total);
+	st_progress_end(&dbar);
+	if (o->json) {
+		printf(",\"persisted\":{\"dir\":");
+		st_json_str(o->cfg.flush_dir);
+		printf(",\"world\":%u,\"state\":\"%s\",\"bad_datasets\":%zu,\"error\":", dworld,
+		       disk_rc ? "corrupt" : "ok", dbad);
+		disk_rc ? st_json_str(e->msg) : (void)printf("null");
+		printf("}");
+	} else {
+		printf("persisted copy in %s: %s%s\n", o->cfg.flush_dir, disk_rc ? "CORRUPT: " : "ok",
+		       disk_rc ? e->msg : "");
+	}
+	return disk_rc;
+}
+
+static void verify_json_head(const struct opts *o, uint64_t step, const struct repair_view *rv)
+{
+	printf("{\"job\":");
+	st_json_str(o->cfg.client.job);
+	printf(",\"step\":%" PRIu64 ",\"repair\":", step);
+	if (o->repair) {
+		printf("{\"ranks\":%u,\"bad_chunks\":%u,\"repaired_chunks\":%u,\"withdrawn_ranks\":%u,"
+		       "\"mended_files\":%u,\"how\":", rv->ranks, rv->bad, rv->repaired, rv->withdrawn, rv->mended);
+		st_json_str(rv->how);
+		printf("}");
+	} else {
+		printf("null");
+	}
+	printf(",\"ranks\":[");
+}
+
+int cmd_verify(int argc, char **argv)
+{
+	struct opts o;
+	struct snap_store *s;
+	uint64_t step;
+	int rc = st_parse(argc, argv, &o, verify_usage, 1);
+	if (rc)
+		return rc < 0 ? 0 : rc;
+	if ((rc = st_parse_step(o.arg1, &step)))
+		return rc;
+	struct repair_view rv = { 0 };
+	if (o.repair && (rc = verify_repair(&o, step, &rv)))
+		return rc;
+	if ((rc = st_open_store(&o, &s)))
+		return rc;
+	struct store_job *j = snap_store_job(s, o.cfg.client.job, 0);
+	uint32_t present = 0, dworld = 0;
+	uint64_t total = 0;
+	for (uint32_t r = 0; j && r < j->nranks; r++) {
+		struct store_slot *sl = snap_store_find(s, j->ranks[r], step, NULL);
+		present += sl != NULL;
+		for (uint32_t t = 0; sl && t < sl->man.layout.ncrc; t++)
+			total += sl->man.len[t];
+	}
+	struct snap_io_err e = { 0 };
+	int on_disk = o.cfg.flush_dir[0] && snap_io_step_world(o.cfg.flush_dir, o.cfg.client.job, step, &dworld, &e) == 0;
+	if (!present && !on_disk) {
+		snap_store_close(s);
+		st_error("snaptool verify: job %s has no step %" PRIu64 " in %s%s%s", o.cfg.client.job, step,
+			 o.cfg.client.store, o.cfg.flush_dir[0] ? " nor in " : "", o.cfg.flush_dir);
+		return ST_FAIL;
+	}
+	if (o.json)
+		verify_json_head(&o, step, &rv);
+	struct verify_tally v = { 0 };
+	verify_store(&o, s, j, step, present, total, &v);
+	snap_store_close(s);
+	if (o.json) {
+		printf("],\"ranks_present\":%u,\"world\":", v.ranks);
+		v.ranks ? printf("%u", v.world) : printf("null");
+	}
+	int disk_rc = verify_disk(&o, step, on_disk, dworld, &e);
+	const char *result = v.bad || disk_rc > 0 || (disk_rc && disk_rc != SNAP_ENOENT) ? "corrupt"
+			     : v.ranks && v.ranks < v.world			      ? "incomplete"
+										      : "ok";
+	if (o.json) {
+		printf(",\"result\":\"%s\"}\n", result);
+		st_json_done();
+	} else if (v.ranks) {
+		printf("step %" PRIu64 ": %u of %u ranks present in the node store, %u corrupt\n", step, v.ranks, v.world,
+		       v.bad);
+	}
+	return strcmp(result, "ok") ? ST_LOST : ST_OK;
+}
