@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "snap/base.h"
+#include "snap/damage.h"
 #include "opts.h"
 #include "progress.h"
 #include "snap/io.h"
@@ -74,6 +75,8 @@ struct daemon_view {
 	int heal;                 /* the self-healing counters came (newer daemons) */
 	uint64_t repaired_chunks, damaged_steps, scrubbed_bytes, scrub_passes, scrub_rate;
 	char last_damage[768];
+	int has_files;            /* damaged_files came (newer daemons) */
+	uint64_t damaged_files;
 };
 
 static int daemon_budget(const char *sock_path, struct daemon_view *v)
@@ -113,6 +116,8 @@ static int daemon_budget(const char *sock_path, struct daemon_view *v)
 		v->scrub_passes = snap_get_u64(&r);
 		v->scrub_rate = snap_get_u64(&r);
 		snap_get_str(&r, v->last_damage, sizeof(v->last_damage));
+		if ((v->has_files = snap_rbuf_left(&r) != 0))
+			v->damaged_files = snap_get_u64(&r);
 	}
 	free(p);
 	return r.bad ? -1 : 0;
@@ -142,6 +147,13 @@ int cmd_status(int argc, char **argv)
 	/* The budget is the running daemon's (--mem-limit), not our default. */
 	struct daemon_view d = { 0 };
 	int live = daemon_budget(o.cfg.client.socket, &d) == 0;
+	/* Damage beyond repair, as the store recorded it (snap/damage.h): there
+	 * with or without a daemon, across its restarts. */
+	static struct snap_damage dmg[SNAP_DAMAGE_KEEP];
+	char last_rec[1024] = "";
+	int ndmg = snap_damage_load(s->root, dmg, SNAP_DAMAGE_KEEP);
+	if (ndmg)
+		snap_damage_line(&dmg[ndmg - 1], last_rec, sizeof(last_rec));
 	if (live)
 		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", d.pid,
 			   o.cfg.client.socket, d.used / 1048576.0, d.limit / 1048576.0, d.slots);
@@ -167,9 +179,27 @@ int cmd_status(int argc, char **argv)
 		const uint64_t hv[] = { d.repaired_chunks, d.damaged_steps, d.scrubbed_bytes, d.scrub_passes, d.scrub_rate };
 		for (int i = 0; i < 5; i++)
 			d.heal ? printf(",\"%s\":%" PRIu64, heal[i], hv[i]) : printf(",\"%s\":null", heal[i]);
+		printf(",\"damaged_files\":");
+		d.has_files ? printf("%" PRIu64, d.damaged_files) : printf("null");
+		/* The reason outlives the daemon: the store's record when none answers. */
 		printf(",\"last_damage\":");
-		d.heal && strcmp(d.last_damage, "none") ? st_json_str(d.last_damage) : (void)printf("null");
-		printf(",\"jobs\":[");
+		if (d.heal && strcmp(d.last_damage, "none"))
+			st_json_str(d.last_damage);
+		else if (!d.heal && ndmg)
+			st_json_str(last_rec);
+		else
+			printf("null");
+		printf(",\"damage\":[");
+		for (int i = 0; i < ndmg; i++) {
+			printf("%s{\"time\":%" PRIu64 ",\"job\":", i ? "," : "", dmg[i].time_s);
+			st_json_str(dmg[i].job);
+			printf(",\"what\":");
+			st_json_str(dmg[i].what);
+			printf(",\"why\":");
+			st_json_str(dmg[i].why);
+			printf("}");
+		}
+		printf("],\"jobs\":[");
 	} else if (live) {
 		printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "
 		       "%.1f MiB (--mem-limit)\n", s->root, s->mem_used / 1048576.0, d.used / 1048576.0, d.pid,
@@ -180,8 +210,11 @@ int cmd_status(int argc, char **argv)
 		       d.pinners, d.pinners == 1 ? "" : "es", d.pinned / 1048576.0);
 		/* The scrub's running counts are --json's: this text stays the same from call to call. */
 		if (d.heal) {
-			printf("self-healing: %" PRIu64 " chunks repaired, %" PRIu64 " steps damaged beyond repair; scrub ",
+			printf("self-healing: %" PRIu64 " chunks repaired, %" PRIu64 " steps damaged beyond repair",
 			       d.repaired_chunks, d.damaged_steps);
+			if (d.has_files)
+				printf(", %" PRIu64 " captured files damaged", d.damaged_files);
+			printf("; scrub ");
 			d.scrub_rate ? printf("at %.1f MiB/s (--scrub-rate)\n", d.scrub_rate / 1048576.0)
 				     : printf("off (--scrub-rate 0)\n");
 			if (strcmp(d.last_damage, "none"))
@@ -191,6 +224,8 @@ int cmd_status(int argc, char **argv)
 		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
 		       s->mem_used / 1048576.0, o.cfg.client.socket);
 	}
+	if (!o.json && !d.heal && ndmg)
+		printf("last damage beyond repair (recorded in the store): %s\n", last_rec);
 	int first = 1;
 	for (struct store_job *j = s->jobs; j; j = j->next) {
 		if (o.job_set && strcmp(j->name, o.cfg.client.job))
