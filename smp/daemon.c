@@ -455,7 +455,7 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 		return rc;
 	}
 	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
-		smp_heal_load(&m.heal, m.store->root);
+		smp_heal_load(&m.heal, m.store);
 		m.scrub = smp_scrub_new(&m);
 		*serving = 1;
 		say_ready(ready_fd);

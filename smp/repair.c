@@ -20,11 +20,9 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "log.h"
-#include "snap/damage.h"
 #include "rehydrate.h"
 #include "repair.h"
 
@@ -201,7 +199,7 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 			snprintf(h->damaged_why, sizeof(h->damaged_why), "%s", out->how);
 			char what[64];
 			snprintf(what, sizeof(what), "rank %u step %" PRIu64, r->rank, out->step);
-			smp_heal_damage(h, s->root, j->name, what, out->how);
+			smp_heal_damage(h, s, j->name, what, out->how);
 			char w[520];
 			snprintf(w, sizeof(w), "damaged beyond repair (%s): %s", who, out->how);
 			if (keep) {
@@ -220,25 +218,4 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 	if (p)
 		munmap(p, bytes);
 	return rc;
-}
-
-void smp_heal_damage(struct smp_heal *h, const char *root, const char *job, const char *what, const char *why)
-{
-	struct snap_damage d = { .time_s = (uint64_t)time(NULL) };
-	snprintf(d.job, sizeof(d.job), "%s", job);
-	snprintf(d.what, sizeof(d.what), "%s", what);
-	snprintf(d.why, sizeof(d.why), "%s", why);
-	snap_damage_line(&d, h->last_damage, sizeof(h->last_damage));
-	char err[SNAP_FILE_MAX + 128];
-	if (snap_damage_record(root, &d, err, sizeof(err)))
-		snap_smp_logf("%s (the reason is kept until this daemon stops)", err);
-}
-
-void smp_heal_load(struct smp_heal *h, const char *root)
-{
-	struct snap_damage d;
-	if (snap_damage_load(root, &d, 1) == 1) {
-		snap_damage_line(&d, h->last_damage, sizeof(h->last_damage));
-		snap_smp_logf("last damage beyond repair recorded in the store: %s", h->last_damage);
-	}
 }

@@ -28,9 +28,10 @@ struct smp_heal {
  * store's record (snap/damage.h), which outlives this daemon. what names
  * the thing ("rank R step S", "captured file PATH").
  */
-void smp_heal_damage(struct smp_heal *h, const char *root, const char *job, const char *what, const char *why);
+void smp_heal_damage(struct smp_heal *h, const struct snap_store *s, const char *job, const char *what,
+		     const char *why);
 /* At start: the newest damage the store recorded becomes h->last_damage. */
-void smp_heal_load(struct smp_heal *h, const char *root);
+void smp_heal_load(struct smp_heal *h, const struct snap_store *s);
 
 /* One slot's repair. */
 struct smp_repair_out {

@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "files.h"
 #include "scrub.h"
 #include "smp_internal.h"
 
@@ -38,7 +39,9 @@ struct smp_scrub {
 	int held;                      /* the cursor names a slot */
 	int fd;
 	uint8_t *buf;
-	unsigned seen;                 /* committed slots passed over in this pass */
+	unsigned seen;                 /* committed slots and captured files checked in this pass */
+	int files;                     /* this pass is past the slots, at the captured files */
+	int behind;                    /* the last slice ended with the rate's credit unspent */
 };
 
 struct smp_scrub *smp_scrub_new(struct smp *m)
@@ -73,8 +76,10 @@ void smp_scrub_free(struct smp_scrub *sc)
 
 int smp_scrub_timeout_ms(const struct smp_scrub *sc)
 {
-	/* Nothing to scrub: look again now and then, not every slice. */
-	return !sc ? -1 : sc->idle ? 1000 : SCRUB_SLICE_MS;
+	/* Nothing to scrub: look again now and then, not every slice. Behind
+	 * the rate: poll without sleeping (requests still wait at most one
+	 * slice's 5 ms on the scrub). */
+	return !sc ? -1 : sc->idle ? 1000 : sc->behind ? 0 : SCRUB_SLICE_MS;
 }
 
 static void drop(struct smp_scrub *sc)
@@ -95,13 +100,13 @@ static struct store_job *nth_job(struct snap_store *s, uint32_t k)
 	return j;
 }
 
-/* Move to the next committed slot, wrapping around once: 0 when the store
- * holds none. A complete wrap is a pass. */
+/* Move to the next committed slot: 0 past the last one (the cursor goes
+ * back to the first, for the next pass). */
 static int advance(struct smp *m, struct smp_scrub *sc, int next)
 {
 	struct snap_store *s = m->store;
 	drop(sc);
-	for (int wraps = 0; wraps < 2;) {
+	for (;;) {
 		if (next && ++sc->slot >= s->nslots) {
 			sc->slot = 0;
 			sc->rank++;
@@ -109,13 +114,8 @@ static int advance(struct smp *m, struct smp_scrub *sc, int next)
 		next = 1;
 		struct store_job *j = nth_job(s, sc->job);
 		if (!j) {
-			if (sc->seen)
-				m->heal.scrub_passes++;
-			sc->seen = 0;
 			sc->job = sc->rank = sc->slot = 0;
-			wraps++;
-			next = 0;
-			continue;
+			return 0;
 		}
 		if (sc->rank >= j->nranks) {
 			sc->job++;
@@ -136,7 +136,6 @@ static int advance(struct smp *m, struct smp_scrub *sc, int next)
 			return 1;
 		}
 	}
-	return 0;
 }
 
 /* Read chunk t's stored bytes and check them: 1 good, 0 bad (or unreadable). */
@@ -174,6 +173,25 @@ void smp_scrub_tick(struct smp *m)
 	sc->fd = -1;
 }
 
+/* The captured files' turn: 1 while there is more of this pass to do. */
+static int files_turn(struct smp *m, struct smp_scrub *sc, uint64_t deadline)
+{
+	int wrapped = 0;
+	uint64_t got = snap_files_scrub(m->files, &m->heal, sc->buf, SCRUB_BUF, sc->credit, deadline, &wrapped,
+					&sc->seen);
+	sc->credit -= (int64_t)got;
+	m->heal.scrubbed_bytes += got;
+	if (!wrapped)
+		return 1;
+	/* A pass over the slots, then the files, is done. */
+	sc->files = 0;
+	sc->idle = sc->seen == 0;
+	if (sc->seen)
+		m->heal.scrub_passes++;
+	sc->seen = 0;
+	return !sc->idle;
+}
+
 static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 {
 	uint64_t now = snap_now_ns(), dt = now - sc->last_ns;
@@ -186,10 +204,16 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		sc->credit = cap;
 	/* Whatever the rate, a slice ends after half a slice of wall time: the
 	 * trainers' requests wait on this thread. */
-	while (sc->credit > 0 && snap_now_ns() - now < SCRUB_SLICE_MS * 500000ull) {
+	const uint64_t deadline = now + SCRUB_SLICE_MS * 500000ull;
+	while (sc->credit > 0 && snap_now_ns() < deadline) {
+		if (sc->files) {
+			if (!files_turn(m, sc, deadline))
+				break;
+			continue;
+		}
 		if (!sc->held && !advance(m, sc, 1)) {
-			sc->idle = 1;
-			return;
+			sc->files = 1;   /* the slots are done: the captured files' turn */
+			continue;
 		}
 		sc->idle = 0;
 		struct store_job *j = nth_job(m->store, sc->job);
@@ -222,4 +246,7 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		if (rc && rc != SNAP_ECORRUPT)
 			smp_logf(&m->log, SMP_LOG_WARN, "scrub: %s", err);
 	}
+	/* Credit left when the slice's time ran out: the rate is more than one
+	 * slice per poll round gets through, so the next round does not sleep. */
+	sc->behind = !sc->idle && sc->credit > 0;
 }

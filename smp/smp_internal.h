@@ -23,16 +23,18 @@
  *                               flush thread, captured files (open, close,
  *                               hooks), restore from disk, encode a step,
  *                               relaunch rebuild, captured files across the mesh
- *   2  meshrec.c capgen.c filescan.c fileflush.c
+ *   2  meshrec.c capgen.c filescan.c fileflush.c filescrub.c
  *                               the relaunch's gathered records; a captured-
  *                               files generation on disk; captured files'
- *                               start-up scan and flush thread
- *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c
+ *                               start-up scan, flush thread and scrub
+ *   1  log.c reply.c meshutil.c meshmap.c config.c fileent.c heal.c
  *                               (meshmap: slot files kept mapped; fileent:
- *                               a job's captured-file entries)
- *   0  store.c slots.c reserve.c meshfiles.c metrics.c   (libraries
+ *                               a job's captured-file entries; heal: the
+ *                               reason for damage beyond repair, kept)
+ *   0  store.c slots.c reserve.c meshfiles.c metrics.c damage.c  (libraries
  *                               snapstore, snapmeshfiles; reserve: slot
- *                               files reserved by a thread; metrics:
+ *                               files reserved by a thread; damage: the
+ *                               store's damage record; metrics:
  *                               histograms, counters, the file's writer
  *                               thread, recorded into from every layer)
  *

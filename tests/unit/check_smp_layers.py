@@ -21,13 +21,13 @@ LAYERS = {
     "mesh": 5, "scrub": 5,
     "persist": 4, "meshflush": 4, "filereq": 4, "repair": 4,
     "flush": 3, "files": 3, "rehydrate": 3, "protect": 3, "recover": 3, "meshcap": 3,
-    "meshrec": 2, "capgen": 2, "filescan": 2, "fileflush": 2,
-    "log": 1, "reply": 1, "meshutil": 1, "meshmap": 1, "config": 1, "fileent": 1,
-    "store": 0, "slots": 0, "reserve": 0, "meshfiles": 0, "metrics": 0,
+    "meshrec": 2, "capgen": 2, "filescan": 2, "fileflush": 2, "filescrub": 2,
+    "log": 1, "reply": 1, "meshutil": 1, "meshmap": 1, "config": 1, "fileent": 1, "heal": 1,
+    "store": 0, "slots": 0, "reserve": 0, "meshfiles": 0, "metrics": 0, "damage": 0,
 }
 # calls allowed inside one layer (the library snapstore: slots uses store and
-# reserve, store stops reserve's thread)
-SAME_LAYER_OK = {("slots", "store"), ("slots", "reserve"), ("store", "reserve")}
+# reserve, store stops reserve's thread, damage opens its file as store opens any)
+SAME_LAYER_OK = {("slots", "store"), ("slots", "reserve"), ("store", "reserve"), ("damage", "store")}
 
 
 def symbols(nm, obj):
