@@ -40,22 +40,12 @@ static struct fent *cursor(struct snap_files *f, int *wrapped)
 	}
 }
 
-/* CRC32C of len bytes at off of fd, in pieces through buf: 0, or -1 when short or unreadable. */
+/* CRC32C of len bytes at off of fd (heal.c's guarded mapping): 0, or -1 when short or unreadable. */
 static int crc_of(int fd, uint64_t off, size_t len, uint8_t *buf, size_t bufsize, uint32_t *crc, uint64_t *read)
 {
-	uint32_t c = 0;
-	for (size_t done = 0; done < len;) {
-		size_t k = len - done < bufsize ? len - done : bufsize;
-		ssize_t n = pread(fd, buf, k, (off_t)(off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return -1;
-		c = snap_crc32c_update(c, buf, (size_t)n);
-		done += (size_t)n;
-		*read += (uint64_t)n;
-	}
-	*crc = c;
+	if (smp_heal_crc(fd, off, len, buf, bufsize, crc))
+		return -1;
+	*read += len;
 	return 0;
 }
 

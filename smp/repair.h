@@ -33,6 +33,14 @@ void smp_heal_damage(struct smp_heal *h, const struct snap_store *s, const char 
 /* At start: the newest damage the store recorded becomes h->last_damage. */
 void smp_heal_load(struct smp_heal *h, const struct snap_store *s);
 
+/* The scrub's reads (heal.c): install the SIGBUS guard they run under (once,
+ * before the first read; without it they fall back to pread). */
+void smp_heal_guard_init(void);
+/* CRC32C of len bytes at off of fd (a stored slot or captured file),
+ * through a guarded mapping (or pread through buf): 0, or -1 when the file
+ * is shorter or the bytes cannot be read. */
+int smp_heal_crc(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsize, uint32_t *crc);
+
 /* One slot's repair. */
 struct smp_repair_out {
 	uint64_t step;
