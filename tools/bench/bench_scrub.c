@@ -16,7 +16,8 @@
  * snapsmp at --scrub-rate 0 and at --rate (default the default, 64M), in
  * alternating rounds so that a neighbour's load hits both alike. Each round
  * gives its median step time; reported: the median over the rounds of each
- * setting, and the difference.
+ * setting, their difference, and the median of each round's paired
+ * difference (its two runs ran back to back, under much the same load).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -320,7 +321,8 @@ int cmd_bench_scrub(int argc, char **argv)
 		"  time over 2 s); N rounds (default 5), the median ratio and CPU seconds per GB;\n"
 		"cost: one trainer doing K steps (default 20) of P sweeps (default 4) of w = w * a + b over BYTES of\n"
 		"  state, each followed by snap_save, with snapsmp at --scrub-rate 0 and at --rate (default 64M, the\n"
-		"  default), N rounds of each, alternating; the medians of the rounds' median step times.\n";
+		"  default), N rounds of each, alternating; the medians of the rounds' median step times, and\n"
+		"  the median of each round's difference between its two runs (run back to back).\n";
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "h", lo, NULL)) != -1) {
 		switch (c) {
@@ -401,13 +403,22 @@ int cmd_bench_scrub(int argc, char **argv)
 	bench_rm_tree(b.store);
 	if (fail)
 		return SB_FAIL;
+	double r_off[MAX_ROUNDS], r_on[MAX_ROUNDS];   /* in run order: the medians sort them */
+	memcpy(r_off, off, sizeof(off));
+	memcpy(r_on, on, sizeof(on));
+	/* Each round's two runs ran back to back: their ratio cancels the load
+	 * that drifts between rounds, which the medians of each side do not. */
+	double pair[MAX_ROUNDS];
+	for (int i = 0; i < rounds; i++)
+		pair[i] = 100 * (r_on[i] - r_off[i]) / r_off[i];
+	double m_pair = bench_median(pair, rounds);
 	double m_off = bench_median(off, rounds), m_on = bench_median(on, rounds);
 	double cost = 100 * (m_on - m_off) / m_off;
 	if (json) {
 		printf("{\"bytes\":%" PRIu64 ",\"rounds\":%d,\"crc32c_gbps\":%.4g,\"scrub_gbps\":%.4g,\"scrub_vs_crc32c\":%.4g,"
 		       "\"scrub_cpu_s_per_gb\":%.4g,\"crc32c_cpu_s_per_gb\":%.4g,\"scrub_vs_crc32c_cpu\":%.4g,\"steps\":%d,\"passes\":%d,\"rate\":%" PRIu64 ",\"step_s_scrub_off\":%.6g,"
-		       "\"step_s_scrub_on\":%.6g,\"step_cost_pct\":%.3g}\n", b.size, rounds, m_crc, m_scr, m_ratio, m_cpu, m_ccpu,
-		       m_cratio, steps, passes, rate, m_off, m_on, cost);
+		       "\"step_s_scrub_on\":%.6g,\"step_cost_pct\":%.3g,\"step_cost_paired_pct\":%.3g}\n", b.size, rounds, m_crc, m_scr, m_ratio, m_cpu, m_ccpu,
+		       m_cratio, steps, passes, rate, m_off, m_on, cost, m_pair);
 		return SB_OK;
 	}
 	printf("scrub of a %.0f MiB step, %d rounds (medians), %.0f cores\n", b.size / 1048576.0, rounds, bench_cores());
@@ -418,5 +429,10 @@ int cmd_bench_scrub(int argc, char **argv)
 	printf("  %-40s %8.4f s\n", "--scrub-rate 0", m_off);
 	printf("  %-40s %8.4f s   %+.2f%%\n", rate == 64ull << 20 ? "--scrub-rate 64M (default)" : "--scrub-rate --rate",
 	       m_on, cost);
+	printf("  %-40s %+8.2f%%\n", "median of the rounds' paired differences", m_pair);
+	printf("  rounds (off/on):");
+	for (int i = 0; i < rounds; i++)
+		printf(" %.4f/%.4f", r_off[i], r_on[i]);
+	printf("\n");
 	return SB_OK;
 }
