@@ -376,7 +376,9 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 			break;
 		}
 		unsigned k = poll_set(m, pfd, pc);
-		int wait = smp_export_timeout_ms(m, persist_timeout_ms(m)), scrub = smp_scrub_timeout_ms(m->scrub);
+		/* Draining: the scrub has stopped, and must not keep the poll from sleeping. */
+		int wait = smp_export_timeout_ms(m, persist_timeout_ms(m));
+		int scrub = m->draining ? -1 : smp_scrub_timeout_ms(m->scrub);
 		if (scrub >= 0 && (wait < 0 || scrub < wait))
 			wait = scrub;
 		if (poll(pfd, k, wait) < 0 && errno != EINTR) {
