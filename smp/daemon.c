@@ -377,7 +377,9 @@ static int serve_loop(struct smp *m, char *err, size_t errlen)
 			break;
 		}
 		unsigned k = poll_set(m, pfd, pc);
-		int wait = smp_export_timeout_ms(m, persist_timeout_ms(m)), scrub = smp_scrub_timeout_ms(m->scrub);
+		/* Draining: the scrub has stopped, and must not keep the poll from sleeping. */
+		int wait = smp_export_timeout_ms(m, persist_timeout_ms(m));
+		int scrub = m->draining ? -1 : smp_scrub_timeout_ms(m->scrub);
 		if (scrub >= 0 && (wait < 0 || scrub < wait))
 			wait = scrub;
 		if (poll(pfd, k, wait) < 0 && errno != EINTR) {
@@ -456,6 +458,7 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 		return rc;
 	}
 	if (!(rc = serve_listen(&m, err, errlen)) && !(rc = serve_load(&m, err, errlen))) {
+		smp_heal_load(&m.heal, m.store);
 		m.scrub = smp_scrub_new(&m);
 		*serving = 1;
 		say_ready(ready_fd);

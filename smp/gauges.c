@@ -142,6 +142,8 @@ static void format_node(struct smp *m, struct smp_text *t)
 		  offsetof(struct smp_heal, repaired_chunks) },
 		{ "libsnap_damaged_steps_total", "A rank's step withdrawn because no level held a good copy of it.",
 		  offsetof(struct smp_heal, damaged_steps) },
+		{ "libsnap_damaged_files_total", "A captured file marked damaged because no level held a good copy of it.",
+		  offsetof(struct smp_heal, damaged_files) },
 		{ "libsnap_scrubbed_bytes_total", "Bytes the background scrub verified (--scrub-rate).",
 		  offsetof(struct smp_heal, scrubbed_bytes) },
 		{ "libsnap_scrub_passes_total", "Complete passes of the background scrub over the store.",

@@ -386,11 +386,9 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 		snap_put_u64(&out, m->heal.scrubbed_bytes);
 		snap_put_u64(&out, m->heal.scrub_passes);
 		snap_put_u64(&out, m->cfg->scrub_rate);
-		char last[SMP_ERRLEN] = "none";   /* a wire string is never empty */
-		if (m->heal.damaged_why[0])
-			snprintf(last, sizeof(last), "job %s rank %u step %" PRIu64 ": %s", m->heal.damaged_job,
-				 m->heal.damaged_rank, m->heal.damaged_step, m->heal.damaged_why);
-		snap_put_str(&out, last);
+		/* A wire string is never empty. */
+		snap_put_str(&out, m->heal.last_damage[0] ? m->heal.last_damage : "none");
+		snap_put_u64(&out, m->heal.damaged_files);
 	} else if (h->type == SNAP_MSG_REPAIR) {
 		rc = on_repair(m, c, &r, &out, err);
 	} else if (h->type != SNAP_MSG_HELLO && !c->job) {

@@ -155,6 +155,10 @@ void files_ns_changed(struct snap_files *f, struct fjob *j)
 void files_remove_entry(struct snap_files *f, struct fjob *j, struct fent *e, int unlink_manifest)
 {
 	char name[17];
+	if (f->scrub_e == e) {
+		f->scrub_e = e->next;
+		f->scrub_chunk = 0;
+	}
 	files_hash_remove(j, e);
 	order_remove(j, e);
 	files_ns_changed(f, j);

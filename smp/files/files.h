@@ -58,4 +58,18 @@ void snap_files_flush_all(struct snap_files *f, const char *why);
 /* Files still to flush in the current urgent round (SIGTERM waits for 0). */
 int snap_files_busy(struct snap_files *f);
 
+struct smp_heal;
+/*
+ * The background scrub's share (smp/heal/filescrub.c): check committed captured
+ * files, chunk by chunk, against their manifests' CRC32C, reading about
+ * budget bytes (through buf) or until deadline_ns (snap_now_ns). A bad
+ * chunk is rewritten from the flushed copy at the file's real path when
+ * that copy's chunk has the recorded CRC32C; otherwise the file is marked
+ * damaged (h, and the store's damage record). Returns the bytes read;
+ * *wrapped when the cursor passed the last file (the next call starts a
+ * new pass); *seen counts the files checked whole. f may be NULL.
+ */
+uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, uint8_t *buf, size_t bufsize, int64_t budget,
+			  uint64_t deadline_ns, int *wrapped, unsigned *seen);
+
 #endif

@@ -8,6 +8,7 @@
  *   filescan.c  jobs: the start-up scan of a job's manifests
  *   fileflush.c the flush thread: committed files to their real paths
  *   fileent.c   entries: hash, commit order, paths, budget, files being written
+ *   filescrub.c the background scrub's share: committed files against their CRC32Cs
  *
  * Each file calls only the ones below it (smp_internal.h's layers).
  */
@@ -51,6 +52,7 @@ struct fent {
 	int failed;                 /* flushing failed 3 times: retried only when asked */
 	int tries;                  /* failed flushes since the last success or request */
 	int dead;                   /* removed while being flushed: the flush thread frees it */
+	int damaged;                /* the scrub found a chunk no level holds intact (filescrub.c) */
 	struct fjob *job;
 	struct fent *hnext;
 	struct fent *prev, *next;   /* commit order (oldest first) */
@@ -87,6 +89,12 @@ struct snap_files {
 	int pipe[2];
 	struct fjob *jobs;
 	uint64_t last_id;
+	/* The scrub's cursor (filescrub.c, poll thread): the file and chunk it
+	 * checks next; files_remove_entry moves it past a file it removes. */
+	struct fjob *scrub_j;
+	struct fent *scrub_e;
+	uint32_t scrub_chunk;
+	int scrub_in;               /* scrub_j is a job (0: the next pass starts at the first) */
 	struct conn_wait {
 		struct conn *c;
 		struct fjob *j;

@@ -197,6 +197,9 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 			h->damaged_rank = r->rank;
 			snprintf(h->damaged_job, sizeof(h->damaged_job), "%s", j->name);
 			snprintf(h->damaged_why, sizeof(h->damaged_why), "%s", out->how);
+			char what[64];
+			snprintf(what, sizeof(what), "rank %u step %" PRIu64, r->rank, out->step);
+			smp_heal_damage(h, s, j->name, what, out->how);
 			char w[520];
 			snprintf(w, sizeof(w), "damaged beyond repair (%s): %s", who, out->how);
 			if (keep) {

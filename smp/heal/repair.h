@@ -18,7 +18,28 @@ struct smp_heal {
 	uint32_t damaged_rank;
 	char damaged_job[SNAP_JOB_MAX + 1];
 	char damaged_why[400];         /* ... and why ("" none) */
+	uint64_t damaged_files;        /* captured files marked damaged: no level held a good copy */
+	char last_damage[768];         /* the last damage beyond repair, a step's or a file's, as
+	                                  "job J WHAT: WHY" ("" none); loaded from the store at start */
 };
+
+/*
+ * Damage beyond repair found: keep its reason in h->last_damage and in the
+ * store's record (snap/damage.h), which outlives this daemon. what names
+ * the thing ("rank R step S", "captured file PATH").
+ */
+void smp_heal_damage(struct smp_heal *h, const struct snap_store *s, const char *job, const char *what,
+		     const char *why);
+/* At start: the newest damage the store recorded becomes h->last_damage. */
+void smp_heal_load(struct smp_heal *h, const struct snap_store *s);
+
+/* The scrub's reads (heal.c): install the SIGBUS guard they run under (once,
+ * before the first read; without it they fall back to pread). */
+void smp_heal_guard_init(void);
+/* CRC32C of len bytes at off of fd (a stored slot or captured file),
+ * through a guarded mapping (or pread through buf): 0, or -1 when the file
+ * is shorter or the bytes cannot be read. */
+int smp_heal_crc(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsize, uint32_t *crc);
 
 /* One slot's repair. */
 struct smp_repair_out {

@@ -10,8 +10,9 @@
  * time, it would cost the step.
  *
  * The scrub runs on the event loop's thread, a slice per poll round (at
- * most SCRUB_SLICE_MS worth of the rate at a time), reading with pread (a
- * file truncated under a mapping would raise SIGBUS). Slots being written
+ * most SCRUB_SLICE_MS worth of the rate at a time), reading each chunk
+ * through a mapping under a SIGBUS guard (heal.c: a file truncated under a
+ * mapping raises SIGBUS; pread cost five times the CRC's CPU time). Slots being written
  * are skipped; so is a mesh (--ec), whose steps are withdrawn only by the
  * mesh's agreement: there a bad chunk is found and repaired at restore.
  */
@@ -22,6 +23,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "files/files.h"
 #include "heal/scrub.h"
 #include "smp_internal.h"
 
@@ -38,7 +40,9 @@ struct smp_scrub {
 	int held;                      /* the cursor names a slot */
 	int fd;
 	uint8_t *buf;
-	unsigned seen;                 /* committed slots passed over in this pass */
+	unsigned seen;                 /* committed slots and captured files checked in this pass */
+	int files;                     /* this pass is past the slots, at the captured files */
+	int behind;                    /* the last slice ended with the rate's credit unspent */
 };
 
 struct smp_scrub *smp_scrub_new(struct smp *m)
@@ -55,7 +59,9 @@ struct smp_scrub *smp_scrub_new(struct smp *m)
 	 * (the memory tests sample it save after save). */
 	memset(sc->buf, 0, SCRUB_BUF);
 	sc->rate = m->cfg->scrub_rate;
+	smp_heal_guard_init();
 	sc->fd = -1;
+	sc->slot = UINT32_MAX;   /* before the first */
 	sc->last_ns = snap_now_ns();
 	smp_say(m, "scrub: verifying committed slots at %.1f MiB/s (--scrub-rate)", sc->rate / 1048576.0);
 	return sc;
@@ -73,8 +79,10 @@ void smp_scrub_free(struct smp_scrub *sc)
 
 int smp_scrub_timeout_ms(const struct smp_scrub *sc)
 {
-	/* Nothing to scrub: look again now and then, not every slice. */
-	return !sc ? -1 : sc->idle ? 1000 : SCRUB_SLICE_MS;
+	/* Nothing to scrub: look again now and then, not every slice. Behind
+	 * the rate: poll without sleeping (requests still wait at most one
+	 * slice's 5 ms on the scrub). */
+	return !sc ? -1 : sc->idle ? 1000 : sc->behind ? 0 : SCRUB_SLICE_MS;
 }
 
 static void drop(struct smp_scrub *sc)
@@ -95,13 +103,13 @@ static struct store_job *nth_job(struct snap_store *s, uint32_t k)
 	return j;
 }
 
-/* Move to the next committed slot, wrapping around once: 0 when the store
- * holds none. A complete wrap is a pass. */
+/* Move to the next committed slot: 0 past the last one (the cursor goes
+ * back to the first, for the next pass). */
 static int advance(struct smp *m, struct smp_scrub *sc, int next)
 {
 	struct snap_store *s = m->store;
 	drop(sc);
-	for (int wraps = 0; wraps < 2;) {
+	for (;;) {
 		if (next && ++sc->slot >= s->nslots) {
 			sc->slot = 0;
 			sc->rank++;
@@ -109,13 +117,10 @@ static int advance(struct smp *m, struct smp_scrub *sc, int next)
 		next = 1;
 		struct store_job *j = nth_job(s, sc->job);
 		if (!j) {
-			if (sc->seen)
-				m->heal.scrub_passes++;
-			sc->seen = 0;
-			sc->job = sc->rank = sc->slot = 0;
-			wraps++;
-			next = 0;
-			continue;
+			/* Before the first slot: the next step forward lands on it. */
+			sc->job = sc->rank = 0;
+			sc->slot = UINT32_MAX;
+			return 0;
 		}
 		if (sc->rank >= j->nranks) {
 			sc->job++;
@@ -136,7 +141,6 @@ static int advance(struct smp *m, struct smp_scrub *sc, int next)
 			return 1;
 		}
 	}
-	return 0;
 }
 
 /* Read chunk t's stored bytes and check them: 1 good, 0 bad (or unreadable). */
@@ -144,18 +148,10 @@ static int chunk_ok(struct smp_scrub *sc, const struct snap_manifest *man, uint3
 {
 	struct snap_chunk c;
 	snap_layout_chunk(&man->layout, t, &c);
-	uint32_t crc = 0;
-	for (uint64_t done = 0; done < man->len[t];) {
-		size_t k = man->len[t] - done < SCRUB_BUF ? (size_t)(man->len[t] - done) : SCRUB_BUF;
-		ssize_t n = pread(sc->fd, sc->buf, k, (off_t)(c.slot_off + done));
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			return 0;
-		crc = snap_crc32c_update(crc, sc->buf, (size_t)n);
-		done += (uint64_t)n;
-		*read += (uint64_t)n;
-	}
+	uint32_t crc;
+	if (smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc))
+		return 0;
+	*read += man->len[t];
 	return crc == man->crc[t];
 }
 
@@ -174,6 +170,25 @@ void smp_scrub_tick(struct smp *m)
 	sc->fd = -1;
 }
 
+/* The captured files' turn: 1 while there is more of this pass to do. */
+static int files_turn(struct smp *m, struct smp_scrub *sc, uint64_t deadline)
+{
+	int wrapped = 0;
+	uint64_t got = snap_files_scrub(m->files, &m->heal, sc->buf, SCRUB_BUF, sc->credit, deadline, &wrapped,
+					&sc->seen);
+	sc->credit -= (int64_t)got;
+	m->heal.scrubbed_bytes += got;
+	if (!wrapped)
+		return 1;
+	/* A pass over the slots, then the files, is done. */
+	sc->files = 0;
+	sc->idle = sc->seen == 0;
+	if (sc->seen)
+		m->heal.scrub_passes++;
+	sc->seen = 0;
+	return !sc->idle;
+}
+
 static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 {
 	uint64_t now = snap_now_ns(), dt = now - sc->last_ns;
@@ -186,10 +201,16 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		sc->credit = cap;
 	/* Whatever the rate, a slice ends after half a slice of wall time: the
 	 * trainers' requests wait on this thread. */
-	while (sc->credit > 0 && snap_now_ns() - now < SCRUB_SLICE_MS * 500000ull) {
+	const uint64_t deadline = now + SCRUB_SLICE_MS * 500000ull;
+	while (sc->credit > 0 && snap_now_ns() < deadline) {
+		if (sc->files) {
+			if (!files_turn(m, sc, deadline))
+				break;
+			continue;
+		}
 		if (!sc->held && !advance(m, sc, 1)) {
-			sc->idle = 1;
-			return;
+			sc->files = 1;   /* the slots are done: the captured files' turn */
+			continue;
 		}
 		sc->idle = 0;
 		struct store_job *j = nth_job(m->store, sc->job);
@@ -222,4 +243,7 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		if (rc && rc != SNAP_ECORRUPT)
 			smp_logf(&m->log, SMP_LOG_WARN, "scrub: %s", err);
 	}
+	/* Credit left when the slice's time ran out: the rate is more than one
+	 * slice per poll round gets through, so the next round does not sleep. */
+	sc->behind = !sc->idle && sc->credit > 0;
 }

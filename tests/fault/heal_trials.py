@@ -232,12 +232,37 @@ def scrub_checks(pristine):
     if not ok:
         failures.append(f"scrub: the flipped bits were not found and handled within 60 s: {text()[-2000:]}")
         return
+    damage_survives(store, flush, older)
     if open(os.path.join(rdir, f"slot-{slots[STEPS]}"), "rb").read() != good:
         failures.append("scrub: the repaired slot differs from the committed bytes")
     if st.get("repaired_chunks") != 1 or st.get("damaged_steps") != 1 or f"step {older}" not in (st.get("last_damage") or ""):
         failures.append(f"scrub: status --json does not count the repair and the damage: {st}")
     print(f"scrub: a flipped bit in step {STEPS} repaired from the flush, step {older} (not flushed) withdrawn; "
           f"status: repaired_chunks={st.get('repaired_chunks')} damaged_steps={st.get('damaged_steps')}")
+
+
+def damage_survives(store, flush, older):
+    """Why step `older` was withdrawn outlives the daemon that found it: the
+    store's record (snap/damage.h), read by snaptool with no daemon running
+    and loaded by the next one."""
+    tool = os.path.join(args.build, "tools", "snaptool")
+    st = status_json(store)
+    txt = subprocess.run([tool, "status", "--store", store], env=env(store), capture_output=True, text=True,
+                         timeout=60).stdout
+    recs = st.get("damage") or []
+    if (st.get("daemon_pid") is not None or f"step {older}" not in (st.get("last_damage") or "") or
+            not any(r.get("what") == f"rank 0 step {older}" and "no good copy" in r.get("why", "") for r in recs) or
+            f"last damage beyond repair (recorded in the store): job j rank 0 step {older}" not in txt):
+        failures.append(f"damage record: with no daemon, status does not say why step {older} went: {st} {txt}")
+        return
+    p = start_smp(store, flush)
+    st2 = status_json(store)
+    stop_smp(p)
+    if f"job j rank 0 step {older}: " not in (st2.get("last_damage") or "") or st2.get("daemon_pid") is None:
+        failures.append(f"damage record: a restarted snapsmp does not report why step {older} went: {st2}")
+        return
+    print(f"damage record: why step {older} was withdrawn survives the daemon's SIGKILL and restart "
+          f"({len(recs)} record)")
 
 
 def verify_repair_checks(pristine):

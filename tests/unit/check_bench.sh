@@ -74,6 +74,15 @@ has snapshot "^  memcpy, 1 thread +$num "
 # torch.save is "unavailable" where the interpreter lacks torch; else the ratio.
 has snapshot "^  torch.save to /dev/shm +(unavailable|$num .*\(commit is ${num}x faster\))"
 
+# The scrub: its speed against a plain CRC32C loop, and a job's step time
+# with and without it (1 MiB, one round, one step: figures, not a verdict).
+run scrub 0 "$snaptool" bench scrub --size 1M --rounds 1 --steps 1 --passes 0
+has scrub "^  plain snap_crc32c over the slot's mapping +$num GB/s +$num CPU-s/GB"
+has scrub "^  scrub vs CRC32C +$num \(wall\) +$num \(CPU per byte\)"
+has scrub "^  --scrub-rate 64M \(default\) +$num s +[-+]$num%"
+run scrubbad 2 "$snaptool" bench scrub --rounds x
+grep -qF "snapbench scrub: --rounds x: expected a whole number from 1 to 32" "$t/scrubbad.err" || fail "bench scrub --rounds x: not refused by name"
+
 mkdir "$t/tmp"
 # 4 MiB: fio's block size, the smallest size its comparison row can run at.
 run flush 0 env TMPDIR="$t/tmp" SNAP_BENCH_DATA="$data" "$snaptool" bench flush --size 4M
@@ -151,4 +160,4 @@ mkdir "$t/alone"
 cp "$snaptool" "$t/alone/snaptool"
 run alone 1 env PATH="$t/alone" "$t/alone/snaptool" bench codec --help
 grep -qF "$t/alone/snapbench" "$t/alone.err" || fail "the error does not name where it looked for snapbench"
-echo "check_bench: codec, snapshot, flush and ec ran through snaptool bench; 6 bad ec options and 2 bad snapshot options refused; ${#skips[@]} optional cases skipped${skips[*]:+: ${skips[*]}}"
+echo "check_bench: codec, snapshot, scrub, flush and ec ran through snaptool bench; 6 bad ec options, 2 bad snapshot options and 1 bad scrub option refused; ${#skips[@]} optional cases skipped${skips[*]:+: ${skips[*]}}"

@@ -21,6 +21,7 @@ static const struct {
 	{ "ec", cmd_bench_ec, "erasure coding vs raw ISA-L and MPI" },
 	{ "mesh", cmd_bench_mesh, "erasure coding through the real daemons: protect, rebuild, restore" },
 	{ "flush", cmd_bench_flush, "flush to HDF5 vs fio vs h5py" },
+	{ "scrub", cmd_bench_scrub, "snapsmp's background scrub vs CRC32C, and its cost on a running job" },
 };
 
 static void usage(FILE *f)

@@ -23,5 +23,6 @@ int cmd_bench_codec(int argc, char **argv);
 int cmd_bench_ec(int argc, char **argv);
 int cmd_bench_flush(int argc, char **argv);
 int cmd_bench_mesh(int argc, char **argv);
+int cmd_bench_scrub(int argc, char **argv);
 
 #endif

@@ -31,7 +31,8 @@ enum snap_msg_type {
 	SNAP_MSG_STATUS = 9,    /* (empty) -> u64 mem_limit, u64 mem_used, u32 slots, u32 pid, u64 pinned, u32 pinners,
 	                           u32 slot files being reserved, then the self-healing counters: u64 repaired_chunks,
 	                           u64 damaged_steps, u64 scrubbed_bytes, u64 scrub_passes, u64 scrub_rate, str last
-	                           damage ("none") (older daemons end before these); no HELLO needed */
+	                           damage ("none"; kept in the store, snap/damage.h), u64 damaged_files (older
+	                           daemons end before these); no HELLO needed */
 	SNAP_MSG_REPAIR = 10,   /* str job, u32 rank (UINT32_MAX: all), u64 step (UINT64_MAX = latest) -> u64 step,
 	                           u32 ranks checked, u32 bad chunks, u32 repaired, u32 ranks withdrawn, u32 slot files
 	                           mended (missing or short: recreated or grown), str how;

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "snap/base.h"
+#include "snap/damage.h"
 #include "opts.h"
 #include "progress.h"
 #include "snap/io.h"
@@ -75,6 +76,13 @@ struct daemon_view {
 	int heal;                 /* the self-healing counters came (newer daemons) */
 	uint64_t repaired_chunks, damaged_steps, scrubbed_bytes, scrub_passes, scrub_rate;
 	char last_damage[768];
+	int has_files;            /* damaged_files came (newer daemons) */
+	uint64_t damaged_files;
+	/* Damage beyond repair as the store recorded it (snap/damage.h): there
+	 * with or without a daemon, across its restarts. */
+	struct snap_damage dmg[SNAP_DAMAGE_KEEP];
+	int ndmg;
+	char last_rec[1024];
 };
 
 static int daemon_budget(const char *sock_path, struct daemon_view *v)
@@ -114,6 +122,8 @@ static int daemon_budget(const char *sock_path, struct daemon_view *v)
 		v->scrub_passes = snap_get_u64(&r);
 		v->scrub_rate = snap_get_u64(&r);
 		snap_get_str(&r, v->last_damage, sizeof(v->last_damage));
+		if ((v->has_files = snap_rbuf_left(&r) != 0))
+			v->damaged_files = snap_get_u64(&r);
 	}
 	free(p);
 	return r.bad ? -1 : 0;
@@ -124,7 +134,9 @@ static const char status_usage[] =
 	"Steps of every job (or one) in a node store (restorable = committed by every\n"
 	"rank, partial = some ranks), memory used against the running snapsmp's budget\n"
 	"(--mem-limit, asked over its socket; \"unknown\" when none answers), and the\n"
-	"steps persisted in the flush directory. Exit 1 if the store cannot be read.\n"
+	"steps persisted in the flush directory, and the last damage beyond repair with why\n"
+	"(the store's record: shown with or without a running snapsmp). Exit 1 if the\n"
+	"store cannot be read.\n"
 	"With --nodes N and a --store holding %n (snapsmp --ec): the mesh view of N node\n"
 	"stores: per step, which nodes hold data and parity, whether each group is\n"
 	"protected, the storage overhead M/K, and per level (node stores, parity, disk\n"
@@ -152,9 +164,27 @@ static void status_json_head(const struct snap_store *s, const struct daemon_vie
 	const uint64_t hv[] = { d->repaired_chunks, d->damaged_steps, d->scrubbed_bytes, d->scrub_passes, d->scrub_rate };
 	for (int i = 0; i < 5; i++)
 		d->heal ? printf(",\"%s\":%" PRIu64, heal[i], hv[i]) : printf(",\"%s\":null", heal[i]);
+	printf(",\"damaged_files\":");
+	d->has_files ? printf("%" PRIu64, d->damaged_files) : printf("null");
+	/* The reason outlives the daemon: the store's record when none answers. */
 	printf(",\"last_damage\":");
-	d->heal && strcmp(d->last_damage, "none") ? st_json_str(d->last_damage) : (void)printf("null");
-	printf(",\"jobs\":[");
+	if (d->heal && strcmp(d->last_damage, "none"))
+		st_json_str(d->last_damage);
+	else if (!d->heal && d->ndmg)
+		st_json_str(d->last_rec);
+	else
+		printf("null");
+	printf(",\"damage\":[");
+	for (int i = 0; i < d->ndmg; i++) {
+		printf("%s{\"time\":%" PRIu64 ",\"job\":", i ? "," : "", d->dmg[i].time_s);
+		st_json_str(d->dmg[i].job);
+		printf(",\"what\":");
+		st_json_str(d->dmg[i].what);
+		printf(",\"why\":");
+		st_json_str(d->dmg[i].why);
+		printf("}");
+	}
+	printf("],\"jobs\":[");
 }
 
 static void status_text_head(const struct opts *o, const struct snap_store *s, const struct daemon_view *d, int live)
@@ -162,6 +192,8 @@ static void status_text_head(const struct opts *o, const struct snap_store *s, c
 	if (!live) {
 		printf("store %s: %.1f MiB in slot files; no snapsmp answers on %s, so its budget is unknown\n", s->root,
 		       s->mem_used / 1048576.0, o->cfg.client.socket);
+		if (d->ndmg)
+			printf("last damage beyond repair (recorded in the store): %s\n", d->last_rec);
 		return;
 	}
 	printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "
@@ -173,12 +205,17 @@ static void status_text_head(const struct opts *o, const struct snap_store *s, c
 	       d->pinners, d->pinners == 1 ? "" : "es", d->pinned / 1048576.0);
 	/* The scrub's running counts are --json's: this text stays the same from call to call. */
 	if (d->heal) {
-		printf("self-healing: %" PRIu64 " chunks repaired, %" PRIu64 " steps damaged beyond repair; scrub ",
+		printf("self-healing: %" PRIu64 " chunks repaired, %" PRIu64 " steps damaged beyond repair",
 		       d->repaired_chunks, d->damaged_steps);
+		if (d->has_files)
+			printf(", %" PRIu64 " captured files damaged", d->damaged_files);
+		printf("; scrub ");
 		d->scrub_rate ? printf("at %.1f MiB/s (--scrub-rate)\n", d->scrub_rate / 1048576.0)
 			      : printf("off (--scrub-rate 0)\n");
 		if (strcmp(d->last_damage, "none"))
 			printf("last damage beyond repair: %s\n", d->last_damage);
+	} else if (d->ndmg) {
+		printf("last damage beyond repair (recorded in the store): %s\n", d->last_rec);
 	}
 }
 
@@ -247,8 +284,12 @@ int cmd_status(int argc, char **argv)
 	if ((rc = st_open_store(&o, &s)))
 		return rc;
 	/* The budget is the running daemon's (--mem-limit), not our default. */
-	struct daemon_view d = { 0 };
+	static struct daemon_view d;
 	int live = daemon_budget(o.cfg.client.socket, &d) == 0;
+	if ((d.ndmg = snap_damage_load(s->root, d.dmg, SNAP_DAMAGE_KEEP)) > 0)
+		snap_damage_line(&d.dmg[d.ndmg - 1], d.last_rec, sizeof(d.last_rec));
+	else
+		d.ndmg = 0;
 	if (live)
 		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", d.pid,
 			   o.cfg.client.socket, d.used / 1048576.0, d.limit / 1048576.0, d.slots);
