@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copy threads; see pool.h. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "pool.h"
@@ -22,6 +23,18 @@ struct snap_pool {
 static void *worker(void *vp)
 {
 	struct snap_pool *p = vp;
+#ifdef SCHED_BATCH
+	/*
+	 * A save wakes every copy thread just before it returns; as normal
+	 * threads they would preempt the trainer on a busy machine, and the
+	 * save would return only when the scheduler hands the core back
+	 * (milliseconds). A batch thread does not preempt on wakeup; it still
+	 * gets its fair share of the CPU (same nice level). Best effort: a
+	 * refusal leaves the thread as it was.
+	 */
+	struct sched_param sp = { 0 };
+	(void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
+#endif
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		if (p->next < p->ntasks) {
