@@ -25,6 +25,7 @@ import sys
 import torch
 
 import libsnap.torch as lt
+from libsnap import _support
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import wait_socket  # noqa: E402
@@ -42,7 +43,7 @@ def check(cond, msg):
         failures.append(msg)
 
 
-real_account = lt.account
+real_account = _support.account
 
 
 def counting_account(*a, **k):
@@ -50,7 +51,7 @@ def counting_account(*a, **k):
     return real_account(*a, **k)
 
 
-lt.account = counting_account
+_support.account = counting_account   # what Checkpointer's plan calls
 
 
 def train(model, opt):
