@@ -14,6 +14,7 @@ at every save; a pickle is made again only when a key built from the value
 value that is not made of plain values is pickled every save."""
 import hashlib
 import operator
+from itertools import chain, repeat
 import random
 
 import numpy as np
@@ -135,17 +136,22 @@ class _Plan:
         shape, dtype and contiguity, the state_dict() names, the state keys,
         the optimizer parameters' addresses, group sizes and state count."""
         vals = list(msd.values())
-        for name, t in msd.items():
-            if not isinstance(t, _T):
-                raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
-        other, keys, planned = {}, {}, {}
+        if not all(map(isinstance, vals, repeat(_T))):
+            for name, t in msd.items():
+                if not isinstance(t, _T):
+                    raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+        other = {}
         state = self._opt.state
-        for i, st in enumerate(map(state.get, index)):
-            if st:
-                planned[i] = st
-                keys[i] = tuple(st)
-        tensors = [v for st in planned.values() for v in st.values()]
-        if not all(map(isinstance, tensors, [_T] * len(tensors))):
+        sts = list(map(state.get, index))
+        if all(sts) and set(map(type, sts)) == {dict}:   # every parameter has state: loops in C
+            planned = dict(enumerate(sts))
+            keys = dict(enumerate(map(tuple, sts)))
+            tensors = list(chain.from_iterable(map(dict.values, sts)))
+        else:
+            planned = {i: st for i, st in enumerate(sts) if st}
+            keys = {i: tuple(st) for i, st in planned.items()}
+            tensors = [v for st in planned.values() for v in st.values()]
+        if not all(map(isinstance, tensors, repeat(_T))):
             tensors = [v for v in tensors if isinstance(v, _T)]
             for i, st in planned.items():
                 for k, v in st.items():
