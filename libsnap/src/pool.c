@@ -23,18 +23,6 @@ struct snap_pool {
 static void *worker(void *vp)
 {
 	struct snap_pool *p = vp;
-#ifdef SCHED_BATCH
-	/*
-	 * A save wakes every copy thread just before it returns; as normal
-	 * threads they would preempt the trainer on a busy machine, and the
-	 * save would return only when the scheduler hands the core back
-	 * (milliseconds). A batch thread does not preempt on wakeup; it still
-	 * gets its fair share of the CPU (same nice level). Best effort: a
-	 * refusal leaves the thread as it was.
-	 */
-	struct sched_param sp = { 0 };
-	(void)pthread_setschedparam(pthread_self(), SCHED_BATCH, &sp);
-#endif
 	pthread_mutex_lock(&p->mu);
 	for (;;) {
 		if (p->next < p->ntasks) {
@@ -83,6 +71,21 @@ int snap_pool_start(struct snap_pool **pp, unsigned n)
 			return SNAP_EIO;
 		}
 		p->nthreads = i + 1;
+#ifdef SCHED_BATCH
+		/*
+		 * A save wakes every copy thread just before it returns; as
+		 * normal threads they would preempt the trainer on a busy
+		 * machine, and the save would return only when the scheduler
+		 * hands the core back (milliseconds). A batch thread does not
+		 * preempt on wakeup; it still gets its fair share of the CPU
+		 * (same nice level). Set here rather than by the thread, so it
+		 * holds when snap_open returns (glibc's attributes take only
+		 * OTHER, FIFO and RR). Best effort: refused, the thread stays
+		 * as it was.
+		 */
+		struct sched_param sp = { 0 };
+		(void)pthread_setschedparam(p->threads[i], SCHED_BATCH, &sp);
+#endif
 	}
 	*pp = p;
 	return 0;
