@@ -1,6 +1,7 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /* Copy threads; see pool.h. */
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 
 #include "pool.h"
@@ -70,6 +71,21 @@ int snap_pool_start(struct snap_pool **pp, unsigned n)
 			return SNAP_EIO;
 		}
 		p->nthreads = i + 1;
+#ifdef SCHED_BATCH
+		/*
+		 * A save wakes every copy thread just before it returns; as
+		 * normal threads they would preempt the trainer on a busy
+		 * machine, and the save would return only when the scheduler
+		 * hands the core back (milliseconds). A batch thread does not
+		 * preempt on wakeup; it still gets its fair share of the CPU
+		 * (same nice level). Set here rather than by the thread, so it
+		 * holds when snap_open returns (glibc's attributes take only
+		 * OTHER, FIFO and RR). Best effort: refused, the thread stays
+		 * as it was.
+		 */
+		struct sched_param sp = { 0 };
+		(void)pthread_setschedparam(p->threads[i], SCHED_BATCH, &sp);
+#endif
 	}
 	*pp = p;
 	return 0;

@@ -12,19 +12,26 @@ capture what it would without the cache:
   - a buffer viewed with another shape at the same address, and a new
     param group, are new layouts too;
   - the completeness check against the optimizer's state_dict() runs at
-    every new layout and not at a save of an unchanged one.
+    every new layout and not at a save of an unchanged one;
+  - a pickled value (meta, RNGs, extra) kept from an earlier save is the
+    current one: a list mutated in place, an lr that turns from 1 into 1.0
+    or from 0.0 into -0.0, numpy's and Python's RNGs, a value saved again
+    after a restore of an older step brought another one back.
 
 usage: test_plan_cache.py BUILD_DIR
 """
 import os
+import random
 import shutil
 import signal
 import subprocess
 import sys
 
+import numpy as np
 import torch
 
 import libsnap.torch as lt
+from libsnap import _support
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import wait_socket  # noqa: E402
@@ -42,7 +49,7 @@ def check(cond, msg):
         failures.append(msg)
 
 
-real_account = lt.account
+real_account = _support.account
 
 
 def counting_account(*a, **k):
@@ -50,7 +57,7 @@ def counting_account(*a, **k):
     return real_account(*a, **k)
 
 
-lt.account = counting_account
+_support.account = counting_account   # what Checkpointer's plan calls
 
 
 def train(model, opt):
@@ -129,6 +136,56 @@ def run():
     ck.wait()
     ck.close()
     del at3
+    values()
+
+
+def values():
+    """Pickled values kept between saves must be the current ones."""
+    torch.manual_seed(1)
+    model = torch.nn.Linear(3, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=1)
+    cursor = {"seen": [1, 2]}
+    ck = lt.Checkpointer(model, opt, job="plancache-values", store=store, extra={"cursor": cursor})
+    ck.save(1)
+    ck.save(2)                          # the layout's plan settled: values are kept from here
+    cursor["seen"].append(3)            # the same list, mutated in place
+    opt.param_groups[0]["lr"] = 1.0     # equal to 1, another type
+    opt.param_groups[0]["weight_decay"] = -0.0   # equal to 0.0, another float
+    np.random.seed(7)
+    random.seed(7)
+    ck.save(3)
+    want_np, want_py = np.random.get_state(), random.getstate()
+    ck.save(4)                          # unchanged: the kept pickles
+    ck.wait()
+    np.random.rand(5)
+    random.random()
+    cursor["seen"].clear()
+    opt.param_groups[0]["lr"] = 1
+    opt.param_groups[0]["weight_decay"] = 0.0
+    check(ck.restore(4) == 4, "values: step 4 not restored")
+    got = ck.extra["cursor"]
+    check(got == {"seen": [1, 2, 3]}, f"values: extra restored as {got}, saved {{'seen': [1, 2, 3]}}")
+    lr, wd = opt.param_groups[0]["lr"], opt.param_groups[0]["weight_decay"]
+    check(type(lr) is float and lr == 1.0, f"values: lr restored as {lr!r}, saved 1.0")
+    check(type(wd) is float and str(wd) == "-0.0", f"values: weight_decay restored as {wd!r}, saved -0.0")
+    got_np = np.random.get_state()
+    check(got_np[0] == want_np[0] and np.array_equal(got_np[1], want_np[1]) and got_np[2:] == want_np[2:],
+          "values: numpy's RNG restored to another state than saved")
+    check(random.getstate() == want_py, "values: Python's RNG restored to another state than saved")
+    # an older step restored, then the newer values again: saved as they are now
+    opt.param_groups[0]["lr"] = 0.25
+    ck.save(5)
+    opt.param_groups[0]["lr"] = 0.5
+    ck.save(6)
+    ck.wait()
+    check(ck.restore(5) == 5 and opt.param_groups[0]["lr"] == 0.25, "values: step 5 not restored with lr 0.25")
+    opt.param_groups[0]["lr"] = 0.5     # step 6's value again, its pickle kept
+    ck.save(6)
+    ck.wait()
+    opt.param_groups[0]["lr"] = 0.125
+    check(ck.restore(6) == 6 and opt.param_groups[0]["lr"] == 0.5,
+          f"values: lr restored as {opt.param_groups[0]['lr']}, saved 0.5 after a restore of step 5")
+    ck.close()
 
 
 def main():

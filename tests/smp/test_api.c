@@ -20,6 +20,32 @@
 
 #include "api_fixture.h"
 
+/* Threads of this process whose policy (field 41 of /proc/self/task/N/stat) is SCHED_BATCH. */
+static unsigned batch_threads(void)
+{
+	glob_t g;
+	unsigned n = 0;
+	if (glob("/proc/self/task/*/stat", 0, NULL, &g) != 0)
+		return 0;
+	for (size_t i = 0; i < g.gl_pathc; i++) {
+		char buf[1024];
+		FILE *f = fopen(g.gl_pathv[i], "r");
+		size_t len = f ? fread(buf, 1, sizeof(buf) - 1, f) : 0;
+		if (f)
+			fclose(f);
+		buf[len] = '\0';
+		char *s = strrchr(buf, ')'), *save = NULL;
+		int field = 2;
+		for (char *tok = s ? strtok_r(s + 1, " ", &save) : NULL; tok; tok = strtok_r(NULL, " ", &save))
+			if (++field == 41) {
+				n += strtol(tok, NULL, 10) == SCHED_BATCH;
+				break;
+			}
+	}
+	globfree(&g);
+	return n;
+}
+
 static void test_cycle(struct smp_proc *p)
 {
 	snap_ctx *ctx = open_job(p, "a", 1);
@@ -27,6 +53,14 @@ static void test_cycle(struct smp_proc *p)
 	CHECK(ctx != NULL);
 	if (!ctx)
 		return;
+	/* Every copy thread is a batch thread once snap_open returns: a save's
+	 * wake-up does not preempt the trainer (pool.c). */
+	struct snap_config d;
+	snap_config_init(&d);
+	unsigned nb = batch_threads();
+	CHECK(nb == d.copy_threads);
+	if (nb != d.copy_threads)
+		fprintf(stderr, "%u SCHED_BATCH threads, %u copy threads\n", nb, d.copy_threads);
 	CHECK_RC(snap_latest(ctx, &step), SNAP_ENOENT);
 	CHECK_RC(snap_restore(ctx, SNAP_STEP_LATEST, NULL), SNAP_ENOENT);
 
