@@ -2,7 +2,7 @@
 /*
  * bench_ec.c - `snapbench ec`: erasure-coding throughput on one data set.
  *
- *   snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]
+ *   snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--dir D] [--json]
  *
  * In this process: (a) raw ISA-L encode of the group's n = K+M stripes with
  * whole segments, (b) our encode kernel (snap_ec_encode_group_local: the
@@ -43,9 +43,11 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]\n"
+	fprintf(f, "usage: snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--dir D] [--json]\n"
 		   "  --size   data bytes per simulated node (default 16 MiB)\n"
 		   "  --chunk  CRC/pipeline chunk (default: library default)\n"
+		   "  --dir    where the rebuild into fresh memory creates the lost members' files\n"
+		   "           (default /dev/shm: the memory a relaunched node store allocates)\n"
 		   "  Runs K+M MPI ranks on this host via mpiexec (see ec/README.md); prints the CPU seconds\n"
 		   "  per GB the ranks spent and the ceiling they set (cores / CPU seconds per GB).\n");
 }
@@ -103,6 +105,7 @@ int cmd_bench_ec(int argc, char **argv)
 {
 	int k = 4, m = 2, reps = 5, json = 0;
 	uint64_t size = 16ull << 20, chunk = 0;
+	const char *fresh_dir = "/dev/shm";
 	for (int i = 1; i < argc; i++) {
 		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
 		int bad = 0;
@@ -125,6 +128,9 @@ int cmd_bench_ec(int argc, char **argv)
 			}
 		} else if (v && !strcmp(a, "--reps")) {
 			bad = bench_opt_int("ec", a, v, 1, 1000, &reps), i++;
+		} else if (v && !strcmp(a, "--dir")) {
+			fresh_dir = v;
+			i++;
 		} else {
 			fprintf(stderr, "snapbench ec: unknown or incomplete option '%s'\n", a);
 			bad = 1;
@@ -261,7 +267,8 @@ int cmd_bench_ec(int argc, char **argv)
 	snprintf(a_chunk, sizeof(a_chunk), "%" PRIu64, ch);
 	snprintf(a_reps, sizeof(a_reps), "%d", reps);
 	char *const av[] = { (char *)mpiexec, "-np", a_np, "--oversubscribe", helper, "--k", a_k, "--m", a_m,
-			     "--size", a_size, "--chunk", a_chunk, "--reps", a_reps, NULL };
+			     "--size", a_size, "--chunk", a_chunk, "--reps", a_reps, "--fresh-dir", (char *)fresh_dir,
+			     NULL };
 	static char outbuf[1 << 16];
 	int st = bench_run_capture(av, outbuf, sizeof(outbuf));
 	const char *line = strchr(outbuf, '{');
@@ -277,6 +284,7 @@ int cmd_bench_ec(int argc, char **argv)
 	double move_s = bench_jnum(line, "mpi_move_s"), cpu_move = bench_jnum(line, "mpi_move_cpu_s") / prot;
 	double cpu_enc = bench_jnum(line, "mesh_encode_cpu_s") / prot, cpu_reb = bench_jnum(line, "rebuild_cpu_s") / prot;
 	double cpu_dec = best_dec / prot;
+	double cpu_fresh = bench_jnum(line, "rebuild_fresh_cpu_s") / prot, fresh = bench_jnum(line, "rebuild_fresh_gbps");
 	double enc_ceiling = bench_cpu_ceiling(cores, cpu_enc, move);
 	double reb_ceiling = bench_cpu_ceiling(cores, cpu_reb, raw_dec);
 	if (json) {
@@ -286,10 +294,11 @@ int cmd_bench_ec(int argc, char **argv)
 		       "\"alt_reduce_scatter_gbps\":%.3f,\"kernel_vs_raw\":%.3f,\"mesh_vs_move\":%.3f,"
 		       "\"cores\":%.0f,\"mpi_move_cpu_s_per_gb\":%.4f,\"mpi_move_cores_busy\":%.2f,"
 		       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f,"
-		       "\"mesh_vs_move_cpu_ceiling\":%.3f,\"rebuild_vs_decode_cpu_ceiling\":%.3f}\n",
+		       "\"mesh_vs_move_cpu_ceiling\":%.3f,\"rebuild_vs_decode_cpu_ceiling\":%.3f,"
+		       "\"rebuild_fresh_gbps\":%.3f,\"rebuild_fresh_cpu_s_per_gb\":%.4f}\n",
 		       k, m, n, size, ch, reps, raw_enc, kern, move, mesh, raw_dec, reb, alt, kern / raw_enc,
 		       mesh / move, cores, cpu_move, cpu_move * prot / move_s, cpu_enc, cpu_reb, cpu_dec, enc_ceiling,
-		       reb_ceiling);
+		       reb_ceiling, fresh, cpu_fresh);
 	} else {
 		printf("ec bench: %d+%d, %d simulated nodes (MPI ranks on this host), %" PRIu64 " bytes/node, "
 		       "chunk %" PRIu64 ", best of %d\n", k, m, n, size, ch, reps);
@@ -302,6 +311,8 @@ int cmd_bench_ec(int argc, char **argv)
 		       100 * mesh / move);
 		printf("  %-26s %9.3f  ISA-L decode, %d members lost, 1 process\n", "raw_decode_gbps", raw_dec, m);
 		printf("  %-26s %9.3f  rebuild of %d lost members over MPI, verified\n", "rebuild_gbps", reb, m);
+		printf("  %-26s %9.3f  the same, lost members' bytes in fresh %s files\n", "rebuild_fresh_gbps", fresh,
+		       fresh_dir);
 		printf("  %-26s %9.3f  alternative: partial products + MPI_Reduce_scatter\n",
 		       "alt_reduce_scatter_gbps", alt);
 		printf("  CPU seconds per GB of protected data, all ranks (%.0f cores here):\n", cores);
@@ -311,6 +322,8 @@ int cmd_bench_ec(int argc, char **argv)
 		       "mesh_encode_cpu", cpu_enc, enc_ceiling);
 		printf("  %-26s %9.4f  ceiling on this host: %.2f of raw decode\n", "rebuild_cpu", cpu_reb,
 		       reb_ceiling);
+		printf("  %-26s %9.4f  lost members' bytes in fresh %s files\n", "rebuild_fresh_cpu", cpu_fresh,
+		       fresh_dir);
 		printf("  %-26s %9.4f  1 process\n", "raw_decode_cpu", cpu_dec);
 	}
 	rc = SB_OK;

@@ -104,12 +104,14 @@ struct result {
 	double commit_s[MAX_STEPS], prot_s[MAX_STEPS], wall_s[MAX_STEPS];
 	double cpu_s[MAX_STEPS];  /* every node's protect thread, summed */
 	double rebuild_cpu_s;     /* the whole mesh's rebuild */
+	double rebuild_lost_cpu_s; /* the lost nodes' part of it (-1: not logged) */
 	double cores;
 	uint64_t data, parity;
 	double serving, restored, restore_max, rebuild_ms, files, exchange, publish;
 	double restored_together, restore_max_together;   /* the second relaunch */
 	double lib_move, lib_raw_enc, lib_mesh, lib_raw_dec, lib_reb;
 	double lib_move_cpu, lib_mesh_cpu, lib_reb_cpu, lib_dec_cpu;  /* CPU s per GB */
+	double lib_fresh_cpu;     /* the library's rebuild into fresh files in --dir */
 	double lib_mesh_ceiling, lib_reb_ceiling;                     /* as snapbench ec says */
 };
 
@@ -183,7 +185,10 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 	}
 	R->rebuild_ms = R->files = R->exchange = R->publish = 0;
 	R->rebuild_cpu_s = find_rebuild_cpu(ms, (uint64_t)steps) / 1e3;
+	R->rebuild_lost_cpu_s = 0;
 	for (int i = 0; i < nrb; i++) {
+		R->rebuild_lost_cpu_s = rb[i].cpu_ms < 0 || R->rebuild_lost_cpu_s < 0 ? -1
+											: R->rebuild_lost_cpu_s + rb[i].cpu_ms / 1e3;
 		R->rebuild_ms = rb[i].ms > R->rebuild_ms ? rb[i].ms : R->rebuild_ms;
 		R->files = rb[i].files > R->files ? rb[i].files : R->files;
 		R->exchange = rb[i].exchange > R->exchange ? rb[i].exchange : R->exchange;
@@ -227,7 +232,8 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	snprintf(k, sizeof(k), "%d", ms->k);
 	snprintf(m, sizeof(m), "%d", ms->m);
 	snprintf(sz, sizeof(sz), "%" PRIu64, size);
-	char *const av[] = { self, "ec", "--k", k, "--m", m, "--size", sz, "--reps", "3", "--json", NULL };
+	char *const av[] = { self, "ec", "--k", k, "--m", m, "--size", sz, "--reps", "3", "--dir", (char *)ms->dir,
+			     "--json", NULL };
 	static char out[1 << 16];
 	int st = bench_run_capture(av, out, sizeof(out));
 	const char *line = strchr(out, '{');
@@ -244,6 +250,7 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	R->lib_mesh_cpu = bench_jnum(line, "mesh_encode_cpu_s_per_gb");
 	R->lib_reb_cpu = bench_jnum(line, "rebuild_cpu_s_per_gb");
 	R->lib_dec_cpu = bench_jnum(line, "raw_decode_cpu_s_per_gb");
+	R->lib_fresh_cpu = bench_jnum(line, "rebuild_fresh_cpu_s_per_gb");
 	R->lib_mesh_ceiling = bench_jnum(line, "mesh_vs_move_cpu_ceiling");
 	R->lib_reb_ceiling = bench_jnum(line, "rebuild_vs_decode_cpu_ceiling");
 	return 0;
@@ -281,12 +288,17 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 		       R->restore_max, (uint64_t)ms->nodes * (size / 8 * 8), R->restored_together, R->restore_max_together);
 		printf("\"library\":{\"mpi_move_gbps\":%.3f,\"raw_encode_gbps\":%.3f,\"mesh_encode_gbps\":%.3f,"
 		       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,\"mpi_move_cpu_s_per_gb\":%.4f,"
-		       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f},"
+		       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f,"
+		       "\"rebuild_fresh_cpu_s_per_gb\":%.4f},"
 		       "\"cores\":%.0f,\"protect_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,"
+		       "\"protect_cpu_vs_library\":%.3f,\"rebuild_cpu_vs_library\":%.3f,"
+		       "\"rebuild_cpu_vs_library_fresh\":%.3f,\"rebuild_lost_nodes_cpu_s_per_gb\":%.4f,"
 		       "\"protect_vs_mpi_move\":%.3f,\"protect_vs_mpi_move_cpu_ceiling\":%.3f,"
 		       "\"rebuild_vs_raw_decode\":%.3f,\"rebuild_vs_raw_decode_cpu_ceiling\":%.3f}\n",
 		       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, R->lib_move_cpu,
-		       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, cpu_prot, cpu_reb, prot / R->lib_move,
+		       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->lib_fresh_cpu, R->cores, cpu_prot, cpu_reb,
+		       cpu_prot / R->lib_mesh_cpu, cpu_reb / R->lib_reb_cpu, cpu_reb / R->lib_fresh_cpu,
+		       R->rebuild_lost_cpu_s < 0 ? -1.0 : R->rebuild_lost_cpu_s / gb, prot / R->lib_move,
 		       prot_ceiling, reb / R->lib_raw_dec, reb_ceiling);
 		return;
 	}
@@ -315,9 +327,18 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	       R->lib_mesh_ceiling);
 	printf("  %-40s %8.4f\n", "MPI move", R->lib_move_cpu);
 	printf("  %-40s %8.4f %10s  ceiling %.2f of raw decode\n", "rebuild, daemons", cpu_reb, "", reb_ceiling);
+	if (R->rebuild_lost_cpu_s >= 0)
+		printf("  %-40s %8.4f %10s  survivors %.4f\n", "  of which the lost node(s)", R->rebuild_lost_cpu_s / gb,
+		       "", cpu_reb - R->rebuild_lost_cpu_s / gb);
 	printf("  %-40s %8.4f %10s  ceiling %.2f of raw decode\n", "rebuild, library", R->lib_reb_cpu, "",
 	       R->lib_reb_ceiling);
+	printf("  %-40s %8.4f %10s  the lost nodes' bytes in fresh files in %s\n", "rebuild, library, fresh memory",
+	       R->lib_fresh_cpu, "", ms->dir);
 	printf("  %-40s %8.4f %10s  1 process\n", "raw ISA-L decode", R->lib_dec_cpu, "");
+	printf("  %-40s %8.2f %10s  (target <= 1.2)\n", "protect CPU, daemons / library", cpu_prot / R->lib_mesh_cpu,
+	       "");
+	printf("  %-40s %8.2f %10s  (target <= 1.2); %.2f of the library's into fresh memory\n",
+	       "rebuild CPU, daemons / library", cpu_reb / R->lib_reb_cpu, "", cpu_reb / R->lib_fresh_cpu);
 	printf("  %-40s %8s %10.3f\n", "relaunch -> serving", "", R->serving);
 	printf("  %-40s %8s %10.3f  every rank restored and checked step %d\n", "relaunch -> restored", "", R->restored,
 	       steps);

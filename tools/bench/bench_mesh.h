@@ -74,6 +74,7 @@ int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines);
 /* One lost node's "rebuilt this lost node" line. */
 struct rebuilt {
 	double ms, files, exchange, publish;
+	double cpu_ms;   /* the node's own rebuild CPU (-1: not logged) */
 	uint64_t bytes;
 };
 
