@@ -83,14 +83,17 @@ void bm_fail(const char *fmt, ...)
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapbench mesh [--k K] [--m M] [--nodes N] [--size BYTES] [--steps S] [--dir D] [--json]\n"
+	fprintf(f, "usage: snapbench mesh [--k K] [--m M] [--lost L] [--nodes N] [--size BYTES] [--steps S] [--dir D]\n"
+		   "                      [--json]\n"
 		   "Erasure coding through the real daemons: mpiexec -np N snapsmp --ec K+M on this host, one\n"
-		   "trainer per node saving BYTES per step, then the mesh SIGKILLed, M nodes' stores deleted and\n"
+		   "trainer per node saving BYTES per step, then the mesh SIGKILLed, L nodes' stores deleted and\n"
 		   "rebuilt at relaunch (twice: trainers started once the mesh serves, then beside it, as\n"
 		   "integration/launch/mpirun.sh does); beside MPI moving the same bytes and raw ISA-L\n"
 		   "(snapbench ec), same run; and the CPU seconds per GB each took, which on a host whose\n"
 		   "cores the nodes share set a ceiling: no figure can beat cores / CPU seconds per GB.\n"
 		   "  --k, --m   group shape (default 3+1)\n"
+		   "  --lost     nodes whose stores are deleted, 1 to M (default M); the library's\n"
+		   "             rebuild beside it always rebuilds M\n"
 		   "  --nodes    simulated nodes, >= K+M (default K+M)\n"
 		   "  --size     bytes per node (default 256M)\n"
 		   "  --steps    steps saved, >= %d: the first %d are cold (default 8)\n"
@@ -126,11 +129,11 @@ static double median_of(const double *v, int from, int to)
 
 /* The loss: every node at once, once they have all exited (a killed
  * daemon frees a deleted store's memory as it exits), then the stores of
- * group 0's first M nodes. */
+ * group 0's first --lost nodes (M by default). */
 static int lose(struct mesh *ms)
 {
 	mesh_kill(ms);
-	for (int n = 0; n < ms->m; n++) {
+	for (int n = 0; n < ms->lost; n++) {
 		char dir[PATH_MAX + 16];
 		if (node_path(ms, n, NULL, dir, sizeof(dir)) || bench_rm_tree(dir)) {
 			bm_fail("cannot remove %s: %s", dir, strerror(errno));
@@ -179,8 +182,8 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 	if (log_refresh(ms))
 		goto bad;
 	int nrb = find_rebuilt(ms, (uint64_t)steps, rb, MAX_NODES);
-	if (nrb != ms->m) {
-		bm_fail("%d of %d lost nodes logged their rebuild of step %d; see %s", nrb, ms->m, steps, ms->log);
+	if (nrb != ms->lost) {
+		bm_fail("%d of %d lost nodes logged their rebuild of step %d; see %s", nrb, ms->lost, steps, ms->log);
 		goto bad;
 	}
 	R->rebuild_ms = R->files = R->exchange = R->publish = 0;
@@ -278,7 +281,7 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 		printf("],\"protect_steady_s\":%.6f,\"protect_gbps\":%.3f,\"protect_cold_gbps\":%.3f,"
 		       "\"commit_s\":%.6f,\"save_to_protected_s\":%.6f,\"lost_nodes\":[",
 		       steady, prot, gb / cold_max, commit, wall);
-		for (int i = 0; i < ms->m; i++)
+		for (int i = 0; i < ms->lost; i++)
 			printf("%s%d", i ? "," : "", i);
 		printf("],\"rebuild_s\":%.6f,\"rebuild_phases_ms\":{\"files\":%.1f,\"exchange\":%.1f,\"publish\":%.1f},"
 		       "\"rebuild_gbps\":%.3f,\"relaunch_to_serving_s\":%.3f,\"relaunch_to_restored_s\":%.3f,"
@@ -314,8 +317,8 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 	printf("  %-40s %8.2f %10s  MPI alone, same traffic (snapbench ec)\n", "MPI move", R->lib_move, "");
 	printf("  %-40s %8.2f %10s  the ec/ library over MPI, warm buffers\n", "protect, library", R->lib_mesh, "");
 	printf("  %-40s %8.2f %10s  (target >= 0.7)\n", "protect / MPI move", prot / R->lib_move, "");
-	printf("  %-40s %8.2f %10.4f  files %.0f, exchange %.0f, publish %.0f ms\n", "rebuild of the lost node(s)",
-	       reb, R->rebuild_ms / 1e3, R->files, R->exchange, R->publish);
+	printf("  %-40s %8.2f %10.4f  %d lost; files %.0f, exchange %.0f, publish %.0f ms\n",
+	       "rebuild of the lost node(s)", reb, R->rebuild_ms / 1e3, ms->lost, R->files, R->exchange, R->publish);
 	printf("  %-40s %8.2f %10s  1 process (snapbench ec)\n", "raw ISA-L decode", R->lib_raw_dec, "");
 	printf("  %-40s %8.2f %10s  the ec/ library over MPI\n", "rebuild, library", R->lib_reb, "");
 	printf("  %-40s %8.3f %10s  (target >= 0.5)\n", "rebuild / raw decode", reb / R->lib_raw_dec, "");
@@ -348,7 +351,7 @@ static void report(const struct mesh *ms, uint64_t size, int steps, const struct
 
 int cmd_bench_mesh(int argc, char **argv)
 {
-	int k = 3, m = 1, nodes = 0, steps = 8, json = 0;
+	int k = 3, m = 1, nodes = 0, steps = 8, json = 0, lost = 0;
 	uint64_t size = 256ull << 20;
 	const char *dir = "/dev/shm";
 	for (int i = 1; i < argc; i++) {
@@ -363,6 +366,8 @@ int cmd_bench_mesh(int argc, char **argv)
 			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &k), i++;
 		} else if (v && !strcmp(a, "--m")) {
 			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &m), i++;
+		} else if (v && !strcmp(a, "--lost")) {
+			bad = bench_opt_int("mesh", a, v, 1, SNAP_EC_MAX_GROUP - 1, &lost), i++;
 		} else if (v && !strcmp(a, "--nodes")) {
 			bad = bench_opt_int("mesh", a, v, 2, MAX_NODES, &nodes), i++;
 		} else if (v && !strcmp(a, "--steps")) {
@@ -389,7 +394,11 @@ int cmd_bench_mesh(int argc, char **argv)
 				   : nodes > MAX_NODES ? "too many" : err);
 		return SB_USAGE;
 	}
-	struct mesh ms = { .k = k, .m = m, .nodes = nodes, .dir = dir };
+	if (lost > m) {
+		bm_fail("--lost %d: a %d+%d group rebuilds at most %d lost nodes", lost, k, m, m);
+		return SB_USAGE;
+	}
+	struct mesh ms = { .k = k, .m = m, .nodes = nodes, .lost = lost ? lost : m, .dir = dir };
 	static const char *const cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
 	bench_find_prog(ms.smp, sizeof(ms.smp), "SNAPSMP", "snapsmp", cand, 2);
 	ms.mpiexec = getenv("MPIEXEC") && *getenv("MPIEXEC") ? getenv("MPIEXEC") : "mpiexec";

@@ -30,6 +30,7 @@ void bm_nap_ms(int ms);
 
 struct mesh {
 	int k, m, nodes;
+	int lost;                /* --lost: group 0's first nodes whose stores go */
 	char base[PATH_MAX];     /* node n's store: base/node<n> */
 	char log[PATH_MAX];      /* the daemons' stdout and stderr */
 	const char *dir;         /* --dir */
