@@ -205,10 +205,11 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 		smp_metrics_add(SMP_CNT_REBUILT_CHUNKS, job, st.chunks_rebuilt);
 	if (!local && (st.chunks_rebuilt || !have))
 		mesh_warn(mesh, "job %s step %" PRIu64 ": %s; %" PRIu64 " chunks rebuilt (%" PRIu64 " corrupt), %" PRIu64
-			  " bytes written, CRCs verified, %.1f ms (files %.1f, exchange %.1f, publish %.1f)", job, g,
-			  have ? "repaired this node" : "rebuilt this lost node", st.chunks_rebuilt, st.chunks_corrupt,
-			  st.bytes_written, (double)(snap_now_ns() - t0) / 1e6, (double)(t1 - t0) / 1e6,
-			  (double)(t2 - t1) / 1e6, (double)(snap_now_ns() - t2) / 1e6);
+			  " bytes written, CRCs verified, %.1f ms (files %.1f, exchange %.1f, publish %.1f); CPU %.1f ms"
+			  " here", job, g, have ? "repaired this node" : "rebuilt this lost node", st.chunks_rebuilt,
+			  st.chunks_corrupt, st.bytes_written, (double)(snap_now_ns() - t0) / 1e6, (double)(t1 - t0) / 1e6,
+			  (double)(t2 - t1) / 1e6, (double)(snap_now_ns() - t2) / 1e6,
+			  (double)(mesh_thread_cpu_ns() - cpu0) / 1e6);
 	rebuild_files_free(&f);
 	snap_ec_rebuild_free(rb);
 	cost[0] = (double)(snap_now_ns() - t0) / 1e6;

@@ -106,16 +106,21 @@ try:
     want = ("protect_gbps", "protect_cold_gbps", "protect_steady_s", "save_to_protected_s", "commit_s",
             "rebuild_s", "rebuild_gbps", "relaunch_to_serving_s", "relaunch_to_restored_s", "restore_s",
             "protect_vs_mpi_move", "rebuild_vs_raw_decode", "cores", "protect_cpu_s_per_gb", "rebuild_cpu_s_per_gb",
-            "protect_vs_mpi_move_cpu_ceiling", "rebuild_vs_raw_decode_cpu_ceiling")
+            "protect_vs_mpi_move_cpu_ceiling", "rebuild_vs_raw_decode_cpu_ceiling", "protect_cpu_vs_library",
+            "rebuild_cpu_vs_library", "rebuild_cpu_vs_library_fresh", "rebuild_lost_nodes_cpu_s_per_gb")
     bad = [k for k in want if not (isinstance(r.get(k), (int, float)) and r[k] > 0)]
     lib = r.get("library") or {}
     bad += [f"library.{k}" for k in ("mpi_move_gbps", "raw_encode_gbps", "mesh_encode_gbps", "raw_decode_gbps",
                                      "rebuild_gbps", "mpi_move_cpu_s_per_gb", "mesh_encode_cpu_s_per_gb",
-                                     "rebuild_cpu_s_per_gb", "raw_decode_cpu_s_per_gb") if not (isinstance(lib.get(k), (int, float)) and lib[k] > 0)]
+                                     "rebuild_cpu_s_per_gb", "raw_decode_cpu_s_per_gb",
+                                     "rebuild_fresh_cpu_s_per_gb") if not (isinstance(lib.get(k), (int, float)) and lib[k] > 0)]
     if bad or r.get("steps") != 5 or r.get("nodes") != 3 or r.get("lost_nodes") != [0] \
             or r.get("protected_bytes", 0) < 3 * (4 << 20) or r.get("restored_bytes_checked") != 3 * (4 << 20) \
             or len(r.get("protect_cold_s", [])) != 4:
         fail(f"bench mesh reported {r}; missing or not positive: {bad}")
+    if not r.get("rebuild_lost_nodes_cpu_s_per_gb", 0) < r["rebuild_cpu_s_per_gb"]:
+        fail(f"the lost node's rebuild CPU ({r.get('rebuild_lost_nodes_cpu_s_per_gb')}) must be a part of the "
+             f"mesh's ({r['rebuild_cpu_s_per_gb']})")
     if r["save_to_protected_s"] < r["protect_steady_s"] * 0.5:
         fail(f"save -> protected ({r['save_to_protected_s']}) cannot be well under the daemons' own protect time "
              f"({r['protect_steady_s']})")

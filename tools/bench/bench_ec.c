@@ -2,7 +2,7 @@
 /*
  * bench_ec.c - `snapbench ec`: erasure-coding throughput on one data set.
  *
- *   snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]
+ *   snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--dir D] [--json]
  *
  * In this process: (a) raw ISA-L encode of the group's n = K+M stripes with
  * whole segments, (b) our encode kernel (snap_ec_encode_group_local: the
@@ -43,9 +43,11 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--json]\n"
+	fprintf(f, "usage: snapbench ec [--k K] [--m M] [--size BYTES] [--chunk BYTES] [--reps R] [--dir D] [--json]\n"
 		   "  --size   data bytes per simulated node (default 16 MiB)\n"
 		   "  --chunk  CRC/pipeline chunk (default: library default)\n"
+		   "  --dir    where the rebuild into fresh memory creates the lost members' files\n"
+		   "           (default /dev/shm: the memory a relaunched node store allocates)\n"
 		   "  Runs K+M MPI ranks on this host via mpiexec (see ec/README.md); prints the CPU seconds\n"
 		   "  per GB the ranks spent and the ceiling they set (cores / CPU seconds per GB).\n");
 }
@@ -53,6 +55,7 @@ static void usage(FILE *f)
 struct ec_args {
 	int k, m, reps, json;
 	uint64_t size, chunk;
+	const char *fresh_dir;   /* --dir */
 };
 
 static int chunk_opt(const struct cli *c, const char *opt, const char *v, void *dst)
@@ -69,7 +72,7 @@ static int chunk_opt(const struct cli *c, const char *opt, const char *v, void *
 /* SB_OK with a filled, -1 after --help, SB_USAGE. */
 static int ec_parse(int argc, char **argv, struct ec_args *a)
 {
-	*a = (struct ec_args){ .k = 4, .m = 2, .reps = 5, .size = 16ull << 20 };
+	*a = (struct ec_args){ .k = 4, .m = 2, .reps = 5, .size = 16ull << 20, .fresh_dir = "/dev/shm" };
 	const struct cli_opt opts[] = {
 		CLI_OPT_HELP,
 		CLI_OPT_FLAG("json", 0, &a->json),
@@ -78,6 +81,7 @@ static int ec_parse(int argc, char **argv, struct ec_args *a)
 		CLI_OPT_SIZE("size", 0, &a->size, 1, 1ull << 34, "1 byte to 16G"),
 		CLI_OPT_CALL("chunk", 0, &a->chunk, chunk_opt),
 		CLI_OPT_INT("reps", 0, &a->reps, 1, 1000),
+		CLI_OPT_STR("dir", 0, &a->fresh_dir),
 	};
 	const struct cli c = BENCH_CLI("ec", usage, 1);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
@@ -312,7 +316,8 @@ static const char *ec_mpi(const struct ec_args *a, uint64_t chunk, char *out, si
 	snprintf(a_chunk, sizeof(a_chunk), "%" PRIu64, chunk);
 	snprintf(a_reps, sizeof(a_reps), "%d", a->reps);
 	char *const av[] = { (char *)mpiexec, "-np", a_np, "--oversubscribe", helper, "--k", a_k, "--m", a_m,
-			     "--size", a_size, "--chunk", a_chunk, "--reps", a_reps, NULL };
+			     "--size", a_size, "--chunk", a_chunk, "--reps", a_reps, "--fresh-dir", (char *)a->fresh_dir,
+			     NULL };
 	int st = bench_run_capture(av, out, cap);
 	const char *line = strchr(out, '{');
 	if (st != 0 || !line || !strstr(line, "\"verified\":true")) {
@@ -327,6 +332,7 @@ struct ec_figures {
 	uint64_t chunk;
 	double prot, raw_enc, kern, raw_dec, move, mesh, reb, alt;
 	double cores, move_s, cpu_move, cpu_enc, cpu_reb, cpu_dec, enc_ceiling, reb_ceiling;
+	double fresh, cpu_fresh;   /* the rebuild with the lost members' bytes in fresh files */
 };
 
 static void ec_figures(struct ec_figures *f, const char *line, double best_raw, double best_kern, double best_dec)
@@ -348,6 +354,8 @@ static void ec_figures(struct ec_figures *f, const char *line, double best_raw, 
 	f->cpu_dec = best_dec / prot;
 	f->enc_ceiling = bench_cpu_ceiling(f->cores, f->cpu_enc, f->move);
 	f->reb_ceiling = bench_cpu_ceiling(f->cores, f->cpu_reb, f->raw_dec);
+	f->fresh = bench_jnum(line, "rebuild_fresh_gbps");
+	f->cpu_fresh = bench_jnum(line, "rebuild_fresh_cpu_s") / prot;
 }
 
 static void ec_print_json(const struct ec_args *a, const struct ec_figures *f)
@@ -358,10 +366,12 @@ static void ec_print_json(const struct ec_args *a, const struct ec_figures *f)
 	       "\"alt_reduce_scatter_gbps\":%.3f,\"kernel_vs_raw\":%.3f,\"mesh_vs_move\":%.3f,"
 	       "\"cores\":%.0f,\"mpi_move_cpu_s_per_gb\":%.4f,\"mpi_move_cores_busy\":%.2f,"
 	       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f,"
-	       "\"mesh_vs_move_cpu_ceiling\":%.3f,\"rebuild_vs_decode_cpu_ceiling\":%.3f}\n",
+	       "\"mesh_vs_move_cpu_ceiling\":%.3f,\"rebuild_vs_decode_cpu_ceiling\":%.3f,"
+	       "\"rebuild_fresh_gbps\":%.3f,\"rebuild_fresh_cpu_s_per_gb\":%.4f}\n",
 	       a->k, a->m, a->k + a->m, a->size, f->chunk, a->reps, f->raw_enc, f->kern, f->move, f->mesh, f->raw_dec,
 	       f->reb, f->alt, f->kern / f->raw_enc, f->mesh / f->move, f->cores, f->cpu_move,
-	       f->cpu_move * f->prot / f->move_s, f->cpu_enc, f->cpu_reb, f->cpu_dec, f->enc_ceiling, f->reb_ceiling);
+	       f->cpu_move * f->prot / f->move_s, f->cpu_enc, f->cpu_reb, f->cpu_dec, f->enc_ceiling, f->reb_ceiling,
+	       f->fresh, f->cpu_fresh);
 }
 
 static void ec_print_text(const struct ec_args *a, const struct ec_figures *f)
@@ -377,6 +387,8 @@ static void ec_print_text(const struct ec_args *a, const struct ec_figures *f)
 	       100 * f->mesh / f->move);
 	printf("  %-26s %9.3f  ISA-L decode, %d members lost, 1 process\n", "raw_decode_gbps", f->raw_dec, a->m);
 	printf("  %-26s %9.3f  rebuild of %d lost members over MPI, verified\n", "rebuild_gbps", f->reb, a->m);
+	printf("  %-26s %9.3f  the same, lost members' bytes in fresh %s files\n", "rebuild_fresh_gbps", f->fresh,
+	       a->fresh_dir);
 	printf("  %-26s %9.3f  alternative: partial products + MPI_Reduce_scatter\n", "alt_reduce_scatter_gbps",
 	       f->alt);
 	printf("  CPU seconds per GB of protected data, all ranks (%.0f cores here):\n", f->cores);
@@ -386,6 +398,8 @@ static void ec_print_text(const struct ec_args *a, const struct ec_figures *f)
 	       f->cpu_enc, f->enc_ceiling);
 	printf("  %-26s %9.4f  ceiling on this host: %.2f of raw decode\n", "rebuild_cpu", f->cpu_reb,
 	       f->reb_ceiling);
+	printf("  %-26s %9.4f  lost members' bytes in fresh %s files\n", "rebuild_fresh_cpu", f->cpu_fresh,
+	       a->fresh_dir);
 	printf("  %-26s %9.4f  1 process\n", "raw_decode_cpu", f->cpu_dec);
 }
 

@@ -59,14 +59,17 @@
 
 static void usage(FILE *f)
 {
-	fprintf(f, "usage: snapbench mesh [--k K] [--m M] [--nodes N] [--size BYTES] [--steps S] [--dir D] [--json]\n"
+	fprintf(f, "usage: snapbench mesh [--k K] [--m M] [--lost L] [--nodes N] [--size BYTES] [--steps S] [--dir D]\n"
+		   "                      [--json]\n"
 		   "Erasure coding through the real daemons: mpiexec -np N snapsmp --ec K+M on this host, one\n"
-		   "trainer per node saving BYTES per step, then the mesh SIGKILLed, M nodes' stores deleted and\n"
+		   "trainer per node saving BYTES per step, then the mesh SIGKILLed, L nodes' stores deleted and\n"
 		   "rebuilt at relaunch (twice: trainers started once the mesh serves, then beside it, as\n"
 		   "integration/launch/mpirun.sh does); beside MPI moving the same bytes and raw ISA-L\n"
 		   "(snapbench ec), same run; and the CPU seconds per GB each took, which on a host whose\n"
 		   "cores the nodes share set a ceiling: no figure can beat cores / CPU seconds per GB.\n"
 		   "  --k, --m   group shape (default 3+1)\n"
+		   "  --lost     nodes whose stores are deleted, 1 to M (default M); the library's\n"
+		   "             rebuild beside it always rebuilds M\n"
 		   "  --nodes    simulated nodes, >= K+M (default K+M)\n"
 		   "  --size     bytes per node (default 256M)\n"
 		   "  --steps    steps saved, >= %d: the first %d are cold (default 8)\n"
@@ -80,12 +83,14 @@ struct result {
 	double commit_s[MAX_STEPS], prot_s[MAX_STEPS], wall_s[MAX_STEPS];
 	double cpu_s[MAX_STEPS];  /* every node's protect thread, summed */
 	double rebuild_cpu_s;     /* the whole mesh's rebuild */
+	double rebuild_lost_cpu_s; /* the lost nodes' part of it (-1: not logged) */
 	double cores;
 	uint64_t data, parity;
 	double serving, restored, restore_max, rebuild_ms, files, exchange, publish;
 	double restored_together, restore_max_together;   /* the second relaunch */
 	double lib_move, lib_raw_enc, lib_mesh, lib_raw_dec, lib_reb;
 	double lib_move_cpu, lib_mesh_cpu, lib_reb_cpu, lib_dec_cpu;  /* CPU s per GB */
+	double lib_fresh_cpu;     /* the library's rebuild into fresh files in --dir */
 	double lib_mesh_ceiling, lib_reb_ceiling;                     /* as snapbench ec says */
 };
 
@@ -100,11 +105,11 @@ static double median_of(const double *v, int from, int to)
 
 /* The loss: every node at once, once they have all exited (a killed
  * daemon frees a deleted store's memory as it exits), then the stores of
- * group 0's first M nodes. */
+ * group 0's first --lost nodes (M by default). */
 static int lose(struct mesh *ms)
 {
 	mesh_kill(ms);
-	for (int n = 0; n < ms->m; n++) {
+	for (int n = 0; n < ms->lost; n++) {
 		char dir[PATH_MAX + 16];
 		if (node_path(ms, n, NULL, dir, sizeof(dir)) || bench_rm_tree(dir)) {
 			bm_fail("cannot remove %s: %s", dir, strerror(errno));
@@ -153,13 +158,16 @@ static int run(struct mesh *ms, uint64_t size, int steps, struct result *R)
 	if (log_refresh(ms))
 		goto bad;
 	int nrb = find_rebuilt(ms, (uint64_t)steps, rb, MAX_NODES);
-	if (nrb != ms->m) {
-		bm_fail("%d of %d lost nodes logged their rebuild of step %d; see %s", nrb, ms->m, steps, ms->log);
+	if (nrb != ms->lost) {
+		bm_fail("%d of %d lost nodes logged their rebuild of step %d; see %s", nrb, ms->lost, steps, ms->log);
 		goto bad;
 	}
 	R->rebuild_ms = R->files = R->exchange = R->publish = 0;
 	R->rebuild_cpu_s = find_rebuild_cpu(ms, (uint64_t)steps) / 1e3;
+	R->rebuild_lost_cpu_s = 0;
 	for (int i = 0; i < nrb; i++) {
+		R->rebuild_lost_cpu_s = rb[i].cpu_ms < 0 || R->rebuild_lost_cpu_s < 0 ? -1
+											: R->rebuild_lost_cpu_s + rb[i].cpu_ms / 1e3;
 		R->rebuild_ms = rb[i].ms > R->rebuild_ms ? rb[i].ms : R->rebuild_ms;
 		R->files = rb[i].files > R->files ? rb[i].files : R->files;
 		R->exchange = rb[i].exchange > R->exchange ? rb[i].exchange : R->exchange;
@@ -203,7 +211,8 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	snprintf(k, sizeof(k), "%d", ms->k);
 	snprintf(m, sizeof(m), "%d", ms->m);
 	snprintf(sz, sizeof(sz), "%" PRIu64, size);
-	char *const av[] = { self, "ec", "--k", k, "--m", m, "--size", sz, "--reps", "3", "--json", NULL };
+	char *const av[] = { self, "ec", "--k", k, "--m", m, "--size", sz, "--reps", "3", "--dir", (char *)ms->dir,
+			     "--json", NULL };
 	static char out[1 << 16];
 	int st = bench_run_capture(av, out, sizeof(out));
 	const char *line = strchr(out, '{');
@@ -220,6 +229,7 @@ static int library(const struct mesh *ms, uint64_t size, struct result *R)
 	R->lib_mesh_cpu = bench_jnum(line, "mesh_encode_cpu_s_per_gb");
 	R->lib_reb_cpu = bench_jnum(line, "rebuild_cpu_s_per_gb");
 	R->lib_dec_cpu = bench_jnum(line, "raw_decode_cpu_s_per_gb");
+	R->lib_fresh_cpu = bench_jnum(line, "rebuild_fresh_cpu_s_per_gb");
 	R->lib_mesh_ceiling = bench_jnum(line, "mesh_vs_move_cpu_ceiling");
 	R->lib_reb_ceiling = bench_jnum(line, "rebuild_vs_decode_cpu_ceiling");
 	return 0;
@@ -263,7 +273,7 @@ static void report_json(const struct mesh *ms, uint64_t size, int steps, const s
 	printf("],\"protect_steady_s\":%.6f,\"protect_gbps\":%.3f,\"protect_cold_gbps\":%.3f,"
 	       "\"commit_s\":%.6f,\"save_to_protected_s\":%.6f,\"lost_nodes\":[",
 	       S->steady, S->prot, S->gb / S->cold_max, S->commit, S->wall);
-	for (int i = 0; i < ms->m; i++)
+	for (int i = 0; i < ms->lost; i++)
 		printf("%s%d", i ? "," : "", i);
 	printf("],\"rebuild_s\":%.6f,\"rebuild_phases_ms\":{\"files\":%.1f,\"exchange\":%.1f,\"publish\":%.1f},"
 	       "\"rebuild_gbps\":%.3f,\"relaunch_to_serving_s\":%.3f,\"relaunch_to_restored_s\":%.3f,"
@@ -273,12 +283,17 @@ static void report_json(const struct mesh *ms, uint64_t size, int steps, const s
 	       R->restore_max, (uint64_t)ms->nodes * (size / 8 * 8), R->restored_together, R->restore_max_together);
 	printf("\"library\":{\"mpi_move_gbps\":%.3f,\"raw_encode_gbps\":%.3f,\"mesh_encode_gbps\":%.3f,"
 	       "\"raw_decode_gbps\":%.3f,\"rebuild_gbps\":%.3f,\"mpi_move_cpu_s_per_gb\":%.4f,"
-	       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f},"
+	       "\"mesh_encode_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,\"raw_decode_cpu_s_per_gb\":%.4f,"
+	       "\"rebuild_fresh_cpu_s_per_gb\":%.4f},"
 	       "\"cores\":%.0f,\"protect_cpu_s_per_gb\":%.4f,\"rebuild_cpu_s_per_gb\":%.4f,"
+	       "\"protect_cpu_vs_library\":%.3f,\"rebuild_cpu_vs_library\":%.3f,"
+	       "\"rebuild_cpu_vs_library_fresh\":%.3f,\"rebuild_lost_nodes_cpu_s_per_gb\":%.4f,"
 	       "\"protect_vs_mpi_move\":%.3f,\"protect_vs_mpi_move_cpu_ceiling\":%.3f,"
 	       "\"rebuild_vs_raw_decode\":%.3f,\"rebuild_vs_raw_decode_cpu_ceiling\":%.3f}\n",
 	       R->lib_move, R->lib_raw_enc, R->lib_mesh, R->lib_raw_dec, R->lib_reb, R->lib_move_cpu,
-	       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->cores, S->cpu_prot, S->cpu_reb, S->prot / R->lib_move,
+	       R->lib_mesh_cpu, R->lib_reb_cpu, R->lib_dec_cpu, R->lib_fresh_cpu, R->cores, S->cpu_prot, S->cpu_reb,
+	       S->cpu_prot / R->lib_mesh_cpu, S->cpu_reb / R->lib_reb_cpu, S->cpu_reb / R->lib_fresh_cpu,
+	       R->rebuild_lost_cpu_s < 0 ? -1.0 : R->rebuild_lost_cpu_s / S->gb, S->prot / R->lib_move,
 	       S->prot_ceiling, S->reb / R->lib_raw_dec, S->reb_ceiling);
 }
 
@@ -301,8 +316,8 @@ static void report_text(const struct mesh *ms, uint64_t size, int steps, const s
 	printf("  %-40s %8.2f %10s  MPI alone, same traffic (snapbench ec)\n", "MPI move", R->lib_move, "");
 	printf("  %-40s %8.2f %10s  the ec/ library over MPI, warm buffers\n", "protect, library", R->lib_mesh, "");
 	printf("  %-40s %8.2f %10s  (target >= 0.7)\n", "protect / MPI move", prot / R->lib_move, "");
-	printf("  %-40s %8.2f %10.4f  files %.0f, exchange %.0f, publish %.0f ms\n", "rebuild of the lost node(s)",
-	       reb, R->rebuild_ms / 1e3, R->files, R->exchange, R->publish);
+	printf("  %-40s %8.2f %10.4f  %d lost; files %.0f, exchange %.0f, publish %.0f ms\n",
+	       "rebuild of the lost node(s)", reb, R->rebuild_ms / 1e3, ms->lost, R->files, R->exchange, R->publish);
 	printf("  %-40s %8.2f %10s  1 process (snapbench ec)\n", "raw ISA-L decode", R->lib_raw_dec, "");
 	printf("  %-40s %8.2f %10s  the ec/ library over MPI\n", "rebuild, library", R->lib_reb, "");
 	printf("  %-40s %8.3f %10s  (target >= 0.5)\n", "rebuild / raw decode", reb / R->lib_raw_dec, "");
@@ -314,9 +329,18 @@ static void report_text(const struct mesh *ms, uint64_t size, int steps, const s
 	       R->lib_mesh_ceiling);
 	printf("  %-40s %8.4f\n", "MPI move", R->lib_move_cpu);
 	printf("  %-40s %8.4f %10s  ceiling %.2f of raw decode\n", "rebuild, daemons", cpu_reb, "", reb_ceiling);
+	if (R->rebuild_lost_cpu_s >= 0)
+		printf("  %-40s %8.4f %10s  survivors %.4f\n", "  of which the lost node(s)", R->rebuild_lost_cpu_s / gb,
+		       "", cpu_reb - R->rebuild_lost_cpu_s / gb);
 	printf("  %-40s %8.4f %10s  ceiling %.2f of raw decode\n", "rebuild, library", R->lib_reb_cpu, "",
 	       R->lib_reb_ceiling);
+	printf("  %-40s %8.4f %10s  the lost nodes' bytes in fresh files in %s\n", "rebuild, library, fresh memory",
+	       R->lib_fresh_cpu, "", ms->dir);
 	printf("  %-40s %8.4f %10s  1 process\n", "raw ISA-L decode", R->lib_dec_cpu, "");
+	printf("  %-40s %8.2f %10s  (target <= 1.2)\n", "protect CPU, daemons / library", cpu_prot / R->lib_mesh_cpu,
+	       "");
+	printf("  %-40s %8.2f %10s  (target <= 1.2); %.2f of the library's into fresh memory\n",
+	       "rebuild CPU, daemons / library", cpu_reb / R->lib_reb_cpu, "", cpu_reb / R->lib_fresh_cpu);
 	printf("  %-40s %8s %10.3f\n", "relaunch -> serving", "", R->serving);
 	printf("  %-40s %8s %10.3f  every rank restored and checked step %d\n", "relaunch -> restored", "", R->restored,
 	       steps);
@@ -325,7 +349,7 @@ static void report_text(const struct mesh *ms, uint64_t size, int steps, const s
 }
 
 struct mesh_args {
-	int k, m, nodes, steps, json;
+	int k, m, nodes, steps, json, lost;
 	uint64_t size;
 	const char *dir;
 };
@@ -339,6 +363,7 @@ static int mesh_parse(int argc, char **argv, struct mesh_args *a)
 		CLI_OPT_FLAG("json", 0, &a->json),
 		CLI_OPT_INT("k", 0, &a->k, 1, SNAP_EC_MAX_GROUP - 1),
 		CLI_OPT_INT("m", 0, &a->m, 1, SNAP_EC_MAX_GROUP - 1),
+		CLI_OPT_INT("lost", 0, &a->lost, 1, SNAP_EC_MAX_GROUP - 1),
 		CLI_OPT_INT("nodes", 0, &a->nodes, 2, MAX_NODES),
 		CLI_OPT_INT("steps", 0, &a->steps, SLOTS + 2, MAX_STEPS),
 		CLI_OPT_SIZE("size", 0, &a->size, 8, 64ull << 30, "8 bytes to 64G"),
@@ -358,6 +383,10 @@ static int mesh_parse(int argc, char **argv, struct mesh_args *a)
 				   : nodes > MAX_NODES ? "too many" : err);
 		return SB_USAGE;
 	}
+	if (a->lost > m) {
+		bm_fail("--lost %d: a %d+%d group rebuilds at most %d lost nodes", a->lost, k, m, m);
+		return SB_USAGE;
+	}
 	return SB_OK;
 }
 
@@ -365,7 +394,7 @@ static int mesh_parse(int argc, char **argv, struct mesh_args *a)
  * SB_USAGE / SB_FAIL after a message. */
 static int mesh_setup(const struct mesh_args *a, struct mesh *ms)
 {
-	*ms = (struct mesh){ .k = a->k, .m = a->m, .nodes = a->nodes, .dir = a->dir };
+	*ms = (struct mesh){ .k = a->k, .m = a->m, .nodes = a->nodes, .lost = a->lost ? a->lost : a->m, .dir = a->dir };
 	static const char *const cand[] = { "%s/snapsmp", "%s/../smp/snapsmp" };
 	bench_find_prog(ms->smp, sizeof(ms->smp), "SNAPSMP", "snapsmp", cand, 2);
 	ms->mpiexec = getenv("MPIEXEC") && *getenv("MPIEXEC") ? getenv("MPIEXEC") : "mpiexec";

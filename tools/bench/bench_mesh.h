@@ -43,6 +43,7 @@ void bm_signals_restore(const struct bm_signals *old);
 
 struct mesh {
 	int k, m, nodes;
+	int lost;                /* --lost: group 0's first nodes whose stores go */
 	char base[PATH_MAX];     /* node n's store: base/node<n> */
 	char log[PATH_MAX];      /* the daemons' stdout and stderr */
 	const char *dir;         /* --dir */
@@ -87,6 +88,7 @@ int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines);
 /* One lost node's "rebuilt this lost node" line. */
 struct rebuilt {
 	double ms, files, exchange, publish;
+	double cpu_ms;   /* the node's own rebuild CPU (-1: not logged) */
 	uint64_t bytes;
 };
 

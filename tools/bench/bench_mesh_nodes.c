@@ -327,8 +327,13 @@ int find_rebuilt(const struct mesh *ms, uint64_t s, struct rebuilt *out, int cap
 		uint64_t chunks, corrupt;
 		if (sscanf(p + plen, "%" SCNu64 " chunks rebuilt (%" SCNu64 " corrupt), %" SCNu64
 			   " bytes written, CRCs verified, %lf ms (files %lf, exchange %lf, publish %lf)", &chunks,
-			   &corrupt, &out[n].bytes, &out[n].ms, &out[n].files, &out[n].exchange, &out[n].publish) == 7)
+			   &corrupt, &out[n].bytes, &out[n].ms, &out[n].files, &out[n].exchange, &out[n].publish) == 7) {
+			const char *c = strstr(p + plen, " publish "), *eol = strchr(p + plen, '\n');
+			c = c ? strchr(c, ')') : NULL;
+			if (!c || (eol && c > eol) || sscanf(c, "); CPU %lf ms here", &out[n].cpu_ms) != 1)
+				out[n].cpu_ms = -1;
 			n++;
+		}
 	}
 	return n;
 }
