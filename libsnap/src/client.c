@@ -167,6 +167,11 @@ int snap_freeze(snap_ctx *ctx)
 	return 0;
 }
 
+int snap_prepare(snap_ctx *ctx)
+{
+	return ctx ? snap_freeze(ctx) : SNAP_EINVAL;
+}
+
 /* ---- close --------------------------------------------------------------- */
 
 int snap_close(snap_ctx *ctx)
