@@ -137,14 +137,17 @@ static int map_touch(struct wreq *r)
 	if (p == MAP_FAILED)
 		return errno;
 	/* The first touch through this mapping is what costs (a trap per page on
-	 * a shadow-paged VM, even after MAP_POPULATE): pay it here. Parity is
-	 * written by the encode, so its pages are touched for writing; a byte
-	 * written back as it was read changes nothing a reader could see. */
+	 * a shadow-paged VM, even after MAP_POPULATE): pay it here. A new pool
+	 * file is the worker's alone until the mesh thread takes it, so its
+	 * pages are touched for writing, as the encode will (a byte written back
+	 * as it was read). Every other file is only read: a protect may be
+	 * writing into a spare or kept parity file at this very moment, and a
+	 * byte written back from before its write would undo it. */
 	volatile uint8_t *b = p;
 	uint8_t sum = 0;
 	for (uint64_t o = 0; o < r->len; o += PAGE) {
 		uint8_t v = b[o];
-		if (rw)
+		if (r->kind == W_PARITY)
 			b[o] = v;
 		sum ^= v;
 	}
@@ -327,6 +330,15 @@ static int pending_job(struct mesh_warm *w, const char *job)
 	return n;
 }
 
+/* Whether r's path still names the file the worker mapped, at its length: a
+ * protect may have renamed another file there since (the spare it took,
+ * the protected step's parity that became the spare). */
+static int same_file(const struct wreq *r)
+{
+	struct stat st;
+	return stat(r->path, &st) == 0 && st.st_dev == r->dev && st.st_ino == r->ino && (uint64_t)st.st_size == r->len;
+}
+
 /* Take the worker's finished requests. */
 static void adopt(struct snap_mesh *mesh, struct mesh_warm *w)
 {
@@ -369,11 +381,12 @@ static void adopt(struct snap_mesh *mesh, struct mesh_warm *w)
 						 r->job, r->path, strerror(r->err_no));
 			}
 			ahead(mesh, -1, used ? 0 : r->len);
-		} else if (r->kind == W_PROT && !r->err_no && j && j->has_prot && j->prot == r->step && !j->par_map) {
+		} else if (r->kind == W_PROT && !r->err_no && j && j->has_prot && j->prot == r->step && !j->par_map &&
+			   same_file(r)) {
 			j->par_map = r->addr;
 			j->par_len = r->len;
 			used = 1;
-		} else if (r->kind == W_SPARE && !r->err_no && j && !j->spare_map) {
+		} else if (r->kind == W_SPARE && !r->err_no && j && !j->spare_map && same_file(r)) {
 			j->spare_map = r->addr;
 			j->spare_len = r->len;
 			used = 1;
