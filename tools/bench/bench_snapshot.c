@@ -60,6 +60,7 @@ struct bench_data {
 	double bound;
 	const float *tile;     /* --input: values tiled over the region; NULL: a ramp */
 	size_t ntile;
+	int first_after_ms;    /* --first-after: the first save that long after snap_prepare */
 };
 
 /* Close *ctx and open a new one with cfg, registering r: a relaunched trainer. */
@@ -105,6 +106,10 @@ static int run_rank(const char *store, int rank, int ranks, uint64_t bytes, int 
 	 * first step (snap_prepare): its slot files are reserved from here. */
 	if (!rc)
 		rc = snap_prepare(ctx);
+	if (!rc && d->first_after_ms) {   /* a first training step */
+		struct timespec ts = { d->first_after_ms / 1000, (long)(d->first_after_ms % 1000) * 1000000L };
+		nanosleep(&ts, NULL);
+	}
 	double res[NRES * MAX_ITERS] = { 0 };
 	for (int it = -2; it < iters; it++) {
 		pthread_barrier_wait(bar);
@@ -367,10 +372,11 @@ int cmd_bench_snapshot(int argc, char **argv)
 					    { "iters", required_argument, NULL, 'i' },
 					    { "json", no_argument, NULL, 'j' },
 					    { "dir", required_argument, NULL, 'd' },
+					    { "first-after", required_argument, NULL, 'a' },
 					    { "help", no_argument, NULL, 'h' },
 					    { NULL, 0, NULL, 0 } };
 	const char *usage = "usage: snapbench snapshot [--size BYTES] [--ranks N] [--iters K] [--codec SPEC]\n"
-			    "                          [--input FILE] [--dir D] [--json]\n"
+			    "                          [--input FILE] [--dir D] [--first-after MS] [--json]\n"
 			    "Save/commit of BYTES (split over N ranks) through a private snapsmp, vs memcpy and torch.save;\n"
 			    "then restore of the newest step by the saving context and by a new one (as after a relaunch),\n"
 			    "into its buffers and into fresh, never touched ones (a new context checks each chunk as it\n"
@@ -380,6 +386,8 @@ int cmd_bench_snapshot(int argc, char **argv)
 			    "  default a ramp, which says nothing about a codec's speed on real data.\n"
 			    "--dir: where the store and torch.save's file go (default /dev/shm; a tmpfs mounted\n"
 			    "  huge=within_size shows what huge pages change, docs/deploy.md).\n"
+			    "--first-after: the first save MS ms after the layout went to the daemon (snap_prepare),\n"
+			    "  as after a first training step; \"first save\" is that save -> committed.\n"
 			    "--device cuda: the region in GPU memory, vs pinned cudaMemcpyAsync and a pageable copy\n"
 			    "  (runs snap_bench_gpu, built where nvcc was found; --sizes LIST instead of --size).\n";
 	optind = 1;
@@ -400,6 +408,10 @@ int cmd_bench_snapshot(int argc, char **argv)
 				return SB_USAGE;
 			break;
 		case 'd': dir = optarg; break;
+		case 'a':
+			if (bench_opt_int("snapshot", "--first-after", optarg, 0, 3600000, &data.first_after_ms))
+				return SB_USAGE;
+			break;
 		case 'j': json = 1; break;
 		case 'c':
 			codec = optarg;
