@@ -655,16 +655,23 @@ int mesh_warm_take_parity(struct snap_mesh *mesh, const char *job, uint64_t plen
 	for (struct wjob *j = w ? w->jobs : NULL; j; j = j->next)
 		if (!strcmp(j->name, job))
 			wj = j;
-	for (unsigned i = 0; wj && i < wj->npool; i++) {
+	for (unsigned i = 0; wj && i < wj->npool;) {
 		struct wpool *p = &wj->pool[i];
-		if (p->len < plen)
+		if (p->len < plen) {
+			/* Made for this node's data, and another node of the group
+			 * holds more: it can never serve. Its bytes go back before the
+			 * protect charges its own file, so the budget sees no third
+			 * parity file. */
+			pool_drop(mesh, wj, i, 1);
 			continue;
+		}
 		if (rename(p->path, to) != 0) {
 			pool_drop(mesh, wj, i, 1);
 			return -1;
 		}
-		/* Longer than wanted (a node of the group holds less than
-		 * another): cut to size, keeping the pages in front. */
+		/* Longer than wanted (the manifests' bound, or this node holds
+		 * less than another of the group): cut to size, keeping the
+		 * pages in front. */
 		uint64_t keep = (plen + PAGE - 1) / PAGE * PAGE;
 		if (p->len > plen && truncate(to, (off_t)plen) != 0) {
 			pool_drop(mesh, wj, i, 0);
