@@ -219,9 +219,9 @@ static int take_parity(struct snap_mesh *mesh, struct mjob *j, struct protect_ru
 		/* made ahead (meshwarm.c): renamed, cut to plen and uncounted there */
 		p->parity_how = "made ahead";
 		p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
-		if (!p->local)
+		if (!p->local) {
 			p->parity = m;
-		else {
+		} else {
 			munmap(m, have);
 			unlink(p->ptmp);
 		}
