@@ -129,8 +129,17 @@ static int on_register(struct smp *m, struct conn *c, struct snap_rbuf *r, char 
 		snap_fmt(err, SMP_ERRLEN, "REGISTER carries %zu trailing bytes", snap_rbuf_left(r));
 		return SNAP_EPROTO;
 	}
-	rc = snap_store_register(m->store, c->job, c->rank, &lay, err, SMP_ERRLEN);
+	struct store_job *j = c->job;
+	uint64_t pre = j->slots_precreated, reused = j->slots_reused, bytes = lay.slot_bytes;
+	rc = snap_store_register(m->store, j, c->rank, &lay, err, SMP_ERRLEN);
 	snap_layout_free(&lay);
+	if (rc == 0 && (j->slots_precreated != pre || j->slots_reused != reused)) {
+		smp_metrics_add(SMP_CNT_SLOTS_PRECREATED, j->name, j->slots_precreated - pre);
+		smp_metrics_add(SMP_CNT_SLOTS_REUSED, j->name, j->slots_reused - reused);
+		smp_say(m, "job %s rank %u: %" PRIu64 " slot file(s) of %" PRIu64 " bytes reused, %" PRIu64
+			" being reserved ahead of the first save", j->name, c->rank->rank, j->slots_reused - reused, bytes,
+			j->slots_precreated - pre);
+	}
 	return rc;
 }
 
@@ -142,7 +151,13 @@ static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		return SNAP_EPROTO;
 	}
 	uint32_t slot;
+	uint64_t late = c->job->slots_late;
 	int rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, SMP_ERRLEN);
+	if (c->job->slots_late != late) {
+		smp_metrics_add(SMP_CNT_SLOTS_LATE, c->job->name, c->job->slots_late - late);
+		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u: the save of step %" PRIu64 " reserved its slot file "
+			 "itself (not ready ahead)", c->job->name, c->rank->rank, step);
+	}
 	if (rc)
 		return rc;
 	snap_put_u32(out, slot);

@@ -118,7 +118,8 @@ static void logline(int fd, const char *fmt, uint64_t v)
 static void usage(void)
 {
 	fprintf(stderr, "usage: trainer --steps N [--bytes B] [--resume | --restore-step S] [--log FILE] [--compute-us US]"
-			" [--quiet] [--times]\n");
+			" [--quiet] [--times]\n"
+			"       [--prepare] [--go-fifo FIFO]\n");
 }
 
 /* For scripts/bench_levels.py: when a save began / was committed, in the
@@ -137,7 +138,8 @@ static void logtime(int fd, const char *what, uint64_t step)
 int main(int argc, char **argv)
 {
 	uint64_t steps = 10, bytes = 1 << 20, compute_us = 0, want = SNAP_STEP_LATEST;
-	int resume = 0, quiet = 0, times = 0, logfd = -1;
+	int resume = 0, quiet = 0, times = 0, logfd = -1, prepare = 0;
+	const char *go = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = strtoull(argv[++i], NULL, 10);
@@ -158,6 +160,10 @@ int main(int argc, char **argv)
 			times = 1;
 		else if (!strcmp(argv[i], "--quiet"))
 			quiet = 1;
+		else if (!strcmp(argv[i], "--prepare"))   /* send the layout before the first step (snap_prepare) */
+			prepare = 1;
+		else if (!strcmp(argv[i], "--go-fifo") && i + 1 < argc)   /* then wait for a byte there (tests) */
+			go = argv[++i], prepare = 1;
 		else if (!strcmp(argv[i], "--log") && i + 1 < argc) {
 			logfd = open(argv[++i], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 			if (logfd < 0) {
@@ -202,6 +208,26 @@ int main(int argc, char **argv)
 		}
 	}
 
+	/* As a trainer would before its first step: the daemon prepares the
+	 * slot (and, in a mesh, parity) files while that step runs. */
+	if (prepare && !exit_code) {
+		if (snap_prepare(ctx)) {
+			fprintf(stderr, "trainer rank %d: %s\n", cfg.rank, snap_errmsg(ctx));
+			exit_code = 1;
+		} else {
+			logline(logfd, "prepared %" PRIu64 "\n", 0);
+		}
+	}
+	if (go && !exit_code) {
+		char b;
+		int fd = open(go, O_RDONLY | O_CLOEXEC);
+		if (fd < 0 || read(fd, &b, 1) != 1) {
+			fprintf(stderr, "trainer rank %d: --go-fifo %s: no go\n", cfg.rank, go);
+			exit_code = 1;
+		}
+		if (fd >= 0)
+			close(fd);
+	}
 	uint64_t start = 1;
 	if (resume && !exit_code) {
 		uint64_t got;

@@ -113,3 +113,8 @@ int snap_freeze(snap_ctx *ctx)
 	ctx->frozen = 1;
 	return 0;
 }
+
+int snap_prepare(snap_ctx *ctx)
+{
+	return ctx ? snap_freeze(ctx) : SNAP_EINVAL;
+}

@@ -58,6 +58,15 @@ static const struct {
 	{ "libsnap_request_errors_total", "Trainer and snaptool requests answered with an error.", 0 },
 	{ "libsnap_log_warnings_total", "Log lines at warn: something refused, lost or damaged.", 0 },
 	{ "libsnap_log_errors_total", "Log lines at error: fatal for the daemon.", 0 },
+	{ "libsnap_slots_precreated_total", "Slot files reserved at REGISTER, ahead of the save that takes them.", 1 },
+	{ "libsnap_slots_reused_total", "Slot files a REGISTER found in place at the layout's size (a relaunch).", 1 },
+	{ "libsnap_slots_late_total", "Saves that had to reserve (or finish reserving) their slot file themselves.", 1 },
+	{ "libsnap_slots_prefaulted_total", "Slot files mapped and faulted in ahead of their first protect.", 1 },
+	{ "libsnap_slot_maps_warm_total", "Protects that first read a slot through a mapping faulted in ahead.", 1 },
+	{ "libsnap_slot_maps_cold_total", "Protects that had to map a slot file themselves.", 1 },
+	{ "libsnap_parity_precreated_total", "Parity files created and faulted in ahead of the first protects.", 1 },
+	{ "libsnap_parity_warm_total", "Protects that wrote into a pre-created parity file or the spare.", 1 },
+	{ "libsnap_parity_cold_total", "Protects that had to create their parity file.", 1 },
 };
 
 static atomic_int on;
@@ -247,7 +256,8 @@ void smp_metrics_format(struct smp_text *t)
 		if (h != SMP_HIST_PROTECT || mesh_rank >= 0)
 			format_hist(t, h);
 	for (int c = 0; c < SMP_CNT_N; c++) {
-		if ((c == SMP_CNT_PROTECT_FAILED || c == SMP_CNT_REBUILT_CHUNKS) && mesh_rank < 0)
+		if ((c == SMP_CNT_PROTECT_FAILED || c == SMP_CNT_REBUILT_CHUNKS ||
+		     (c >= SMP_CNT_SLOTS_PREFAULTED && c <= SMP_CNT_PARITY_COLD)) && mesh_rank < 0)
 			continue;
 		smp_text_printf(t, "# HELP %s %s\n# TYPE %s counter\n", cnt_names[c].name, cnt_names[c].help,
 				cnt_names[c].name);

@@ -42,6 +42,16 @@ enum smp_counter {
 	SMP_CNT_REQ_ERRORS,       /* requests answered with an error (not "busy, retry") */
 	SMP_CNT_LOG_WARN,         /* log lines at warn (refused, lost, damaged) ... */
 	SMP_CNT_LOG_ERROR,        /* ... and at error, whatever --log-level writes */
+	/* Warm from the first step (slots.c, meshwarm.c), per job: */
+	SMP_CNT_SLOTS_PRECREATED, /* slot files reserved at REGISTER, ahead of the save that takes them */
+	SMP_CNT_SLOTS_REUSED,     /* slot files a REGISTER found in place at the layout's size (a relaunch) */
+	SMP_CNT_SLOTS_LATE,       /* saves that had to reserve (or finish reserving) their slot file themselves */
+	SMP_CNT_SLOTS_PREFAULTED, /* mesh: slot files mapped and faulted in ahead of their first protect */
+	SMP_CNT_SLOT_MAPS_WARM,   /* mesh: protects that read a slot through such a mapping, first use */
+	SMP_CNT_SLOT_MAPS_COLD,   /* mesh: protects that had to map a slot file themselves */
+	SMP_CNT_PARITY_PRECREATED,/* mesh: parity files created and faulted in ahead of the first protects */
+	SMP_CNT_PARITY_WARM,      /* mesh: protects that wrote into a pre-created parity file or the spare */
+	SMP_CNT_PARITY_COLD,      /* mesh: protects that had to create their parity file */
 	SMP_CNT_N
 };
 

@@ -510,6 +510,7 @@ static int round_(struct snap_mesh *mesh, int protect)
 	unsigned dropped = mesh_maps_sweep(&mesh->maps) + mesh_parity_sweep(mesh);
 	if (dropped)
 		mesh_say(mesh, "dropped %u mapping(s) of store files deleted or replaced under the mesh", dropped);
+	mesh_warm_round(mesh);
 	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next) {
 		if (j->lost || !j->ncomplete)
 			continue;
@@ -614,6 +615,7 @@ void snap_mesh_finalize(struct snap_mesh *mesh)
 	snap_mesh_stop(mesh, 1);
 	if (mesh->efd >= 0)
 		close(mesh->efd);
+	mesh_warm_free(mesh);
 	mesh_maps_free(&mesh->maps);
 	while (mesh->jobs) {
 		struct mjob *j = mesh->jobs;

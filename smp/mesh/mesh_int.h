@@ -33,10 +33,12 @@ struct mesh_map {
 	ino_t ino;
 	uint64_t len;
 	void *addr;
+	int warm;                     /* faulted in ahead (meshwarm.c), not read by a protect yet */
 };
 struct mesh_maps {
 	struct mesh_map *v;
 	unsigned n, cap;
+	int last;                     /* mesh_map_last */
 };
 
 /* One job as the mesh sees it. The list is identical on every node: entries
@@ -115,6 +117,7 @@ struct snap_mesh {
 	unsigned flush_every, flush_keep;
 	int efd;                      /* eventfd: flush state changed (snap_mesh_fd) */
 	struct mesh_maps maps;        /* mesh thread: slot files kept mapped (meshmap.c) */
+	struct mesh_warm *warm;       /* mesh thread: files made ready ahead (meshwarm.c) */
 };
 
 /* ---- meshutil.c (and log.c) ---- */
@@ -141,10 +144,42 @@ uint64_t mesh_thread_cpu_ns(void);
  * The caller has the slot pinned, so the store does not change it while
  * the mapping is read. */
 const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, char *err, size_t errlen);
+/* How the last mesh_map_slot found its mapping: MESH_MAP_KEPT (read by an
+ * earlier protect), MESH_MAP_WARM (faulted in ahead, first read now),
+ * MESH_MAP_COLD (mapped by this call). */
+enum { MESH_MAP_KEPT, MESH_MAP_WARM, MESH_MAP_COLD };
+int mesh_map_last(const struct mesh_maps *mm);
+/* Whether path is mapped (at len bytes). */
+int mesh_map_has(const struct mesh_maps *mm, const char *path, uint64_t len);
+/* Keep addr (len bytes of path, faulted in by meshwarm.c) as path's
+ * mapping, marked warm. 0, or -1 (path already mapped, or out of memory):
+ * the caller unmaps it. */
+int mesh_map_adopt(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr);
 /* Drop every mapping whose path no longer names the file it maps; returns
  * how many. */
 unsigned mesh_maps_sweep(struct mesh_maps *mm);
 void mesh_maps_free(struct mesh_maps *mm);
+
+/* ---- meshwarm.c (mesh thread only) ---- */
+
+/* Once per round, before the protects: take what the warm-up worker made
+ * ready (slot mappings into mesh->maps, parity files into the job's pool,
+ * a relaunch's kept parity and spare into the job), and queue what is new:
+ * reserved slot files of registered ranks not mapped yet, parity files up
+ * to two per job within the budget. Starts the worker the first time. */
+void mesh_warm_round(struct snap_mesh *mesh);
+/* Before a protect maps slot file path itself: the warm-up's request for
+ * it, if any, finished (done here when not started, waited for when under
+ * way) and taken, so the work is never done twice. */
+void mesh_warm_settle_slot(struct snap_mesh *mesh, const char *path);
+/* A parity file made ahead for job (one under way is waited for), at
+ * least plen bytes: renamed to `to`,
+ * cut to plen, its mapping in *map (*len = plen) and its bytes uncounted
+ * (the caller charges plen). 0, or -1 when the pool has none. */
+int mesh_warm_take_parity(struct snap_mesh *mesh, const char *job, uint64_t plen, const char *to, void **map,
+			  uint64_t *len);
+/* Stop the worker, unmap the pool (its files stay, counted at the next start). */
+void mesh_warm_free(struct snap_mesh *mesh);
 
 /* ---- meshrec.c: the relaunch's records (recover.c, meshcap.c) ---- */
 

@@ -136,6 +136,17 @@ static int is_record(const char *name)
 	return len > 4 && strcmp(name + len - 4, ".rec") == 0;
 }
 
+int mesh_is_warm_parity(const char *name)
+{
+	for (unsigned i = 0; i < MESH_WARM_MAX; i++) {
+		char w[32];
+		snprintf(w, sizeof(w), MESH_WARM_PARITY, i);
+		if (!strcmp(name, w))
+			return 1;
+	}
+	return 0;
+}
+
 int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, int keep_spare, uint64_t *freed)
 {
 	char dir[SNAP_FILE_MAX];
@@ -154,7 +165,9 @@ int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep
 			char p[SNAP_FILE_MAX];
 			struct stat st;
 			if (!strcmp(s, ".") || !strcmp(s, "..") || is_kept(s, has_keep, keep) ||
-			    (keep_spare && !strcmp(s, MESH_SPARE_PARITY)) || is_record(s) != (pass == 0))
+			    ((keep_spare & 1) && !strcmp(s, MESH_SPARE_PARITY)) ||
+			    ((keep_spare & 2) && mesh_is_warm_parity(s)) ||
+			    is_record(s) != (pass == 0))
 				continue;
 			int n = snprintf(p, sizeof(p), "%s/%s", dir, s);
 			if (n < 0 || (size_t)n >= sizeof(p) || lstat(p, &st) != 0 || S_ISDIR(st.st_mode))

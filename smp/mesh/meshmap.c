@@ -42,6 +42,26 @@ static void drop(struct mesh_maps *mm, unsigned i)
 	mm->v[i] = mm->v[--mm->n];
 }
 
+/* Add a mapping to the list: 0, or -1 out of memory (the caller unmaps). */
+static int keep(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr, int warm)
+{
+	char *dup = strdup(path);
+	if (dup && mm->n == mm->cap) {
+		unsigned cap = mm->cap ? 2 * mm->cap : 16;
+		struct mesh_map *v = realloc(mm->v, cap * sizeof(*v));
+		if (v) {
+			mm->v = v;
+			mm->cap = cap;
+		}
+	}
+	if (!dup || mm->n == mm->cap) {
+		free(dup);
+		return -1;
+	}
+	mm->v[mm->n++] = (struct mesh_map){ dup, dev, ino, len, addr, warm };
+	return 0;
+}
+
 const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, char *err, size_t errlen)
 {
 	struct stat st;
@@ -58,12 +78,15 @@ const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, 
 			continue;
 		if (e->len == len && same_file(e, &st)) {
 			close(fd);
+			mm->last = e->warm ? MESH_MAP_WARM : MESH_MAP_KEPT;
+			e->warm = 0;
 			return e->addr;
 		}
 		drop(mm, i);   /* replaced, resized or another length wanted */
 		break;
 	}
 	void *p = MAP_FAILED;
+	mm->last = MESH_MAP_COLD;
 	if ((uint64_t)st.st_size < len)
 		errno = EINVAL;   /* mapping past the end would SIGBUS on first read */
 	else
@@ -74,23 +97,38 @@ const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, 
 			 strerror(errno));
 		return NULL;
 	}
-	char *dup = strdup(path);
-	if (dup && mm->n == mm->cap) {
-		unsigned cap = mm->cap ? 2 * mm->cap : 16;
-		struct mesh_map *v = realloc(mm->v, cap * sizeof(*v));
-		if (v) {
-			mm->v = v;
-			mm->cap = cap;
-		}
-	}
-	if (!dup || mm->n == mm->cap) {
-		free(dup);
+	if (keep(mm, path, st.st_dev, st.st_ino, len, p, 0) != 0) {
 		munmap(p, len);
 		snap_fmt(err, errlen, "out of memory for the mapping of %s", path);
 		return NULL;
 	}
-	mm->v[mm->n++] = (struct mesh_map){ dup, st.st_dev, st.st_ino, len, p };
 	return p;
+}
+
+int mesh_map_last(const struct mesh_maps *mm)
+{
+	return mm->last;
+}
+
+int mesh_map_has(const struct mesh_maps *mm, const char *path, uint64_t len)
+{
+	for (unsigned i = 0; i < mm->n; i++)
+		if (!strcmp(mm->v[i].path, path) && mm->v[i].len == len)
+			return 1;
+	return 0;
+}
+
+int mesh_map_adopt(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr)
+{
+	for (unsigned i = 0; i < mm->n; i++) {
+		if (strcmp(mm->v[i].path, path))
+			continue;
+		if (mm->v[i].len == len && mm->v[i].dev == dev && mm->v[i].ino == ino)
+			return -1;   /* a protect mapped it meanwhile */
+		drop(mm, i);     /* an older file or length at the path */
+		break;
+	}
+	return keep(mm, path, dev, ino, len, addr, 1);
 }
 
 unsigned mesh_maps_sweep(struct mesh_maps *mm)

@@ -33,6 +33,7 @@ struct enc_src {
 	uint32_t n;
 	void **man;       /* manifest copies */
 	struct mesh_pin *pins;
+	unsigned warm, cold;  /* slots first read through a mapping made ahead / mapped by this protect */
 };
 
 /* [lock held] Pin this node's committed slots of step g, copy their manifests. */
@@ -111,9 +112,15 @@ static int map_sources(struct snap_mesh *mesh, const char *job, struct enc_src *
 		iov[2 * i + 1] = (struct iovec){ NULL, 0 };
 		if (!e->slot_bytes)
 			continue;
+		mesh_warm_settle_slot(mesh, path);
 		const void *p = mesh_map_slot(&mesh->maps, path, e->slot_bytes, err, errlen);
 		if (!p)
 			return SNAP_EIO;
+		int how = mesh_map_last(&mesh->maps);
+		if (how != MESH_MAP_KEPT)
+			smp_metrics_count(how == MESH_MAP_WARM ? SMP_CNT_SLOT_MAPS_WARM : SMP_CNT_SLOT_MAPS_COLD, job);
+		src->warm += how == MESH_MAP_WARM;
+		src->cold += how == MESH_MAP_COLD;
 		iov[2 * i + 1] = (struct iovec){ (void *)p, e->slot_bytes };
 	}
 	return 0;
@@ -144,7 +151,7 @@ static void *create_parity(const char *tmp, uint64_t plen, char *err, size_t err
 static void drop_other_steps(struct snap_mesh *mesh, const char *job, uint64_t keep)
 {
 	uint64_t freed = 0;
-	mesh_ec_prune(mesh->store->root, job, 1, keep, 1, &freed);
+	mesh_ec_prune(mesh->store->root, job, 1, keep, 3, &freed);   /* the spare and the pool (meshwarm.c) stay */
 	pthread_mutex_lock(&mesh->mu);
 	mesh->store->mem_used -= freed < mesh->store->mem_used ? freed : mesh->store->mem_used;
 	pthread_mutex_unlock(&mesh->mu);
@@ -164,6 +171,7 @@ struct protect_run {
 	uint64_t cpu0;                /* this thread's CPU time at t0 */
 	char err[MESH_ERRLEN];
 	const char *ppath, *rpath, *ptmp;  /* parity, record, parity being written */
+	const char *parity_how;       /* where the parity file came from: "spare", "made ahead", "new" */
 };
 
 static void spare_path(struct snap_mesh *mesh, const char *job, char *out, size_t cap)
@@ -207,6 +215,19 @@ static int take_parity(struct snap_mesh *mesh, struct mjob *j, struct protect_ru
 	uint64_t have = j->spare_len;
 	j->spare_map = NULL;
 	j->spare_len = 0;
+	if (!m && mesh_warm_take_parity(mesh, j->name, p->plen, p->ptmp, &m, &have) == 0) {
+		/* made ahead (meshwarm.c): renamed, cut to plen and uncounted there */
+		p->parity_how = "made ahead";
+		p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
+		if (!p->local) {
+			p->parity = m;
+		} else {
+			munmap(m, have);
+			unlink(p->ptmp);
+		}
+		return p->local;
+	}
+	p->parity_how = m ? "spare" : "new";
 	if (m) {
 		/* Its bytes were counted as the spare's; the charge below
 		 * counts them (or a new file) as this parity's. */
@@ -217,6 +238,7 @@ static int take_parity(struct snap_mesh *mesh, struct mjob *j, struct protect_ru
 			munmap(m, have);
 			unlink(spare);
 			m = NULL;
+			p->parity_how = "new";
 		}
 	}
 	p->accounted = !(p->local = mesh_charge_parity(mesh, p->plen, p->err, sizeof(p->err)));
@@ -352,6 +374,12 @@ static int protect_agree(struct snap_mesh *mesh, struct mjob *j, uint64_t g, str
 		drop_other_steps(mesh, j->name, g);
 		uint64_t t = snap_now_ns();
 		smp_metrics_observe(SMP_HIST_PROTECT, j->name, (double)(t - p->t0) / 1e9);
+		if (p->parity_how)
+			smp_metrics_count(strcmp(p->parity_how, "new") ? SMP_CNT_PARITY_WARM : SMP_CNT_PARITY_COLD, j->name);
+		if (p->src.warm || p->src.cold || (p->parity_how && strcmp(p->parity_how, "spare")))
+			mesh_say(mesh, "job %s step %" PRIu64 ": slot files read first through mappings made ahead %u, "
+				 "mapped by this protect %u; parity file: %s", j->name, g, p->src.warm, p->src.cold,
+				 p->parity_how ? p->parity_how : "none");
 		mesh_say(mesh, "job %s step %" PRIu64 " protected (group %d, %d+%d, %" PRIu64 " data + %" PRIu64
 			 " parity bytes here, %.1f ms: map %.1f, encode %.1f, publish and agree %.1f; CPU %.1f ms)",
 			 j->name, g, mesh->grp.id, mesh->grp.k, mesh->grp.m, p->data_len, p->plen,

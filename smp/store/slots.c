@@ -252,7 +252,7 @@ unsigned snap_store_reserving(struct snap_store *s)
 		for (uint32_t k = 0; k < j->nranks; k++)
 			for (uint32_t i = 0; j->ranks[k] && i < s->nslots; i++)
 				n += j->ranks[k]->slots[i].resv != 0;
-	return n;
+	return n + s->ahead;
 }
 
 /* Resize a slot file to `bytes` and reserve its memory (no SIGBUS later). */
@@ -311,12 +311,15 @@ int snap_store_register(struct snap_store *s, struct store_job *j, struct store_
 	}
 	for (uint32_t i = 0; i < s->nslots; i++) {
 		struct store_slot *sl = &r->slots[i];
+		if (sl->size == lay->slot_bytes && lay->slot_bytes)
+			j->slots_reused++;   /* a relaunch with the same layout: its file is ready */
 		if (sl->state == SLOT_COMMITTED || sl->size == lay->slot_bytes)
 			continue;
 		/* a free slot's file is reserved in the background */
 		int rc = (sl->state == SLOT_FREE ? size_slot_later : size_slot)(s, j, r, i, lay->slot_bytes, err, errlen);
 		if (rc)
 			return rc;
+		j->slots_precreated += sl->state == SLOT_FREE && sl->resv != 0;
 	}
 	snap_layout_free(&r->layout);
 	r->layout = *lay;
@@ -382,6 +385,9 @@ int snap_store_acquire(struct snap_store *s, struct store_job *j, struct store_r
 	snap_store_path(s, j->name, r->rank, (uint32_t)best, 0, path, sizeof(path));
 	if ((rc = drop_slot(s, j, r, (uint32_t)best, err, errlen)))
 		return rc;
+	/* Its file not reserved yet: this save pays for what REGISTER was
+	 * meant to have done ahead of it. */
+	j->slots_late += sl->resv != 0 || sl->size != r->layout.slot_bytes;
 	settle(s, j, r, (uint32_t)best);
 	if (sl->size != r->layout.slot_bytes) {
 		int rc = size_slot(s, j, r, (uint32_t)best, r->layout.slot_bytes, err, errlen);

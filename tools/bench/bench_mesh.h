@@ -85,6 +85,10 @@ int find_protected(const struct mesh *ms, uint64_t s, struct prot *out, int cap)
 /* Wait until every node logged step s protected; lines gets them. */
 int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines);
 
+/* Wait until every node logged job JOB's files ready ahead of its first
+ * protects (smp/mesh/meshwarm.c); -1 when the mesh died or the wait ran out. */
+int wait_ready(struct mesh *ms);
+
 /* One lost node's "rebuilt this lost node" line. */
 struct rebuilt {
 	double ms, files, exchange, publish;

@@ -370,3 +370,26 @@ int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines)
 		bm_nap_ms(2);
 	}
 }
+
+int wait_ready(struct mesh *ms)
+{
+	double t0 = bench_mono();
+	for (;;) {
+		if (log_refresh(ms)) {
+			bm_fail("cannot read %s", ms->log);
+			return -1;
+		}
+		int n = 0;
+		for (const char *p = ms->text; p && (p = strstr(p, "job " JOB ": ready ahead of its first protects")); p++)
+			n++;
+		if (n >= ms->nodes)
+			return 0;
+		if (bm_stop || !mesh_alive(ms) || bench_mono() - t0 > WAIT_S) {
+			if (!bm_stop)
+				bm_fail("not every node logged its files ready ahead of the first protect: %s; see %s",
+					mesh_alive(ms) ? "timed out" : "the mesh died", ms->log);
+			return -1;
+		}
+		bm_nap_ms(2);
+	}
+}

@@ -62,6 +62,10 @@ static int trainer(const struct mesh *ms, int rank, uint64_t size, int steps, ui
 	struct snap_region reg = { .name = "weights", .ptr = buf, .bytes = words * 8, .dtype = SNAP_DTYPE_U8 };
 	if (!rc)
 		rc = snap_register(ctx, &reg);
+	/* As a trainer does before its first step: the daemons prepare the
+	 * slot and parity files while it runs (here: the first fill). */
+	if (!rc && steps)
+		rc = snap_prepare(ctx);
 	for (int s = 1; !rc && s <= steps; s++) {
 		char go;
 		if (read(gofd, &go, 1) != 1) {   /* the run was stopped: say nothing */

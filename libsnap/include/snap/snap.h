@@ -142,6 +142,20 @@ static inline int snap_register(snap_ctx *ctx, const struct snap_region *region)
 }
 
 /*
+ * Tell snapsmp the registered layout now, instead of with the first save or
+ * restore, and freeze it (a later snap_register fails with SNAP_ESTATE, as
+ * after a first save). Call it once every region is registered, before the
+ * job's first training step: the daemon then reserves the slot files while
+ * that step runs and, in a mesh, maps them and creates the parity files
+ * ahead, so the first save and its protect find them ready instead of
+ * paying for them (docs/design/store-and-protocol.md, "Warm from the first
+ * step"). Optional: without it the first save or restore sends the layout.
+ * Errors as the first save's REGISTER: SNAP_ENOSPC when the layout does not
+ * fit the daemon's memory budget, SNAP_ESTATE with no region registered.
+ */
+SNAP_API int snap_prepare(snap_ctx *ctx);
+
+/*
  * Start an asynchronous snapshot of every registered region as `step`.
  * Returns once the copy is queued: it blocks only for one round trip to
  * snapsmp to get a free slot (reconnecting if snapsmp was restarted), longer

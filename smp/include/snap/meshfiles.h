@@ -52,10 +52,18 @@ int mesh_list_records(const char *root, const char *job, uint64_t **steps, size_
 /* The parity file a protect writes into next: the previous protected
  * step's, kept with its pages (smp/mesh/protect.c). Counted in the budget. */
 #define MESH_SPARE_PARITY "spare.parity"
+/* Parity files created ahead of a job's first protects, "warm-<i>.parity"
+ * (smp/meshwarm.c; i < 2): the first protects write into them instead of
+ * creating their own. Counted in the budget; kept like the spare. */
+#define MESH_WARM_PARITY "warm-%u.parity"
+#define MESH_WARM_MAX 2
+/* Whether name is one of them. */
+int mesh_is_warm_parity(const char *name);
 
 /* Remove every file of <root>/<job>/ec except step-<keep>.rec and
- * step-<keep>.parity (all of them when !has_keep), and MESH_SPARE_PARITY
- * when keep_spare: older steps, orphan parity (killed between the parity
+ * step-<keep>.parity (all of them when !has_keep), MESH_SPARE_PARITY when
+ * keep_spare & 1 and the warm parity files when keep_spare & 2 (a relaunch
+ * removes them: they are made again when needed): older steps, orphan parity (killed between the parity
  * rename and the record), *.tmp. Records go first. *freed: bytes of the
  * removed non-record files. */
 int mesh_ec_prune(const char *root, const char *job, int has_keep, uint64_t keep, int keep_spare, uint64_t *freed);

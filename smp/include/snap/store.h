@@ -58,6 +58,11 @@ struct store_job {
 	uint64_t gen;                  /* current generation, see snap_store_new_generation */
 	char launch[128];              /* the launch (SNAP_LAUNCH) that started it here; "" unknown */
 	uint32_t connected;            /* ranks with a live connection */
+	/* Slot files, counted by slots.c for the daemon's log and metrics:
+	 * reserved at REGISTER ahead of the save that takes them; found in
+	 * place at the layout's size by a REGISTER (kept across a relaunch);
+	 * reserved (or finished) by the ACQUIRE that needed them. */
+	uint64_t slots_precreated, slots_reused, slots_late;
 	/* persistence, kept by the daemon */
 	int flushing;                  /* a flush of flush_step is under way */
 	uint64_t flush_step;
@@ -113,6 +118,8 @@ struct snap_store {
 	int mesh_flush_wanted;         /* mesh: a node asked for a flush (signal, interval, FLUSH) ... */
 	int mesh_flush_taken;          /* ... which a round has taken and not yet decided */
 	int mesh_stopped;              /* the mesh thread has ended: nothing more is agreed */
+	unsigned ahead;                /* mesh: parity files being made ahead of a job's first protects
+	                                  (smp/meshwarm.c): in mem_used, not yet in their files */
 	char denied[SNAP_FILE_MAX];    /* first path the scan could not read (EACCES): open fails */
 	struct snap_reserver *resv;    /* slot files reserved in the background (smp/store/reserve.h) */
 };
@@ -146,8 +153,9 @@ int snap_store_register(struct snap_store *s, struct store_job *j, struct store_
 /* Apply the slot reservations that have ended (register and acquire do it
  * too); a failed one leaves its slot empty and logs why. s may be NULL. */
 void snap_store_reap(struct snap_store *s);
-/* Slots whose file is still being reserved (after a reap): their bytes are
- * in mem_used, not yet all in their files. */
+/* Slots whose file is still being reserved (after a reap), and parity
+ * files being made ahead (ahead): their bytes are in mem_used, not yet all
+ * in their files. */
 unsigned snap_store_reserving(struct snap_store *s);
 
 /* Pick a slot to write `step` into, withdraw its manifest, open it read-write. */
