@@ -9,8 +9,10 @@
  * checksum does not match; a step that stays damaged is withdrawn on the
  * rank, so that the newest restorable step is one that restores.
  *
- * Not done: decoding the stripe from the mesh's parity (--ec) for a single
- * chunk; on a mesh the flush is the one level a repair reads.
+ * On a mesh (--ec) the parity is the level before the flush: the caller
+ * (requests.c) has the mesh decode the protected step's stripes first
+ * (meshheal.c), counting with smp_repair_count what that repaired, and
+ * sends here what is still bad.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -214,5 +216,47 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 	free(bad);
 	if (p)
 		munmap(p, bytes);
+	return rc;
+}
+
+int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t slot, uint32_t *bad,
+		     char *err, size_t errlen)
+{
+	const struct snap_manifest *man = &r->slots[slot].man;
+	const struct snap_layout *lay = &man->layout;
+	char path[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, slot, 0, path, sizeof(path));
+	*bad = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno != ENOENT) {
+		snap_fmt(err, errlen, "cannot open slot file %s: %s", path, strerror(errno));
+		return SNAP_EIO;
+	}
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	int rc = 0;
+	for (uint32_t t = 0; t < lay->ncrc && !rc; t++) {
+		struct snap_chunk c;
+		snap_layout_chunk(lay, t, &c);
+		if (man->len[t] > cap) {
+			void *q = realloc(buf, man->len[t]);
+			if (!q) {
+				snap_fmt(err, errlen, "out of memory");
+				rc = SNAP_ENOMEM;
+				break;
+			}
+			buf = q;
+			cap = man->len[t];
+		}
+		ssize_t k = fd < 0 ? 0 : pread(fd, buf, man->len[t], (off_t)c.slot_off);
+		if (k < 0 && errno == EINTR) {
+			t--;
+			continue;
+		}
+		*bad += k != (ssize_t)man->len[t] || snap_crc32c(buf, man->len[t]) != man->crc[t];
+	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
 	return rc;
 }

@@ -47,4 +47,12 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 		    uint32_t slot, const char *who, int keep, struct smp_heal *h, struct smp_repair_out *out, char *err,
 		    size_t errlen);
 
+/*
+ * Count the chunks of rank r's committed slot that fail the manifest's
+ * CRC32C, reading with pread (a missing file: every chunk, a short one:
+ * the chunks it lacks). Changes nothing. 0 and *bad, or an error with err.
+ */
+int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t slot, uint32_t *bad,
+		     char *err, size_t errlen);
+
 #endif

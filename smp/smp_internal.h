@@ -69,6 +69,10 @@ struct conn {
 	uint32_t pid;
 	int dead;
 	uint64_t restore_ticket;       /* mesh: RESTORE of the newest step waits for a fresh view */
+	/* mesh: a REPAIR waiting for the repair from parity (meshheal.c): its
+	 * ticket, step, and per rank of the job the bad chunks found before */
+	uint64_t heal_ticket, heal_step;
+	uint32_t *heal_bad, heal_n;
 	uint64_t pinned;               /* bytes of its slots the trainer pinned (CUDA), as of its last COMMIT */
 	uint64_t acquire_ns;           /* its last ACQUIRE (--metrics-file: the save's duration) */
 	/* a FLUSH request waiting for its step to be persisted */
