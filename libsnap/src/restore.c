@@ -587,6 +587,8 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 			 repaired ? "; " : "", repaired ? note : "");
 	} else if (repaired || reread) {
 		snap_fmt(ctx->err, sizeof(ctx->err), "%s", note);
+	} else {
+		ctx->err[0] = 0;   /* not a retry's "waiting for an agreement round" */
 	}
 	return 0;
 }

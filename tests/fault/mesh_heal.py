@@ -203,7 +203,7 @@ def main():
                 mesh.extra += ["--flush-dir", flush, "--flush-every", "1000"]
             mesh.start(os.path.join(logdir, f"t{t}.log"))
             # Damage once every node serves: the relaunch's rebuild ran before.
-            targets = rng.sample([(i, w) for i in range(a.nodes) for w in ("slot", "parity")], rng.randint(1, 4))
+            targets = rng.sample([(i, w) for i in range(a.nodes) for w in ("slot", "parity")], rng.choice([1, 1, 2, 2, 3, 4, 5]))
             done = []
             for i, w in targets:
                 root = mesh.root(i)
@@ -234,16 +234,16 @@ def main():
                     if got[r] != STEPS:
                         fail(f"rank {r} restored {got[r]}, expected {STEPS}: {what}: {outs[r][-600:]}")
                     elif r in hit and "repaired" in outs[r]:
-                        src = "from parity" if parity_ok else "from the flush"
-                        if src not in outs[r]:
-                            fail(f"rank {r}: the repair does not say {src!r}: {what}: {outs[r][-600:]}")
+                        # Parity first; beyond m erasures the flush, which may bring a
+                        # stripe back within m for the next rank's repair from parity.
+                        src = ("from parity",) if parity_ok else ("from the flush", "from parity")
+                        if not any(x in outs[r] for x in src):
+                            fail(f"rank {r}: the repair does not say {' or '.join(src)!r}: {what}: {outs[r][-600:]}")
                         kind = "parity" if parity_ok else "flush"
                 if parity_ok and any("repaired from parity" in o for o in outs.values()):
                     # The repair rewrote every damaged piece, data and parity, on every node.
                     for i in range(a.nodes):
                         root = mesh.root(i)
-                        if read_padded(os.path.join(root, lay.slot[i]), 0) is None:
-                            pass
                         sp = os.path.join(root, lay.slot[i])
                         pp = os.path.join(root, JOB, "ec", f"step-{STEPS}.parity")
                         if not os.path.exists(sp) or open(sp, "rb").read() != lay.data[i][len(lay.man[i]):]:
@@ -253,14 +253,23 @@ def main():
                 if hit and kind == "intact":
                     # A damaged slot whose chunks all still pass (only zeros lost): nothing to say.
                     kind = "unnoticed"
+            elif not hit:
+                # Only parity pieces damaged: the data restores as it is.
+                for r in range(a.world):
+                    if got[r] != STEPS:
+                        fail(f"rank {r} restored {got[r]}, expected {STEPS}: {what}: {outs[r][-600:]}")
             else:
                 kind = "fallback"
                 for r in range(a.world):
                     if got[r] is None or got[r] > STEPS or (r in hit and got[r] == STEPS and
                                                             "repaired" not in outs[r]):
                         fail(f"rank {r} restored {got[r]}: {what}: {outs[r][-600:]}")
-                    elif got[r] < STEPS and "fell back to step" not in outs[r]:
-                        fail(f"rank {r} fell back to {got[r]} without saying so: {what}: {outs[r][-600:]}")
+                # The first rank to find its copy beyond repair falls back and says so;
+                # once its copy is given up the agreement no longer counts the newest
+                # step, and the ranks that ask after that get the older one silently
+                # (as on one node, where the copy is withdrawn).
+                if not any(got[r] < STEPS and "fell back to step" in outs[r] for r in hit):
+                    fail(f"no rank says it fell back: {what}: {[outs[r][-300:] for r in sorted(hit)]}")
             tally[kind] = tally.get(kind, 0) + 1
             mesh.kill()
             if mesh.sanitizer_errors():
