@@ -28,6 +28,7 @@
 #include "files.h"
 #include "snap/io.h"
 #include "smp_internal.h"
+#include "meshscrub.h"
 #include "scrub.h"
 #include "mesh.h"
 #include "metrics.h"
@@ -461,6 +462,7 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 		rc = serve_loop(&m, err, errlen);
 	}
 	smp_scrub_free(m.scrub);
+	smp_mesh_scrub_free(&m);
 	serve_shutdown(&m);
 	return rc;
 }

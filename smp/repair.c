@@ -260,3 +260,32 @@ int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_ran
 		close(fd);
 	return rc;
 }
+
+int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j,
+			    struct store_rank *r, uint32_t slot, const char *who, uint32_t before, const char *pmsg,
+			    struct smp_heal *h, struct smp_repair_out *out, char *err, size_t errlen)
+{
+	uint64_t step = r->slots[slot].step;
+	int rc = smp_repair_slot(cfg, s, j, r, slot, who, 1, h, out, err, errlen);
+	if (rc && rc != SNAP_ECORRUPT)
+		return rc;
+	/* What the parity repaired: bad before it, good now. */
+	uint32_t by_parity = before > out->bad ? before - out->bad : 0;
+	char par[SMP_REHYDRATE_ERRLEN] = "";
+	if (by_parity) {
+		h->repaired_chunks += by_parity;
+		snprintf(par, sizeof(par), "%u bad chunks repaired from parity (the mesh decoded step %" PRIu64
+			 "'s stripes)", by_parity, step);
+		snap_smp_logf("job %s rank %u step %" PRIu64 " (%s): %s", j->name, r->rank, step, who, par);
+	} else if (before && pmsg && pmsg[0]) {
+		snprintf(par, sizeof(par), "parity could not repair them (%s)", pmsg);
+	}
+	if (par[0]) {
+		char how[sizeof(out->how)];
+		snap_fmt(how, sizeof(how), "%s%s%s", par, out->how[0] ? "; then " : "", out->how);
+		memcpy(out->how, how, sizeof(how));
+	}
+	out->bad += by_parity;
+	out->repaired += by_parity;
+	return rc;
+}

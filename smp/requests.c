@@ -400,35 +400,26 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 		if (!rk || (rank != UINT32_MAX && rk->rank != rank) || !snap_store_find(m->store, rk, step, &slot))
 			continue;
 		struct smp_repair_out o;
-		char e[SMP_ERRLEN], par[SMP_ERRLEN] = "";
-		int rc = smp_repair_slot(m->cfg, m->store, j, rk, slot, c->job ? "a restore found it" : "asked by a tool",
-					 m->mesh != NULL, &m->heal, &o, e, sizeof(e));
+		char e[SMP_ERRLEN];
+		const char *who = c->job ? "a restore found it" : "asked by a tool";
+		int rc = m->mesh ? smp_repair_after_parity(m->cfg, m->store, j, rk, slot, who, before ? before[k] : 0, pmsg,
+							    &m->heal, &o, e, sizeof(e))
+				 : smp_repair_slot(m->cfg, m->store, j, rk, slot, who, 0, &m->heal, &o, e, sizeof(e));
 		if (rc && rc != SNAP_ECORRUPT) {
 			free(before);
 			snap_fmt(err, SMP_ERRLEN, "repair of job %s rank %u step %" PRIu64 ": %s", job, rk->rank, step, e);
 			return rc;
 		}
-		/* What the parity repaired: bad before it, good now. */
-		uint32_t was = before ? before[k] : 0, by_parity = was > o.bad ? was - o.bad : 0;
-		if (by_parity) {
-			m->heal.repaired_chunks += by_parity;
-			snprintf(par, sizeof(par), "%u bad chunks repaired from parity (mesh group, step %" PRIu64 ")%s",
-				 by_parity, step, o.how[0] ? "; then " : "");
-			snap_smp_logf("job %s rank %u step %" PRIu64 " (%s): %s", job, rk->rank, step,
-				      c->job ? "a restore found it" : "asked by a tool", par);
-		} else if (was && pmsg[0]) {
-			snprintf(par, sizeof(par), "parity could not repair them (%s); ", pmsg);
-		}
 		checked++;
-		bad += o.bad + by_parity;
-		fixed += o.repaired + by_parity;
+		bad += o.bad;
+		fixed += o.repaired;
 		withdrawn += rc != 0;
 		mended += o.mended;
 		if (m->mesh)
 			snap_mesh_give_up(m->mesh, job, rk->rank, step, rk->slots[slot].man.gen, rc != 0);
 		size_t used = strlen(how);
-		if ((o.how[0] || par[0]) && used + 2 < sizeof(how))
-			snprintf(how + used, sizeof(how) - used, "%srank %u: %s%s", used ? "; " : "", rk->rank, par, o.how);
+		if (o.how[0] && used + 2 < sizeof(how))
+			snprintf(how + used, sizeof(how) - used, "%srank %u: %s", used ? "; " : "", rk->rank, o.how);
 	}
 	free(before);
 	if (!checked) {

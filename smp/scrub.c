@@ -12,8 +12,8 @@
  * The scrub runs on the event loop's thread, a slice per poll round (at
  * most SCRUB_SLICE_MS worth of the rate at a time), reading with pread (a
  * file truncated under a mapping would raise SIGBUS). Slots being written
- * are skipped; so is a mesh (--ec), whose steps are withdrawn only by the
- * mesh's agreement: there a bad chunk is found and repaired at restore.
+ * are skipped. On a mesh (--ec) a bad chunk is repaired from the mesh's
+ * parity first and the node's parity pieces are checked too (meshscrub.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "meshscrub.h"
 #include "scrub.h"
 #include "smp_internal.h"
 
@@ -43,7 +44,7 @@ struct smp_scrub {
 
 struct smp_scrub *smp_scrub_new(struct smp *m)
 {
-	if (!m->cfg->scrub_rate || m->mesh)
+	if (!m->cfg->scrub_rate)
 		return NULL;
 	struct smp_scrub *sc = calloc(1, sizeof(*sc));
 	if (!sc || !(sc->buf = malloc(SCRUB_BUF))) {
@@ -187,6 +188,16 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 	/* Whatever the rate, a slice ends after half a slice of wall time: the
 	 * trainers' requests wait on this thread. */
 	while (sc->credit > 0 && snap_now_ns() - now < SCRUB_SLICE_MS * 500000ull) {
+		/* mesh: a repair from parity under way pauses the scrub; the
+		 * parity pieces take their turn once a pass (meshscrub.c) */
+		if (m->mesh && smp_mesh_scrub_busy(m))
+			return;
+		uint64_t pgot = m->mesh ? smp_mesh_scrub_parity(m, sc->buf, SCRUB_BUF) : 0;
+		if (pgot) {
+			sc->credit -= (int64_t)pgot;
+			m->heal.scrubbed_bytes += pgot;
+			continue;
+		}
 		if (!sc->held && !advance(m, sc, 1)) {
 			sc->idle = 1;
 			return;
@@ -218,6 +229,10 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		drop(sc);
 		smp_logf(&m->log, SMP_LOG_WARN, "scrub: job %s rank %u step %" PRIu64 ": chunk %u fails its CRC32C in %s",
 			 j->name, r->rank, sl->step, chunk, path);
+		if (m->mesh) {
+			smp_mesh_scrub_bad(m, j, r, sc->slot);
+			continue;
+		}
 		int rc = smp_repair_slot(m->cfg, m->store, j, r, sc->slot, "scrub", 0, &m->heal, &o, err, sizeof(err));
 		if (rc && rc != SNAP_ECORRUPT)
 			smp_logf(&m->log, SMP_LOG_WARN, "scrub: %s", err);

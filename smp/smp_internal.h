@@ -58,6 +58,7 @@
 
 struct fjob;
 struct smp_scrub;
+struct smp_mesh_scrub;
 struct snap_files;
 
 struct conn {
@@ -101,6 +102,7 @@ struct smp {
 	double metrics_start_s;        /* the daemon's start, seconds since the epoch */
 	struct smp_heal heal;          /* repairs and scrubs so far (repair.c, scrub.c) */
 	struct smp_scrub *scrub;       /* the background scrub (scrub.c); NULL: off */
+	struct smp_mesh_scrub *mscrub; /* its mesh part (meshscrub.c); NULL until used */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */

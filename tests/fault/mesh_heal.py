@@ -146,6 +146,37 @@ class Layout:
         return cnt
 
 
+def scrub_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
+    """The scrub on an idle mesh: a bit flipped in one node's slot and one in
+    another node's parity file are found and repaired from parity (waiting on
+    the daemons' log lines, one generous deadline for a hang); the files are
+    the pristine bytes again."""
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(pristine, run, symlinks=True)
+    mesh.extra = ["--scrub-rate", "4M"]
+    mesh.start(os.path.join(logdir, "scrub.log"))
+    i, j = rng.sample(range(a.nodes), 2)
+    sp = os.path.join(mesh.root(i), lay.slot[i])
+    pp = os.path.join(mesh.root(j), JOB, "ec", f"step-{STEPS}.parity")
+    slot_line = re.compile(rf"job {JOB} rank {i} step {STEPS} \(scrub\): \d+ bad chunks repaired from parity")
+    # One at a time: the repair of a slot rebuilds every bad piece of the
+    # group, a parity piece found bad at the same moment included.
+    damage(rng, pp, "flip")
+    ok = waiter.until(lambda: re.search(rf"scrub: job {JOB} step {STEPS}: parity row \d+ chunk \d+ repaired from "
+                                        rf"parity", mesh.text()) or mesh.proc.poll() is not None, limit=120)
+    if ok and mesh.proc.poll() is None:
+        damage(rng, sp, "flip")
+        ok = waiter.until(lambda: slot_line.search(mesh.text()) or mesh.proc.poll() is not None, limit=120)
+    if not ok or mesh.proc.poll() is not None:
+        fail(f"scrub: the flipped bits in node {i}'s slot and node {j}'s parity were not repaired; see {mesh.log}")
+    elif (open(sp, "rb").read() != lay.data[i][len(lay.man[i]):] or open(pp, "rb").read() != lay.par[j]):
+        fail(f"scrub: node {i}'s slot or node {j}'s parity differs from the pristine bytes after the repair")
+    else:
+        print(f"scrub: a flipped bit in node {i}'s slot and one in node {j}'s parity repaired from parity",
+              flush=True)
+    mesh.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -274,6 +305,7 @@ def main():
             mesh.kill()
             if mesh.sanitizer_errors():
                 fail(f"sanitizer report in {mesh.log}")
+        scrub_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail)
     finally:
         mesh.kill()
         waiter.close()
