@@ -619,9 +619,11 @@ int cmd_verify(int argc, char **argv)
 				       "of every dataset of its persisted copy if there is one. Exit 3 on a mismatch or\n"
 				       "when ranks are missing from the node store, 1 if neither holds the step.\n"
 				       "--repair: first ask the running snapsmp to repair the step: each bad chunk is\n"
-				       "rewritten from the flushed copy of the same step (checked against the manifest's\n"
-				       "CRC32C), and a rank's copy no level holds intact is withdrawn (the step is then\n"
-				       "no longer restorable); then verify what is left. Exit 1 if no snapsmp answers.\n"
+				       "rewritten from the next level that holds it intact (on a mesh its stripe decoded\n"
+				       "from parity, then the flushed copy of the same step), checked against the\n"
+				       "manifest's CRC32C; a rank's copy no level holds intact is withdrawn (on a mesh:\n"
+				       "given up, and the agreement no longer counts the step), so the step is no longer\n"
+				       "restorable; then verify what is left. Exit 1 if no snapsmp answers.\n"
 				       "On a terminal, a progress bar (bytes, rate) on stderr; none when piped.\n", 1);
 	if (rc)
 		return rc < 0 ? 0 : rc;
