@@ -23,10 +23,12 @@
  * older one. Nothing is withdrawn: the files stay for the agreement (and a
  * relaunch's rebuild) to decide on.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 
 #include "mesh_int.h"
 
@@ -48,6 +50,16 @@ int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint6
 		return SNAP_ELOST;
 	}
 	if (*ticket == 0) {
+		/* No record here: the job's files were removed (by hand: what
+		 * remains is not damage). Every node would rebuild them. */
+		char rpath[SNAP_FILE_MAX];
+		struct stat st;
+		mesh_ec_path(mesh->store->root, job, step, "rec", rpath, sizeof(rpath));
+		if (stat(rpath, &st) != 0) {
+			snap_fmt(msg, len, "this node holds no erasure-coding record of step %" PRIu64 " (%s: %s)", step,
+				 rpath, strerror(errno));
+			return SNAP_ENOENT;
+		}
 		/* The next round to start carries it: this one's summary is taken. */
 		j->heal_req = 1;
 		j->heal_req_step = step;

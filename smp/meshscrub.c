@@ -19,6 +19,7 @@
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "mesh.h"
@@ -206,13 +207,22 @@ uint64_t smp_mesh_scrub_parity(struct smp *m, uint8_t *buf, size_t cap)
 			next_job(ms);
 			continue;
 		}
+		char rpath[SNAP_FILE_MAX];
+		struct stat st;
+		mesh_ec_path(m->store->root, j->name, prot, "rec", rpath, sizeof(rpath));
+		if (stat(rpath, &st) != 0) {
+			/* removed with the job's files: nothing to check or repair */
+			snap_ec_meta_free(ms->meta);
+			ms->meta = NULL;
+			next_job(ms);
+			continue;
+		}
 		if (!ms->meta || strcmp(ms->meta_job, j->name) || ms->meta_step != prot) {
-			char rpath[SNAP_FILE_MAX], why[256] = "";
+			char why[256] = "";
 			void *rb = NULL;
 			size_t rl = 0;
 			snap_ec_meta_free(ms->meta);
 			ms->meta = NULL;
-			mesh_ec_path(m->store->root, j->name, prot, "rec", rpath, sizeof(rpath));
 			if (mesh_read_file(rpath, 1u << 30, &rb, &rl) != 0 ||
 			    snap_ec_meta_unpack(rb, rl, &ms->meta, why, sizeof(why)) != 0) {
 				free(rb);
