@@ -235,6 +235,8 @@ int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_ran
 	uint8_t *buf = NULL;
 	size_t cap = 0;
 	int rc = 0;
+	struct stat st;
+	int short_file = fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < lay->slot_bytes;
 	for (uint32_t t = 0; t < lay->ncrc && !rc; t++) {
 		struct snap_chunk c;
 		snap_layout_chunk(lay, t, &c);
@@ -258,6 +260,8 @@ int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_ran
 	free(buf);
 	if (fd >= 0)
 		close(fd);
+	if (short_file)
+		*bad |= SMP_REPAIR_SHORT;
 	return rc;
 }
 
@@ -266,9 +270,18 @@ int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store
 			    struct smp_heal *h, struct smp_repair_out *out, char *err, size_t errlen)
 {
 	uint64_t step = r->slots[slot].step;
+	int was_short = (before & SMP_REPAIR_SHORT) != 0;
+	before &= ~SMP_REPAIR_SHORT;
 	int rc = smp_repair_slot(cfg, s, j, r, slot, who, 1, h, out, err, errlen);
 	if (rc && rc != SNAP_ECORRUPT)
 		return rc;
+	if (was_short && !out->mended) {
+		/* the repair from parity brought the file back at its size */
+		out->mended = 1;
+		char how[sizeof(out->how)];
+		snap_fmt(how, sizeof(how), "slot file was missing or truncated; %s", out->how);
+		memcpy(out->how, how, sizeof(how));
+	}
 	/* What the parity repaired: bad before it, good now. */
 	uint32_t by_parity = before > out->bad ? before - out->bad : 0;
 	char par[SMP_REHYDRATE_ERRLEN] = "";
@@ -281,8 +294,12 @@ int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store
 		snprintf(par, sizeof(par), "parity could not repair them (%s)", pmsg);
 	}
 	if (par[0]) {
+		/* after the mended-file note, before what the flush did */
+		const char *note = "slot file was missing or truncated; ";
+		size_t nl = strncmp(out->how, note, strlen(note)) == 0 ? strlen(note) : 0;
 		char how[sizeof(out->how)];
-		snap_fmt(how, sizeof(how), "%s%s%s", par, out->how[0] ? "; then " : "", out->how);
+		snap_fmt(how, sizeof(how), "%.*s%s%s%s", (int)nl, out->how, par, out->how[nl] ? "; then " : "",
+			 out->how + nl);
 		memcpy(out->how, how, sizeof(how));
 	}
 	out->bad += by_parity;

@@ -50,7 +50,7 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 /*
  * On a mesh, after the mesh decoded the protected step's stripes from
  * parity (meshheal.c): `before` chunks of the slot were bad before it
- * (smp_repair_count), pmsg says why the parity could not repair them ("":
+ * (smp_repair_count, SMP_REPAIR_SHORT included), pmsg says why the parity could not repair them ("":
  * it ran). What is still bad goes to smp_repair_slot (keep: nothing is
  * withdrawn); out counts the chunks the parity repaired too (bad, repaired,
  * how "N bad chunks repaired from parity ...") and h->repaired_chunks them.
@@ -67,5 +67,8 @@ int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store
  */
 int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t slot, uint32_t *bad,
 		     char *err, size_t errlen);
+/* In *bad of smp_repair_count (and `before` of smp_repair_after_parity):
+ * the slot file was missing or short. */
+#define SMP_REPAIR_SHORT 0x80000000u
 
 #endif

@@ -306,7 +306,7 @@ static int repair_mesh_level(struct smp *m, struct conn *c, struct store_job *j,
 	}
 	int done = 0, hrc = 0;
 	if (!c->heal_ticket) {
-		uint32_t *bad = calloc(j->nranks ? j->nranks : 1, sizeof(*bad)), total = 0;
+		uint32_t *bad = calloc(j->nranks ? j->nranks : 1, sizeof(*bad)), total = 0;   /* total: any */
 		if (!bad) {
 			snap_fmt(err, SMP_ERRLEN, "repair: out of memory");
 			return SNAP_ENOMEM;
@@ -318,7 +318,7 @@ static int repair_mesh_level(struct smp *m, struct conn *c, struct store_job *j,
 			if (!rk || (rank != UINT32_MAX && rk->rank != rank) || !snap_store_find(m->store, rk, step, &slot))
 				continue;
 			if (smp_repair_count(m->store, j, rk, slot, &bad[k], e, sizeof(e)) == 0)
-				total += bad[k];
+				total |= bad[k] != 0;   /* (a count, or SMP_REPAIR_SHORT) */
 		}
 		if (!total) {
 			free(bad);

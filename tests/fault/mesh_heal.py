@@ -177,6 +177,35 @@ def scrub_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
     mesh.kill()
 
 
+def verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail):
+    """snaptool verify --repair --json against one node of the mesh: its
+    truncated slot of the protected step comes back from parity."""
+    import json
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(pristine, run, symlinks=True)
+    mesh.extra = ["--scrub-rate", "0"]
+    mesh.start(os.path.join(logdir, "verify.log"))
+    i = rng.randrange(a.nodes)
+    sp = os.path.join(mesh.root(i), lay.slot[i])
+    os.truncate(sp, 1000)
+    tool = os.path.join(a.build, "tools", "snaptool")
+    r = subprocess.run([tool, "verify", str(STEPS), "--repair", "--json", "--store", mesh.root(i), "--job", JOB],
+                       capture_output=True, text=True, timeout=120)
+    try:
+        rep = json.loads(r.stdout).get("repair") or {}
+    except ValueError:
+        rep = {}
+    if (rep.get("mended_files") != 1 or not rep.get("repaired_chunks") or
+            rep.get("repaired_chunks") != rep.get("bad_chunks") or "from parity" not in rep.get("how", "")):
+        fail(f"verify --repair on node {i}: {r.returncode} {r.stdout[-800:]} {r.stderr[-400:]}")
+    elif open(sp, "rb").read() != lay.data[i][len(lay.man[i]):]:
+        fail(f"verify --repair on node {i}: the slot differs from the pristine bytes")
+    else:
+        print(f"verify --repair: node {i}'s truncated slot repaired from parity "
+              f"({rep['repaired_chunks']} chunks)", flush=True)
+    mesh.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -306,6 +335,7 @@ def main():
             if mesh.sanitizer_errors():
                 fail(f"sanitizer report in {mesh.log}")
         scrub_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail)
+        verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail)
     finally:
         mesh.kill()
         waiter.close()
