@@ -105,6 +105,9 @@ int snap_mesh_job_protected(struct snap_mesh *mesh, const char *job, uint64_t *s
  */
 int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint64_t *ticket, int *rc, char *msg,
 		   size_t len);
+/* [lock held] 1 and *step: the step of job whose parity a repair can use
+ * (its protected step; meshheal.c, for the scrub); 0 when none. */
+int snap_mesh_parity_step(struct snap_mesh *mesh, const char *job, uint64_t *step);
 /*
  * [lock held] This node's copy of (rank, step) of job, written by
  * generation gen, is given up (no level holds it intact; given_up 0: it was

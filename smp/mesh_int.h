@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * mesh_int.h - state shared by mesh.c, protect.c, recover.c and meshcap.c
- * (not an API), and the helpers of meshutil.c and meshrec.c they share. Calls
- * go one way (see the layers in smp_internal.h): mesh.c -> protect.c,
- * recover.c, meshcap.c -> meshutil.c, meshrec.c.
+ * mesh_int.h - state shared by mesh.c, protect.c, recover.c, meshcap.c and
+ * meshheal.c (not an API), and the helpers of meshutil.c and meshrec.c they
+ * share. Calls go one way (see the layers in smp_internal.h): mesh.c ->
+ * meshheal.c -> recover.c; mesh.c -> protect.c, recover.c, meshcap.c ->
+ * meshutil.c, meshrec.c.
  */
 #ifndef SNAP_MESH_INT_H
 #define SNAP_MESH_INT_H

@@ -81,6 +81,15 @@ int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint6
 	return 1;
 }
 
+int snap_mesh_parity_step(struct snap_mesh *mesh, const char *job, uint64_t *step)
+{
+	struct mjob *j = mesh ? mesh_job_find(mesh, job) : NULL;
+	if (!j || !j->has_prot || j->lost)
+		return 0;
+	*step = j->prot;
+	return 1;
+}
+
 void snap_mesh_give_up(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, uint64_t gen,
 		       int given_up)
 {

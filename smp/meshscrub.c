@@ -203,7 +203,7 @@ uint64_t smp_mesh_scrub_parity(struct smp *m, uint8_t *buf, size_t cap)
 			return 0;
 		}
 		uint64_t prot;
-		if (!snap_mesh_job_protected(m->mesh, j->name, &prot)) {
+		if (!snap_mesh_parity_step(m->mesh, j->name, &prot)) {
 			next_job(ms);
 			continue;
 		}

@@ -10,15 +10,19 @@
  *
  *   8  main.c                   flags -> config, --ec, snap_smp_serve
  *   7  daemon.c                 poll loop, connections, signals, shutdown
- *   6  requests.c export.c      the trainers' requests and their dispatch;
- *                               the store's state as metrics (--metrics-file)
- *   5  mesh.c scrub.c           MPI start/stop, agreement rounds, mesh thread;
+ *   6  requests.c export.c scrub.c
+ *                               the trainers' requests and their dispatch;
+ *                               the store's state as metrics (--metrics-file);
  *                               the background scrub of the store
- *   4  persist.c meshflush.c filereq.c repair.c
+ *   5  mesh.c meshscrub.c       MPI start/stop, agreement rounds, mesh thread;
+ *                               the scrub's mesh part (parity first, parity
+ *                               pieces)
+ *   4  persist.c meshflush.c filereq.c repair.c meshheal.c
  *                               flush policy (-> flush.c); the mesh's flush
  *                               of a protected step across nodes; captured
  *                               files' requests; a damaged slot repaired
- *                               from the flush (-> rehydrate.c)
+ *                               from the flush (-> rehydrate.c); repair from
+ *                               the mesh's parity while serving (-> recover.c)
  *   3  flush.c files.c rehydrate.c protect.c recover.c meshcap.c
  *                               flush thread, captured files (open, close,
  *                               hooks), restore from disk, encode a step,

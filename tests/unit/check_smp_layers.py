@@ -17,9 +17,9 @@ import sys
 LAYERS = {
     "main": 8,
     "daemon": 7,
-    "requests": 6, "export": 6,
-    "mesh": 5, "scrub": 5,
-    "persist": 4, "meshflush": 4, "filereq": 4, "repair": 4,
+    "requests": 6, "export": 6, "scrub": 6,
+    "mesh": 5, "meshscrub": 5,
+    "persist": 4, "meshflush": 4, "filereq": 4, "repair": 4, "meshheal": 4,
     "flush": 3, "files": 3, "rehydrate": 3, "protect": 3, "recover": 3, "meshcap": 3,
     "meshrec": 2, "capgen": 2, "filescan": 2, "fileflush": 2,
     "log": 1, "reply": 1, "meshutil": 1, "meshmap": 1, "config": 1, "fileent": 1,
