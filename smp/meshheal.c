@@ -81,6 +81,11 @@ int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint6
 	return 1;
 }
 
+int snap_mesh_given_up(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, uint64_t gen)
+{
+	return mesh && mesh_heal_given_up(mesh_job_find(mesh, job), rank, step, gen);
+}
+
 int snap_mesh_parity_step(struct snap_mesh *mesh, const char *job, uint64_t *step)
 {
 	struct mjob *j = mesh ? mesh_job_find(mesh, job) : NULL;

@@ -44,6 +44,9 @@ struct smp_mesh_scrub {
 	int p_row;
 	uint32_t p_q;
 	uint64_t pass;                /* scrub_passes when its next parity pass may begin */
+	/* the parity of this step could not be repaired: not asked again */
+	char failed_job[SNAP_JOB_MAX + 1];
+	uint64_t failed_step;
 };
 
 static struct smp_mesh_scrub *state(struct smp *m)
@@ -166,7 +169,10 @@ int smp_mesh_scrub_busy(struct smp *m)
 				 "from parity (the mesh decoded it from the group's data)", ms->job, ms->step, ms->row, ms->q);
 		} else {
 			smp_logf(&m->log, SMP_LOG_WARN, "scrub: job %s step %" PRIu64 ": parity row %d chunk %u is still "
-				 "bad: %s", ms->job, ms->step, ms->row, ms->q, pmsg[0] ? pmsg : "the repair did not mend it");
+				 "bad: %s; its parity is not checked again", ms->job, ms->step, ms->row, ms->q,
+				 pmsg[0] ? pmsg : "the repair did not mend it");
+			snprintf(ms->failed_job, sizeof(ms->failed_job), "%s", ms->job);
+			ms->failed_step = ms->step;
 		}
 		return 0;
 	}
@@ -204,6 +210,10 @@ uint64_t smp_mesh_scrub_parity(struct smp *m, uint8_t *buf, size_t cap)
 		}
 		uint64_t prot;
 		if (!snap_mesh_parity_step(m->mesh, j->name, &prot)) {
+			next_job(ms);
+			continue;
+		}
+		if (ms->failed_step == prot && !strcmp(ms->failed_job, j->name)) {
 			next_job(ms);
 			continue;
 		}

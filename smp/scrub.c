@@ -22,6 +22,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "mesh.h"
 #include "meshscrub.h"
 #include "scrub.h"
 #include "smp_internal.h"
@@ -227,6 +228,9 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		char err[SMP_ERRLEN];
 		uint32_t chunk = sc->chunk;
 		drop(sc);
+		/* mesh: a copy given up was reported then; every pass would again */
+		if (m->mesh && snap_mesh_given_up(m->mesh, j->name, r->rank, sl->step, sl->man.gen))
+			continue;
 		smp_logf(&m->log, SMP_LOG_WARN, "scrub: job %s rank %u step %" PRIu64 ": chunk %u fails its CRC32C in %s",
 			 j->name, r->rank, sl->step, chunk, path);
 		if (m->mesh) {

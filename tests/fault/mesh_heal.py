@@ -206,6 +206,47 @@ def verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail):
     mesh.kill()
 
 
+def give_up_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
+    """The scrub meets damage no level can repair (the slot files of M+1
+    nodes deleted, no flush): each copy is given up and reported once, not
+    again on every pass (counted through snaptool status --json)."""
+    import json
+    shutil.rmtree(run, ignore_errors=True)
+    shutil.copytree(pristine, run, symlinks=True)
+    mesh.extra = ["--scrub-rate", "64M"]
+    mesh.start(os.path.join(logdir, "giveup.log"))
+    lost = rng.sample(range(a.nodes), a.m + 1)
+    for i in lost:
+        os.unlink(os.path.join(mesh.root(i), lay.slot[i]))
+    gave = re.compile(rf"job {JOB} rank (\d+) step {STEPS}: damaged beyond repair \(scrub\)")
+    if not waiter.until(lambda: len(gave.findall(mesh.text())) >= len(lost) or mesh.proc.poll() is not None,
+                        limit=120) or mesh.proc.poll() is not None:
+        fail(f"give-up: the scrub did not give up the copies of nodes {lost}; see {mesh.log}")
+        mesh.kill()
+        return
+    tool = os.path.join(a.build, "tools", "snaptool")
+
+    def passes():
+        p = subprocess.run([tool, "status", "--json", "--store", mesh.root(lost[0])], capture_output=True, text=True)
+        try:
+            return json.loads(p.stdout).get("scrub_passes") or 0
+        except ValueError:
+            return 0
+    # Three more passes over the node's store (a count the daemon reports;
+    # each status call is a round trip, no timer), then the log is compared.
+    first, deadline = passes(), time.monotonic() + 60
+    while passes() < first + 3 and time.monotonic() < deadline and mesh.proc.poll() is None:
+        pass
+    got = sorted(int(r) for r in gave.findall(mesh.text()))
+    if got != sorted(lost) or passes() < first + 3:
+        fail(f"give-up: copies given up {got} (expected {sorted(lost)} once each), scrub passes {first} -> "
+             f"{passes()}; see {mesh.log}")
+    else:
+        print(f"give-up: the copies of nodes {sorted(lost)} given up once each by the scrub, not again in 3 "
+              f"more passes", flush=True)
+    mesh.kill()
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--build", required=True)
@@ -336,6 +377,7 @@ def main():
                 fail(f"sanitizer report in {mesh.log}")
         scrub_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail)
         verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail)
+        give_up_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail)
     finally:
         mesh.kill()
         waiter.close()
