@@ -568,6 +568,17 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 			want = SNAP_STEP_LATEST;
 			continue;
 		}
+		if (r2 == SNAP_ENOENT && step == SNAP_STEP_LATEST) {   /* (r2 is a REPAIR's: asked) */
+			/* The damaged step went while its repair waited (a mesh: another
+			 * rank gave it up, and the job rewound to an older step). */
+			if (newest_bad == SNAP_STEP_LATEST) {
+				newest_bad = tried;
+				snap_fmt(first, sizeof(first), "step %" PRIu64 " is damaged and no longer restorable (%s)",
+					 tried, rr.how);
+			}
+			want = SNAP_STEP_LATEST;
+			continue;
+		}
 		const char *lost = r2 == 0 && rr.bad ? "; no level holds a good copy: " : "";
 		if (newest_bad == SNAP_STEP_LATEST) {
 			if (!lost[0])
