@@ -208,14 +208,18 @@ def verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail):
 
 def give_up_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
     """The scrub meets damage no level can repair (the slot files of M+1
-    nodes deleted, no flush): each copy is given up and reported once, not
+    neighbouring nodes deleted, no flush): each copy is given up and reported once, not
     again on every pass (counted through snaptool status --json)."""
     import json
     shutil.rmtree(run, ignore_errors=True)
     shutil.copytree(pristine, run, symlinks=True)
     mesh.extra = ["--scrub-rate", "64M"]
     mesh.start(os.path.join(logdir, "giveup.log"))
-    lost = rng.sample(range(a.nodes), a.m + 1)
+    # M+1 neighbours: the stripe whose parity rows sit just past them has
+    # M+1 of its data pieces there (each stripe spans the n nodes once); M+1
+    # nodes picked at random can leave every stripe within M (e.g. 1, 3, 5).
+    first = rng.randrange(a.nodes)
+    lost = [(first + d) % a.nodes for d in range(a.m + 1)]
     for i in lost:
         os.unlink(os.path.join(mesh.root(i), lay.slot[i]))
     gave = re.compile(rf"job {JOB} rank (\d+) step {STEPS}: damaged beyond repair \(scrub\)")
