@@ -338,7 +338,8 @@ def main():
                 for r in range(a.world):
                     if got[r] != STEPS:
                         fail(f"rank {r} restored {got[r]}, expected {STEPS}: {what}: {outs[r][-600:]}")
-                    elif r in hit and "repaired" in outs[r]:
+                    elif r in hit and "repaired" in outs[r] and "repaired meanwhile" not in outs[r]:
+                        # ("repaired meanwhile": another rank's repair mended this copy too)
                         # Parity first; beyond m erasures the flush, which may bring a
                         # stripe back within m for the next rank's repair from parity.
                         src = ("from parity",) if parity_ok else ("from the flush", "from parity")
