@@ -29,6 +29,7 @@
 #include "snap/io.h"
 #include "smp_internal.h"
 #include "flush/persist.h"
+#include "heal/meshscrub.h"
 #include "heal/scrub.h"
 #include "mesh/mesh.h"
 #include "base/metrics.h"
@@ -465,6 +466,7 @@ int snap_smp_serve(const struct snap_smp_config *cfg, int quiet, struct snap_mes
 		rc = serve_loop(&m, err, errlen);
 	}
 	smp_scrub_free(m.scrub);
+	smp_mesh_scrub_free(&m);
 	serve_shutdown(&m);
 	return rc;
 }

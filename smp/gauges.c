@@ -138,7 +138,7 @@ static void format_node(struct smp *m, struct smp_text *t)
 	sample(t, "libsnap_start_time_seconds", NULL, m->metrics_start_s);
 	/* Self-healing (repair.c, scrub.c): what snaptool status reports. */
 	static const struct { const char *name, *help; size_t off; } heal[] = {
-		{ "libsnap_repaired_chunks_total", "Store chunks repaired from the flushed copy and re-verified.",
+		{ "libsnap_repaired_chunks_total", "Store chunks (and mesh parity pieces) repaired from another level and re-verified.",
 		  offsetof(struct smp_heal, repaired_chunks) },
 		{ "libsnap_damaged_steps_total", "A rank's step withdrawn because no level held a good copy of it.",
 		  offsetof(struct smp_heal, damaged_steps) },

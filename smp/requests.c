@@ -37,6 +37,8 @@ void smp_close_conn(struct smp *m, struct conn *c)
 		smp_say(m, "job %s rank %u (pid %u) disconnected", c->job->name, c->rank->rank, c->pid);
 	}
 	free(c->buf);
+	free(c->heal_bad);
+	c->heal_bad = NULL;
 	c->dead = 1;
 }
 
@@ -297,11 +299,88 @@ static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 }
 
 /*
+ * Mesh: before the flush, the mesh's parity (meshheal.c). When a requested
+ * rank's copy of the protected step has bad chunks, the mesh threads decode
+ * them in the next agreement round; the request answers EBUSY until then
+ * (the client asks again, as a RESTORE waits for a fresh view) and keeps in
+ * c what it found before, so that what the parity repaired is counted. 1:
+ * the parity level is done (or not used) and *before the counts (NULL: no
+ * parity repair ran), pmsg its failure; SNAP_EBUSY: ask again; another
+ * error: the repair cannot go on.
+ */
+static int repair_mesh_level(struct smp *m, struct conn *c, struct store_job *j, uint32_t rank, uint64_t step,
+			     uint32_t **before, char *pmsg, size_t plen, char *err)
+{
+	*before = NULL;
+	uint64_t prot;
+	if (!snap_mesh_job_protected(m->mesh, j->name, &prot) || prot != step)
+		return 1;   /* no parity of this step: the flush is the one other level */
+	if (c->heal_ticket && c->heal_step != step) {
+		c->heal_ticket = 0;
+		free(c->heal_bad);
+		c->heal_bad = NULL;
+	}
+	int done = 0, hrc = 0;
+	if (!c->heal_ticket) {
+		uint32_t *bad = calloc(j->nranks ? j->nranks : 1, sizeof(*bad)), total = 0;   /* total: any */
+		if (!bad) {
+			snap_fmt(err, SMP_ERRLEN, "repair: out of memory");
+			return SNAP_ENOMEM;
+		}
+		for (uint32_t k = 0; k < j->nranks; k++) {
+			struct store_rank *rk = j->ranks[k];
+			uint32_t slot;
+			char e[SMP_ERRLEN];
+			if (!rk || (rank != UINT32_MAX && rk->rank != rank) || !snap_store_find(m->store, rk, step, &slot))
+				continue;
+			if (smp_repair_count(m->store, j, rk, slot, &bad[k], e, sizeof(e)) == 0)
+				total |= bad[k] != 0;   /* (a count, or SMP_REPAIR_SHORT) */
+		}
+		if (!total) {
+			free(bad);
+			return 1;
+		}
+		done = snap_mesh_heal(m->mesh, j->name, step, &c->heal_ticket, &hrc, pmsg, plen);
+		if (done == 0) {
+			c->heal_bad = bad;
+			c->heal_n = j->nranks;
+			c->heal_step = step;
+		} else {
+			free(bad);
+		}
+	} else {
+		done = snap_mesh_heal(m->mesh, j->name, step, &c->heal_ticket, &hrc, pmsg, plen);
+	}
+	if (done == 0) {
+		snap_fmt(err, SMP_ERRLEN, "job %s step %" PRIu64 ": the mesh is decoding the bad chunks from parity; "
+			 "ask again", j->name, step);
+		return SNAP_EBUSY;
+	}
+	if (done == 1 && !hrc)
+		pmsg[0] = 0;
+	*before = c->heal_bad;   /* NULL when the mesh could not run it */
+	c->heal_bad = NULL;
+	if (*before && c->heal_n < j->nranks) {
+		/* ranks the request did not know of: none of them were counted */
+		uint32_t *q = realloc(*before, j->nranks * sizeof(**before));
+		if (q)
+			memset(q + c->heal_n, 0, (j->nranks - c->heal_n) * sizeof(*q));
+		else
+			free(*before);
+		*before = q;
+	}
+	return 1;
+}
+
+/*
  * REPAIR: verify a step's committed slots against their manifests and
- * repair what another level holds (repair.c): one rank's, asked by a
- * trainer whose restore found a bad chunk, or every rank's (snaptool verify
- * --repair). A slot left damaged is withdrawn: the step is no longer
- * restorable, and the newest restorable step is an older one.
+ * repair what another level holds: on a mesh the protected step's parity
+ * first (repair_mesh_level), then the flush (repair.c). One rank's, asked
+ * by a trainer whose restore found a bad chunk, or every rank's (snaptool
+ * verify --repair). A slot left damaged is withdrawn: the step is no longer
+ * restorable, and the newest restorable step is an older one. On a mesh it
+ * is given up instead (snap_mesh_give_up): the next agreement no longer
+ * counts the step, with the same effect on every node.
  */
 static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, char *err)
 {
@@ -322,6 +401,13 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 		snap_fmt(err, SMP_ERRLEN, "repair: job %s has no restorable step in store %s", job, m->store->root);
 		return SNAP_ENOENT;
 	}
+	uint32_t *before = NULL;
+	char pmsg[SMP_ERRLEN] = "";
+	if (m->mesh) {
+		int rc = repair_mesh_level(m, c, j, rank, step, &before, pmsg, sizeof(pmsg), err);
+		if (rc != 1)
+			return rc;
+	}
 	uint32_t checked = 0, bad = 0, fixed = 0, withdrawn = 0, mended = 0;
 	char how[SMP_ERRLEN] = "";
 	for (uint32_t k = 0; k < j->nranks; k++) {
@@ -331,21 +417,27 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 			continue;
 		struct smp_repair_out o;
 		char e[SMP_ERRLEN];
-		int rc = smp_repair_slot(m->cfg, m->store, j, rk, slot, c->job ? "a restore found it" : "asked by a tool",
-					 m->mesh != NULL, &m->heal, &o, e, sizeof(e));
+		const char *who = c->job ? "a restore found it" : "asked by a tool";
+		int rc = m->mesh ? smp_repair_after_parity(m->cfg, m->store, j, rk, slot, who, before ? before[k] : 0, pmsg,
+							    &m->heal, &o, e, sizeof(e))
+				 : smp_repair_slot(m->cfg, m->store, j, rk, slot, who, 0, &m->heal, &o, e, sizeof(e));
 		if (rc && rc != SNAP_ECORRUPT) {
+			free(before);
 			snap_fmt(err, SMP_ERRLEN, "repair of job %s rank %u step %" PRIu64 ": %s", job, rk->rank, step, e);
 			return rc;
 		}
 		checked++;
 		bad += o.bad;
 		fixed += o.repaired;
-		withdrawn += rc != 0 && !m->mesh;
+		withdrawn += rc != 0;
 		mended += o.mended;
+		if (m->mesh)
+			snap_mesh_give_up(m->mesh, job, rk->rank, step, rk->slots[slot].man.gen, rc != 0);
 		size_t used = strlen(how);
 		if (o.how[0] && used + 2 < sizeof(how))
 			snprintf(how + used, sizeof(how) - used, "%srank %u: %s", used ? "; " : "", rk->rank, o.how);
 	}
+	free(before);
 	if (!checked) {
 		snap_fmt(err, SMP_ERRLEN, "repair: job %s has no committed step %" PRIu64 "%s in store %s", job, step,
 			 rank == UINT32_MAX ? "" : " of that rank", m->store->root);

@@ -24,6 +24,7 @@
 
 struct fjob;
 struct smp_scrub;
+struct smp_mesh_scrub;
 struct snap_files;
 
 struct conn {
@@ -35,6 +36,10 @@ struct conn {
 	uint32_t pid;
 	int dead;
 	uint64_t restore_ticket;       /* mesh: RESTORE of the newest step waits for a fresh view */
+	/* mesh: a REPAIR waiting for the repair from parity (meshheal.c): its
+	 * ticket, step, and per rank of the job the bad chunks found before */
+	uint64_t heal_ticket, heal_step;
+	uint32_t *heal_bad, heal_n;
 	uint64_t pinned;               /* bytes of its slots the trainer pinned (CUDA), as of its last COMMIT */
 	uint64_t acquire_ns;           /* its last ACQUIRE (--metrics-file: the save's duration) */
 	/* a FLUSH request waiting for its step to be persisted */
@@ -63,6 +68,7 @@ struct smp {
 	double metrics_start_s;        /* the daemon's start, seconds since the epoch */
 	struct smp_heal heal;          /* repairs and scrubs so far (heal/) */
 	struct smp_scrub *scrub;       /* the background scrub (heal/scrub.c); NULL: off */
+	struct smp_mesh_scrub *mscrub; /* its mesh part (heal/meshscrub.c); NULL until used */
 };
 
 /* An INFO line of the daemon (silenced by --quiet). */

@@ -241,6 +241,17 @@ int snap_ec_meta_unpack(const void *buf, size_t len, struct snap_ec_meta **out, 
 	return 0;
 }
 
+int snap_ec_meta_parity_piece(const struct snap_ec_meta *mt, int row, uint32_t q, uint64_t *off, uint64_t *len,
+			      uint32_t *crc)
+{
+	if (!mt || row < 0 || row >= mt->m || q >= mt->nchunks)
+		return SNAP_EINVAL;
+	*off = (uint64_t)row * mt->seg_len + (uint64_t)q * mt->chunk_size;
+	*len = ec_chunk_len(mt, q);
+	*crc = *ec_meta_crc(mt, mt->index, mt->k + row, q);
+	return 0;
+}
+
 uint32_t ec_piece_crc(const struct snap_ec_meta *mt, int me, const struct ec_iov *v, const uint8_t *parity,
 		      int slot, uint32_t q)
 {

@@ -467,9 +467,21 @@ static int ask_repair(snap_ctx *ctx, uint64_t step, struct repair_reply *rr)
 	void *rep = NULL;
 	uint32_t rlen;
 	char err[SNAP_CLIENT_ERRLEN];
-	pthread_mutex_lock(&ctx->sock_mu);
-	int rc = snap_roundtrip(ctx, err, SNAP_MSG_REPAIR, &w, &rep, &rlen, NULL, "repair");
-	pthread_mutex_unlock(&ctx->sock_mu);
+	/* EBUSY: on a mesh the daemons decode the bad chunks from parity in
+	 * their next agreement round (every 20 ms); ask again until timeout_ms. */
+	uint64_t deadline = snap_now_ns() + (uint64_t)ctx->cfg.timeout_ms * 1000000ull;
+	long delay_us = 1000;
+	int rc;
+	for (;;) {
+		pthread_mutex_lock(&ctx->sock_mu);
+		rc = snap_roundtrip(ctx, err, SNAP_MSG_REPAIR, &w, &rep, &rlen, NULL, "repair");
+		pthread_mutex_unlock(&ctx->sock_mu);
+		if (rc != SNAP_EBUSY || snap_now_ns() >= deadline)
+			break;
+		struct timespec ts = { 0, delay_us * 1000L };
+		nanosleep(&ts, NULL);
+		delay_us = delay_us < 16000 ? delay_us * 2 : delay_us;
+	}
 	snap_wbuf_free(&w);
 	if (rc) {
 		snprintf(rr->how, sizeof(rr->how), "%s", err);
@@ -511,7 +523,8 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	if ((rc = snap_freeze(ctx)) || (rc = snap_ensure_connected(ctx)))
 		return rc;
 	uint64_t want = step, got = 0, repaired_step = 0, newest_bad = SNAP_STEP_LATEST;
-	int have_repaired = 0;
+	int have_repaired = 0, reread = 0;
+	uint64_t reread_step = 0;
 	uint32_t repaired = 0;
 	int touched = 0;
 	char note[SNAP_CLIENT_ERRLEN] = "", first[SNAP_CLIENT_ERRLEN] = "";
@@ -535,11 +548,33 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 			snap_fmt(note, sizeof(note), "restore of step %" PRIu64 ": %s", rr.step, rr.how);
 			continue;
 		}
+		if (r2 == 0 && !rr.bad && !rr.withdrawn && !rr.mended && rc == SNAP_ECORRUPT && !(reread && tried == reread_step)) {
+			/* snapsmp finds every chunk intact: another rank's repair (a
+			 * mesh decodes the whole stripe) or the scrub mended it since
+			 * this read; read it again, once. */
+			reread = 1;
+			reread_step = want = rr.step;
+			if (!repaired)
+				snap_fmt(note, sizeof(note), "restore of step %" PRIu64 ": a bad chunk this restore read "
+					 "was repaired meanwhile (by another rank's repair or the scrub)", rr.step);
+			continue;
+		}
 		if (r2 == 0 && rr.withdrawn && step == SNAP_STEP_LATEST) {
 			if (newest_bad == SNAP_STEP_LATEST) {
 				newest_bad = rr.step;
 				snap_fmt(first, sizeof(first), "step %" PRIu64 " is damaged beyond repair (%s)", rr.step,
 					 rr.how);
+			}
+			want = SNAP_STEP_LATEST;
+			continue;
+		}
+		if (r2 == SNAP_ENOENT && step == SNAP_STEP_LATEST) {   /* (r2 is a REPAIR's: asked) */
+			/* The damaged step went while its repair waited (a mesh: another
+			 * rank gave it up, and the job rewound to an older step). */
+			if (newest_bad == SNAP_STEP_LATEST) {
+				newest_bad = tried;
+				snap_fmt(first, sizeof(first), "step %" PRIu64 " is damaged and no longer restorable (%s)",
+					 tried, rr.how);
 			}
 			want = SNAP_STEP_LATEST;
 			continue;
@@ -561,8 +596,10 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	if (newest_bad != SNAP_STEP_LATEST) {
 		snap_fmt(ctx->err, sizeof(ctx->err), "restore fell back to step %" PRIu64 ": %s%s%s", got, first,
 			 repaired ? "; " : "", repaired ? note : "");
-	} else if (repaired) {
+	} else if (repaired || reread) {
 		snap_fmt(ctx->err, sizeof(ctx->err), "%s", note);
+	} else {
+		ctx->err[0] = 0;   /* not a retry's "waiting for an agreement round" */
 	}
 	return 0;
 }

@@ -9,8 +9,10 @@
  * checksum does not match; a step that stays damaged is withdrawn on the
  * rank, so that the newest restorable step is one that restores.
  *
- * Not done: decoding the stripe from the mesh's parity (--ec) for a single
- * chunk; on a mesh the flush is the one level a repair reads.
+ * On a mesh (--ec) the parity is the level before the flush: the caller
+ * (requests.c) has the mesh decode the protected step's stripes first
+ * (meshheal.c), counting with smp_repair_count what that repaired, and
+ * sends here what is still bad.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -217,5 +219,93 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 	free(bad);
 	if (p)
 		munmap(p, bytes);
+	return rc;
+}
+
+int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t slot, uint32_t *bad,
+		     char *err, size_t errlen)
+{
+	const struct snap_manifest *man = &r->slots[slot].man;
+	const struct snap_layout *lay = &man->layout;
+	char path[SNAP_FILE_MAX];
+	snap_store_path(s, j->name, r->rank, slot, 0, path, sizeof(path));
+	*bad = 0;
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+	if (fd < 0 && errno != ENOENT) {
+		snap_fmt(err, errlen, "cannot open slot file %s: %s", path, strerror(errno));
+		return SNAP_EIO;
+	}
+	uint8_t *buf = NULL;
+	size_t cap = 0;
+	int rc = 0;
+	struct stat st;
+	int short_file = fd < 0 || fstat(fd, &st) != 0 || (uint64_t)st.st_size < lay->slot_bytes;
+	for (uint32_t t = 0; t < lay->ncrc && !rc; t++) {
+		struct snap_chunk c;
+		snap_layout_chunk(lay, t, &c);
+		if (man->len[t] > cap) {
+			void *q = realloc(buf, man->len[t]);
+			if (!q) {
+				snap_fmt(err, errlen, "out of memory");
+				rc = SNAP_ENOMEM;
+				break;
+			}
+			buf = q;
+			cap = man->len[t];
+		}
+		ssize_t k = fd < 0 ? 0 : pread(fd, buf, man->len[t], (off_t)c.slot_off);
+		if (k < 0 && errno == EINTR) {
+			t--;
+			continue;
+		}
+		*bad += k != (ssize_t)man->len[t] || snap_crc32c(buf, man->len[t]) != man->crc[t];
+	}
+	free(buf);
+	if (fd >= 0)
+		close(fd);
+	if (short_file)
+		*bad |= SMP_REPAIR_SHORT;
+	return rc;
+}
+
+int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j,
+			    struct store_rank *r, uint32_t slot, const char *who, uint32_t before, const char *pmsg,
+			    struct smp_heal *h, struct smp_repair_out *out, char *err, size_t errlen)
+{
+	uint64_t step = r->slots[slot].step;
+	int was_short = (before & SMP_REPAIR_SHORT) != 0;
+	before &= ~SMP_REPAIR_SHORT;
+	int rc = smp_repair_slot(cfg, s, j, r, slot, who, 1, h, out, err, errlen);
+	if (rc && rc != SNAP_ECORRUPT)
+		return rc;
+	if (was_short && !out->mended) {
+		/* the repair from parity brought the file back at its size */
+		out->mended = 1;
+		char how[sizeof(out->how)];
+		snap_fmt(how, sizeof(how), "slot file was missing or truncated; %s", out->how);
+		memcpy(out->how, how, sizeof(how));
+	}
+	/* What the parity repaired: bad before it, good now. */
+	uint32_t by_parity = before > out->bad ? before - out->bad : 0;
+	char par[SMP_REHYDRATE_ERRLEN] = "";
+	if (by_parity) {
+		h->repaired_chunks += by_parity;
+		snprintf(par, sizeof(par), "%u bad chunks repaired from parity (the mesh decoded step %" PRIu64
+			 "'s stripes)", by_parity, step);
+		snap_smp_logf("job %s rank %u step %" PRIu64 " (%s): %s", j->name, r->rank, step, who, par);
+	} else if (before && pmsg && pmsg[0]) {
+		snprintf(par, sizeof(par), "parity could not repair them (%s)", pmsg);
+	}
+	if (par[0]) {
+		/* after the mended-file note, before what the flush did */
+		const char *note = "slot file was missing or truncated; ";
+		size_t nl = strncmp(out->how, note, strlen(note)) == 0 ? strlen(note) : 0;
+		char how[sizeof(out->how)];
+		snap_fmt(how, sizeof(how), "%.*s%s%s%s", (int)nl, out->how, par, out->how[nl] ? "; then " : "",
+			 out->how + nl);
+		memcpy(out->how, how, sizeof(how));
+	}
+	out->bad += by_parity;
+	out->repaired += by_parity;
 	return rc;
 }

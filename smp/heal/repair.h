@@ -68,4 +68,28 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 		    uint32_t slot, const char *who, int keep, struct smp_heal *h, struct smp_repair_out *out, char *err,
 		    size_t errlen);
 
+/*
+ * On a mesh, after the mesh decoded the protected step's stripes from
+ * parity (meshheal.c): `before` chunks of the slot were bad before it
+ * (smp_repair_count, SMP_REPAIR_SHORT included), pmsg says why the parity could not repair them ("":
+ * it ran). What is still bad goes to smp_repair_slot (keep: nothing is
+ * withdrawn); out counts the chunks the parity repaired too (bad, repaired,
+ * how "N bad chunks repaired from parity ...") and h->repaired_chunks them.
+ * Returns as smp_repair_slot.
+ */
+int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store *s, struct store_job *j,
+			    struct store_rank *r, uint32_t slot, const char *who, uint32_t before, const char *pmsg,
+			    struct smp_heal *h, struct smp_repair_out *out, char *err, size_t errlen);
+
+/*
+ * Count the chunks of rank r's committed slot that fail the manifest's
+ * CRC32C, reading with pread (a missing file: every chunk, a short one:
+ * the chunks it lacks). Changes nothing. 0 and *bad, or an error with err.
+ */
+int smp_repair_count(struct snap_store *s, struct store_job *j, struct store_rank *r, uint32_t slot, uint32_t *bad,
+		     char *err, size_t errlen);
+/* In *bad of smp_repair_count (and `before` of smp_repair_after_parity):
+ * the slot file was missing or short. */
+#define SMP_REPAIR_SHORT 0x80000000u
+
 #endif

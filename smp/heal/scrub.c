@@ -12,9 +12,10 @@
  * The scrub runs on the event loop's thread, a slice per poll round (at
  * most SCRUB_SLICE_MS worth of the rate at a time), reading each chunk
  * through a mapping under a SIGBUS guard (heal.c: a file truncated under a
- * mapping raises SIGBUS; pread cost five times the CRC's CPU time). Slots being written
- * are skipped; so is a mesh (--ec), whose steps are withdrawn only by the
- * mesh's agreement: there a bad chunk is found and repaired at restore.
+ * mapping raises SIGBUS; pread cost five times the CRC's CPU time). Slots
+ * being written are skipped. On a mesh (--ec) a bad chunk is repaired from
+ * the mesh's parity first and the node's parity pieces are checked too
+ * (meshscrub.c).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -24,7 +25,9 @@
 #include <unistd.h>
 
 #include "files/files.h"
+#include "heal/meshscrub.h"
 #include "heal/scrub.h"
+#include "mesh/mesh.h"
 #include "smp_internal.h"
 
 #define SCRUB_SLICE_MS 10
@@ -47,7 +50,7 @@ struct smp_scrub {
 
 struct smp_scrub *smp_scrub_new(struct smp *m)
 {
-	if (!m->cfg->scrub_rate || m->mesh)
+	if (!m->cfg->scrub_rate)
 		return NULL;
 	struct smp_scrub *sc = calloc(1, sizeof(*sc));
 	if (!sc || !(sc->buf = malloc(SCRUB_BUF))) {
@@ -203,6 +206,16 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 	 * trainers' requests wait on this thread. */
 	const uint64_t deadline = now + SCRUB_SLICE_MS * 500000ull;
 	while (sc->credit > 0 && snap_now_ns() < deadline) {
+		/* mesh: a repair from parity under way pauses the scrub; the
+		 * parity pieces take their turn once a pass (meshscrub.c) */
+		if (m->mesh && smp_mesh_scrub_busy(m))
+			return;
+		uint64_t pgot = m->mesh ? smp_mesh_scrub_parity(m, sc->buf, SCRUB_BUF) : 0;
+		if (pgot) {
+			sc->credit -= (int64_t)pgot;
+			m->heal.scrubbed_bytes += pgot;
+			continue;
+		}
 		if (sc->files) {
 			if (!files_turn(m, sc, deadline))
 				break;
@@ -237,8 +250,15 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		char err[SMP_ERRLEN];
 		uint32_t chunk = sc->chunk;
 		drop(sc);
+		/* mesh: a copy given up was reported then; every pass would again */
+		if (m->mesh && snap_mesh_given_up(m->mesh, j->name, r->rank, sl->step, sl->man.gen))
+			continue;
 		smp_logf(&m->log, SMP_LOG_WARN, "scrub: job %s rank %u step %" PRIu64 ": chunk %u fails its CRC32C in %s",
 			 j->name, r->rank, sl->step, chunk, path);
+		if (m->mesh) {
+			smp_mesh_scrub_bad(m, j, r, sc->slot);
+			continue;
+		}
 		int rc = smp_repair_slot(m->cfg, m->store, j, r, sc->slot, "scrub", 0, &m->heal, &o, err, sizeof(err));
 		if (rc && rc != SNAP_ECORRUPT)
 			smp_logf(&m->log, SMP_LOG_WARN, "scrub: %s", err);

@@ -6,7 +6,7 @@
 struct smp;
 struct smp_scrub;
 
-/* Start the scrub (NULL: off: --scrub-rate 0, or a mesh). */
+/* Start the scrub (NULL: off: --scrub-rate 0). */
 struct smp_scrub *smp_scrub_new(struct smp *m);
 void smp_scrub_free(struct smp_scrub *sc);
 /* Milliseconds until the scrub wants to run again (-1: never). */

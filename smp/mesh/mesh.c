@@ -207,6 +207,8 @@ struct jsum {
 	uint64_t seal_step;/* node 0: its seal of seal_step ... */
 	uint32_t seal_state;/* ... 1 sealed, 2 failed */
 	uint32_t cap_dirty;/* captured files changed here since the last generation (meshcap.c) */
+	uint32_t heal;     /* a repair from parity of step heal_step is asked for here (meshheal.c) */
+	uint64_t heal_step;
 };
 
 /* The agreement cannot tolerate a node that skips a collective or folds
@@ -261,6 +263,9 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 				const struct store_slot *sl = &rk->slots[i];
 				if (sl->state != SLOT_COMMITTED || sl->superseded)
 					continue;
+				/* a copy given up counts for nothing (meshheal.c) */
+				if (mesh_heal_given_up(mesh_job_find(mesh, j->name), rk->rank, sl->step, sl->man.gen))
+					continue;
 				uint32_t x = 0;
 				while (x < n && (e[x].step != sl->step || e[x].world != sl->man.world))
 					x++;
@@ -292,6 +297,11 @@ static uint8_t *summarize(struct snap_mesh *mesh, size_t *len)
 		/* A failed generation is not retried until the files change again. */
 		uint64_t v = j->files_ver;
 		h.cap_dirty = v && (!mj || (v != mj->cap_done && v != mj->cap_failed));
+		if (mj && mj->heal_req) {
+			h.heal = 1;
+			h.heal_step = mj->heal_req_step;
+			mj->heal_req = 0;
+		}
 		j->news = 0;   /* delivered by this round (a failed round stops the mesh) */
 		snprintf(h.name, sizeof(h.name), "%s", j->name);
 		put(mesh, &p, len, &cap, &h, sizeof(h));
@@ -356,6 +366,7 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 		j->f_fail_node = -1;
 		j->f_seal = j->f_has_persisted = 0;
 		j->cap_want = 0;
+		j->heal_now = 0;
 	}
 	/* Two passes: which launch rewound (news) decides what the second
 	 * pass counts as a dead incarnation's slots on each node. */
@@ -373,6 +384,8 @@ static void compute_view(struct snap_mesh *mesh, const uint8_t *all, const int *
 				if (pass == 0) {
 					fold_flush(j, node, &h);
 					j->cap_want |= h.cap_dirty != 0;
+					/* prot is agreed: every node decides alike */
+					j->heal_now |= h.heal && j->has_prot && h.heal_step == j->prot;
 					/* two launches rewinding in one round: neither is trusted */
 					if (h.news)
 						j->news_launch = !j->news || j->news_launch == h.launch ? h.launch : 0;
@@ -510,6 +523,9 @@ static int round_(struct snap_mesh *mesh, int protect)
 	unsigned dropped = mesh_maps_sweep(&mesh->maps) + mesh_parity_sweep(mesh);
 	if (dropped)
 		mesh_say(mesh, "dropped %u mapping(s) of store files deleted or replaced under the mesh", dropped);
+	/* Repairs first: a protect below moves the parity on to a newer step. */
+	if (!stop)
+		mesh_heal_round(mesh, number);
 	mesh_warm_round(mesh);
 	for (struct mjob *j = mesh->jobs; j && !stop; j = j->next) {
 		if (j->lost || !j->ncomplete)

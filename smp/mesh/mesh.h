@@ -92,6 +92,35 @@ int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t st
  * holds; 0 when none (or no mesh). */
 int snap_mesh_job_protected(struct snap_mesh *mesh, const char *job, uint64_t *step);
 
+/*
+ * [lock held] Repair of step of job from the mesh's parity (meshheal.c):
+ * the next agreement round runs the relaunch's rebuild of the job's
+ * protected step on every node (each chunk of data or parity that fails
+ * its recorded CRC32C is decoded from its stripe and rewritten, a missing
+ * or short slot or parity file comes back). *ticket is the caller's state,
+ * 0 the first time. Returns 0 while it runs (ask again later), 1 when done
+ * (*rc: 0, or the rebuild's error with msg naming why), SNAP_ENOENT with
+ * msg when the mesh holds no parity of step (not its protected step),
+ * SNAP_ELOST when the mesh stopped.
+ */
+int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint64_t *ticket, int *rc, char *msg,
+		   size_t len);
+/* [lock held] Is this copy given up (snap_mesh_give_up)? */
+int snap_mesh_given_up(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, uint64_t gen);
+/* [lock held] 1 and *step: the step of job whose parity a repair can use
+ * (its protected step; meshheal.c, for the scrub); 0 when none. */
+int snap_mesh_parity_step(struct snap_mesh *mesh, const char *job, uint64_t *step);
+/*
+ * [lock held] This node's copy of (rank, step) of job, written by
+ * generation gen, is given up (no level holds it intact; given_up 0: it was
+ * repaired after all). A copy given up
+ * is left out of this node's summaries, so the next agreement no longer
+ * finds step globally complete and the newest restorable step is an older
+ * one on every node; its files stay (only the agreement drops steps).
+ */
+void snap_mesh_give_up(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, uint64_t gen,
+		       int given_up);
+
 /* Stop the mesh thread (every node stops at the same agreement round; a
  * node whose stop came from a peer gets SIGTERM so its poll loop ends).
  * The round waits for a mesh flush under way or wanted unless now. */

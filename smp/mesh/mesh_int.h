@@ -1,9 +1,10 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * mesh_int.h - state shared by mesh.c, protect.c, recover.c and meshcap.c
- * (not an API), and the helpers of meshutil.c and meshrec.c they share. Calls
- * go one way (see the layers in smp_internal.h): mesh.c -> protect.c,
- * recover.c, meshcap.c -> meshutil.c, meshrec.c.
+ * mesh_int.h - state shared by mesh.c, protect.c, recover.c, meshcap.c and
+ * meshheal.c (not an API), and the helpers of meshutil.c and meshrec.c they
+ * share. Calls go one way (see the layers in smp_internal.h): mesh.c ->
+ * meshheal.c -> recover.c; mesh.c -> protect.c, recover.c, meshcap.c ->
+ * meshutil.c, meshrec.c.
  */
 #ifndef SNAP_MESH_INT_H
 #define SNAP_MESH_INT_H
@@ -21,6 +22,7 @@
 
 #define MESH_MAX_COMPLETE 16 /* globally complete steps remembered per job */
 #define MESH_ERRLEN 1024
+#define MESH_MAX_DAMAGED 16  /* copies given up remembered per job */
 
 struct mesh_pin {
 	uint32_t rank, slot;
@@ -91,6 +93,20 @@ struct mjob {
 	 * protect creates, clears and maps parity pages anew. */
 	void *par_map, *spare_map;
 	uint64_t par_len, spare_len;
+	/* Self-healing from parity (meshheal.c). Here, [mu]: a repair the
+	 * poll thread asked for (heal_req of step heal_req_step), taken by the
+	 * next round's summary; the outcome of the last one run. Agreed: */
+	int heal_req;
+	uint64_t heal_req_step;
+	int heal_now;                 /* this round: some node asked for a repair of prot */
+	uint64_t heal_round;          /* [mu] the round whose repair gave heal_rc, heal_msg */
+	uint64_t heal_step;
+	int heal_rc;
+	char heal_msg[MESH_ERRLEN];
+	/* [mu] this node's copies given up (no level holds them intact): left
+	 * out of the summaries, so the agreement no longer counts the step */
+	struct mesh_given_up { uint32_t rank; uint64_t step, gen; } damaged[MESH_MAX_DAMAGED];
+	unsigned ndamaged;
 	int lost;                     /* relaunch could not rebuild it */
 	char lost_msg[MESH_ERRLEN];
 	struct mjob *next;
@@ -108,6 +124,7 @@ struct snap_mesh {
 	struct mjob *jobs;
 	uint64_t rounds_started;      /* [mu] summaries taken (round numbers handed out) */
 	uint64_t rounds_done;         /* [mu] the last round whose view is published */
+	uint64_t heal_done;           /* [mu] the last round whose repairs (meshheal.c) are done */
 	struct smp_log log;           /* --quiet; node = rank */
 	unsigned period_ms;
 	/* --flush-dir (meshflush.c): one directory every node writes into */
@@ -267,6 +284,20 @@ void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
 
 /* [collective, before serving, store locked by the caller] relaunch rebuild. */
 int mesh_recover(struct snap_mesh *mesh);
+/* [collective over the group, no lock held] The relaunch's rebuild of step
+ * g of job run again while serving (every member passes its files): each
+ * chunk of data or parity that fails its recorded CRC32C is decoded from
+ * the rest of its stripe and rewritten. 0 or an error with msg. */
+int mesh_heal_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, char *msg, size_t len);
+
+/* ---- meshheal.c (called by mesh.c): repair from parity while serving ---- */
+
+/* [no lock held; every node, same data] After a round's fold: run the
+ * repair of every job some node asked one for (heal_now), record the
+ * outcome for the poll thread. */
+void mesh_heal_round(struct snap_mesh *mesh, uint64_t number);
+/* [lock held] Is this node's copy of (rank, step) of generation gen of j given up? */
+int mesh_heal_given_up(const struct mjob *j, uint32_t rank, uint64_t step, uint64_t gen);
 
 /* ---- meshcap.c (called by mesh.c): captured files across the mesh ---- */
 

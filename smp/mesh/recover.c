@@ -307,3 +307,9 @@ int mesh_recover(struct snap_mesh *mesh)
 	mesh_recs_free(&rs);
 	return changed;
 }
+
+int mesh_heal_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, char *msg, size_t len)
+{
+	double cost[2];
+	return rebuild_step(mesh, job, g, 1, msg, len, cost);
+}

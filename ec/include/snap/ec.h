@@ -156,6 +156,14 @@ uint64_t snap_ec_meta_member_len(const struct snap_ec_meta *meta, int index);
 int snap_ec_meta_app(const struct snap_ec_meta *meta, int index,
 		     const void **app, size_t *app_len);
 /*
+ * Parity piece (row, chunk q) of this member: its offset and length in the
+ * parity buffer and the CRC32C the record holds for it, so that a scrub can
+ * check the parity one piece at a time. SNAP_EINVAL for row outside 0..m-1
+ * or q outside 0..nchunks-1.
+ */
+int snap_ec_meta_parity_piece(const struct snap_ec_meta *meta, int row, uint32_t q, uint64_t *off, uint64_t *len,
+			      uint32_t *crc);
+/*
  * Serialize into buf (little-endian, self-checking with a trailing CRC32C).
  * *need gets the size; if cap < *need returns SNAP_EOVERFLOW and writes
  * nothing, so call once with cap 0 to size the buffer.

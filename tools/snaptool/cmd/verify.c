@@ -14,6 +14,7 @@
 #include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "snap/base.h"
@@ -47,8 +48,7 @@ static int daemon_repair(const char *sock_path, const char *job, uint64_t step, 
 	snap_put_u32(&w, UINT32_MAX);
 	snap_put_u64(&w, step);
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-	    snap_wire_send(s, SNAP_MSG_REPAIR, 0, w.p, (uint32_t)w.len, -1) != 0) {
+	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0) {
 		snprintf(msg, msglen, "no snapsmp answers on %s: %s (the repair is the daemon's)", sock_path,
 			 strerror(errno));
 		snap_wbuf_free(&w);
@@ -56,11 +56,26 @@ static int daemon_repair(const char *sock_path, const char *job, uint64_t step, 
 			close(s);
 		return SNAP_EIO;
 	}
-	snap_wbuf_free(&w);
 	struct snap_msg_hdr h;
 	void *p = NULL;
-	/* A repair reads the flushed files: allow it time. */
-	int rc = snap_wire_recv(s, &h, &p, NULL, 600000);
+	int rc;
+	/* EBUSY: a mesh node waits for its next agreement round to decode the
+	 * bad chunks from parity; the same connection asks again. */
+	for (unsigned tries = 0;; tries++) {
+		if (snap_wire_send(s, SNAP_MSG_REPAIR, 0, w.p, (uint32_t)w.len, -1) != 0) {
+			rc = SNAP_EIO;
+			break;
+		}
+		/* A repair reads the flushed files: allow it time. */
+		rc = snap_wire_recv(s, &h, &p, NULL, 600000);
+		if (rc || h.status != SNAP_EBUSY || tries >= 12000)
+			break;
+		free(p);
+		p = NULL;
+		struct timespec ts = { 0, 5000000L };
+		nanosleep(&ts, NULL);
+	}
+	snap_wbuf_free(&w);
 	close(s);
 	struct snap_rbuf r;
 	snap_rbuf_init(&r, p, rc ? 0 : h.len);
@@ -96,9 +111,11 @@ static const char verify_usage[] =
 	"of every dataset of its persisted copy if there is one. Exit 3 on a mismatch or\n"
 	"when ranks are missing from the node store, 1 if neither holds the step.\n"
 	"--repair: first ask the running snapsmp to repair the step: each bad chunk is\n"
-	"rewritten from the flushed copy of the same step (checked against the manifest's\n"
-	"CRC32C), and a rank's copy no level holds intact is withdrawn (the step is then\n"
-	"no longer restorable); then verify what is left. Exit 1 if no snapsmp answers.\n"
+	"rewritten from the next level that holds it intact (on a mesh its stripe decoded\n"
+	"from parity, then the flushed copy of the same step), checked against the\n"
+	"manifest's CRC32C; a rank's copy no level holds intact is withdrawn (on a mesh:\n"
+	"given up, and the agreement no longer counts the step), so the step is no longer\n"
+	"restorable; then verify what is left. Exit 1 if no snapsmp answers.\n"
 	"On a terminal, a progress bar (bytes, rate) on stderr; none when piped.\n";
 
 /* --repair: the daemon's repair, said in text (--json says it in the document). */
