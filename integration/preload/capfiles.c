@@ -183,14 +183,14 @@ static int track_read(int fd, const char *abs)
 	return fd;
 }
 
-static int request_grow(struct pl_file *p, uint64_t bytes, char *msg, size_t msglen)
+static int request_grow(struct pl_file *p, uint64_t bytes, char *err, size_t errlen)
 {
 	struct snap_wbuf w = { 0 };
 	snap_put_u64(&w, p->id);
 	snap_put_u64(&w, bytes);
 	void *pl;
 	uint32_t len;
-	int rc = pl_rpc(SNAP_MSG_FGROW, &w, &pl, &len, msg, msglen);
+	int rc = pl_rpc(SNAP_MSG_FGROW, &w, &pl, &len, err, errlen);
 	snap_wbuf_free(&w);
 	if (rc == 0) {
 		free(pl);

@@ -145,11 +145,11 @@ PL_HIDDEN extern _Thread_local int pl_spawning_daemon;
  * reply of `len` bytes; < 0: the daemon's SNAP_E* status (msg[] says why) or
  * SNAP_ESMP when no snapsmp answers (retried at most once a second).
  */
-PL_HIDDEN int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg,
-		     size_t msglen);
+PL_HIDDEN int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *err,
+		     size_t errlen);
 /* The same; force: connect now even within a second of a failed try; *sent: the request left. */
-PL_HIDDEN int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg,
-			size_t msglen, int force, int *sent);
+PL_HIDDEN int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *err,
+			size_t errlen, int force, int *sent);
 PL_HIDDEN int pl_connected(void);
 PL_HIDDEN void pl_conn_atfork_prepare(void);
 PL_HIDDEN void pl_conn_atfork_parent(void);

@@ -134,13 +134,13 @@ int pl_connected(void)
 	return ok;
 }
 
-int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg, size_t msglen)
+int pl_rpc(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *err, size_t errlen)
 {
 	int sent;
-	return pl_rpc_ex(type, req, payload, len, msg, msglen, 0, &sent);
+	return pl_rpc_ex(type, req, payload, len, err, errlen, 0, &sent);
 }
 
-int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *msg, size_t msglen,
+int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32_t *len, char *err, size_t errlen,
 	      int force, int *sent)
 {
 	*payload = NULL;
@@ -165,13 +165,13 @@ int pl_rpc_ex(uint16_t type, const struct snap_wbuf *req, void **payload, uint32
 		 * writing, so the caller falls back; the next request reconnects. */
 		free(pl);
 		drop();
-		snap_fmt(msg, msglen, "lost the connection to snapsmp at %s", pl_cfg.socket);
+		snap_fmt(err, errlen, "lost the connection to snapsmp at %s", pl_cfg.socket);
 		pthread_mutex_unlock(&mu);
 		return rc == SNAP_EPROTO ? SNAP_EPROTO : SNAP_ESMP;
 	}
 	pthread_mutex_unlock(&mu);
 	if (h.status) {
-		snap_fmt(msg, msglen, "%.*s", (int)h.len, pl ? (const char *)pl : "");
+		snap_fmt(err, errlen, "%.*s", (int)h.len, pl ? (const char *)pl : "");
 		free(pl);
 		return h.status < 0 ? h.status : SNAP_EPROTO;
 	}

@@ -29,7 +29,7 @@ int snap_fman_encode(const struct snap_fman *m, struct snap_wbuf *w)
 	return snap_seal_record(w, start);
 }
 
-int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *why, size_t whylen)
+int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *err, size_t errlen)
 {
 	memset(m, 0, sizeof(*m));
 	struct snap_rbuf r;
@@ -38,20 +38,20 @@ int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *why
 	uint32_t version = snap_get_u32(&r), crc = snap_get_u32(&r);
 	uint64_t length = snap_get_u64(&r);
 	if (r.bad || memcmp(magic, SNAP_FMAN_MAGIC, 8) != 0) {
-		snap_fmt(why, whylen, "not a captured-file manifest (bad magic or shorter than its header)");
+		snap_fmt(err, errlen, "not a captured-file manifest (bad magic or shorter than its header)");
 		return SNAP_EFORMAT;
 	}
 	if (version != SNAP_FMAN_VERSION) {
-		snap_fmt(why, whylen, "captured-file manifest version %u, this build reads version %u", version,
+		snap_fmt(err, errlen, "captured-file manifest version %u, this build reads version %u", version,
 			 SNAP_FMAN_VERSION);
 		return SNAP_EFORMAT;
 	}
 	if (length != len || len > SNAP_FMAN_MAX) {
-		snap_fmt(why, whylen, "manifest says %" PRIu64 " bytes, %zu present (torn)", length, len);
+		snap_fmt(err, errlen, "manifest says %" PRIu64 " bytes, %zu present (torn)", length, len);
 		return SNAP_ECORRUPT;
 	}
 	if (snap_crc32c((const uint8_t *)buf + 16, len - 16) != crc) {
-		snap_fmt(why, whylen, "manifest checksum mismatch");
+		snap_fmt(err, errlen, "manifest checksum mismatch");
 		return SNAP_ECORRUPT;
 	}
 	m->id = snap_get_u64(&r);
@@ -62,7 +62,7 @@ int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *why
 	m->nchunks = snap_get_u32(&r);
 	if (r.bad || m->mode > 07777 || m->chunk < 4096 || m->chunk > (1u << 31) ||
 	    m->nchunks != snap_fman_nchunks(m->size, m->chunk) || snap_rbuf_left(&r) != (size_t)m->nchunks * 4) {
-		snap_fmt(why, whylen, "malformed captured-file manifest (size %" PRIu64 ", chunk %u, %u chunks, mode %o)",
+		snap_fmt(err, errlen, "malformed captured-file manifest (size %" PRIu64 ", chunk %u, %u chunks, mode %o)",
 			 m->size, m->chunk, m->nchunks, m->mode);
 		return SNAP_ECORRUPT;
 	}

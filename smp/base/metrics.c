@@ -306,12 +306,12 @@ static void fail(const char *what)
 	pthread_mutex_unlock(&mu);
 }
 
-int smp_metrics_take_error(char *msg, size_t len)
+int smp_metrics_take_error(char *err, size_t errlen)
 {
 	pthread_mutex_lock(&mu);
 	int n = werr_new;
 	if (n)
-		snprintf(msg, len, "%s", werr);
+		snprintf(err, errlen, "%s", werr);
 	werr_new = 0;
 	pthread_mutex_unlock(&mu);
 	return n;

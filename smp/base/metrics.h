@@ -91,7 +91,7 @@ void smp_metrics_publish(struct smp_text *t);
 
 /* 1 and the message when the writer failed since the last call (it says
  * so once until a write succeeds again). */
-int smp_metrics_take_error(char *msg, size_t len);
+int smp_metrics_take_error(char *err, size_t errlen);
 
 /*
  * Ages: the first time (monotonic ns) the value `step` was seen for job's

@@ -65,7 +65,7 @@ int files_write_all(int fd, const uint8_t *p, size_t len)
  * commit is never persisted). 1: the real file already holds these bytes.
  */
 static int flush_copy(int datafd, const char *path, const struct snap_fman *m, int check_real, char *tmp,
-		      size_t tmpcap, char *why, size_t whylen)
+		      size_t tmpcap, char *err, size_t errlen)
 {
 	if (check_real && real_matches(path, m))
 		return 1;
@@ -74,7 +74,7 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 	int dfd = openat(datafd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
 	struct stat st;
 	if (dfd < 0 || fstat(dfd, &st) != 0 || (uint64_t)st.st_size != m->size) {
-		snap_fmt(why, whylen, "its data in the store is gone or has changed size");
+		snap_fmt(err, errlen, "its data in the store is gone or has changed size");
 		if (dfd >= 0)
 			close(dfd);
 		return -1;
@@ -84,16 +84,16 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 	uint8_t *buf = m->size ? malloc(m->chunk) : NULL;
 	int rc = -1, fd = -1;
 	if (m->size && !buf) {
-		snap_fmt(why, whylen, "out of memory");
+		snap_fmt(err, errlen, "out of memory");
 		goto out;
 	}
 	if (files_flush_tmp_name(path, m->id, tmp, tmpcap)) {
-		snap_fmt(why, whylen, "path too long");
+		snap_fmt(err, errlen, "path too long");
 		goto out;
 	}
 	fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0600);
 	if (fd < 0) {
-		snap_fmt(why, whylen, "cannot create %s: %s", tmp, strerror(errno));
+		snap_fmt(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
 		goto out;
 	}
 	for (uint64_t off = 0, i = 0; off < m->size; off += m->chunk, i++) {
@@ -101,17 +101,17 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 		while (got < len) {
 			ssize_t r = pread(dfd, buf + got, len - got, (off_t)(off + got));
 			if (r <= 0) {
-				snap_fmt(why, whylen, "cannot read its data: %s", r < 0 ? strerror(errno) : "short");
+				snap_fmt(err, errlen, "cannot read its data: %s", r < 0 ? strerror(errno) : "short");
 				goto out;
 			}
 			got += (size_t)r;
 		}
 		if (snap_crc32c(buf, len) != m->crc[i]) {
-			snap_fmt(why, whylen, "chunk %" PRIu64 " in node memory no longer matches its CRC32C (not flushed)", i);
+			snap_fmt(err, errlen, "chunk %" PRIu64 " in node memory no longer matches its CRC32C (not flushed)", i);
 			goto out;
 		}
 		if (files_write_all(fd, buf, len)) {
-			snap_fmt(why, whylen, "cannot write %s: %s", tmp, strerror(errno));
+			snap_fmt(err, errlen, "cannot write %s: %s", tmp, strerror(errno));
 			goto out;
 		}
 	}
@@ -120,13 +120,13 @@ static int flush_copy(int datafd, const char *path, const struct snap_fman *m, i
 	struct timespec ts[2] = { { .tv_nsec = UTIME_OMIT },
 				  { .tv_sec = (time_t)(m->mtime_ns / 1000000000ull), .tv_nsec = (long)(m->mtime_ns % 1000000000ull) } };
 	if (fchmod(fd, m->mode & 07777) != 0 || futimens(fd, ts) != 0 || fsync(fd) != 0) {
-		snap_fmt(why, whylen, "cannot sync %s: %s", tmp, strerror(errno));
+		snap_fmt(err, errlen, "cannot sync %s: %s", tmp, strerror(errno));
 		goto out;
 	}
 	rc = 0;
 out:
 	if (fd >= 0 && close(fd) != 0 && rc == 0) {
-		snap_fmt(why, whylen, "cannot close %s: %s", tmp, strerror(errno));
+		snap_fmt(err, errlen, "cannot close %s: %s", tmp, strerror(errno));
 		rc = -1;
 	}
 	if (rc && fd >= 0)

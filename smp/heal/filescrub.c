@@ -50,7 +50,7 @@ static int crc_of(int fd, uint64_t off, size_t len, uint8_t *buf, size_t bufsize
 }
 
 /* Chunk k of e from its real path into its data file, checked before and after: 1 repaired, 0 not (why said). */
-static int repair_chunk(struct fjob *j, struct fent *e, uint32_t k, char *why, size_t whylen)
+static int repair_chunk(struct fjob *j, struct fent *e, uint32_t k, char *err, size_t errlen)
 {
 	const struct snap_fman *m = &e->man;
 	uint64_t off = (uint64_t)k * m->chunk;
@@ -60,16 +60,16 @@ static int repair_chunk(struct fjob *j, struct fent *e, uint32_t k, char *why, s
 	uint8_t *buf = NULL;
 	int ok = 0, dfd = -1;
 	if (rfd < 0) {
-		snap_fmt(why, whylen, "its flushed copy %s cannot be opened: %s", e->path, strerror(errno));
+		snap_fmt(err, errlen, "its flushed copy %s cannot be opened: %s", e->path, strerror(errno));
 		goto out;
 	}
 	if (fstat(rfd, &st) != 0 || !S_ISREG(st.st_mode) || (uint64_t)st.st_size != m->size) {
-		snap_fmt(why, whylen, "its flushed copy %s is not this version (%" PRIu64 " bytes, not %" PRIu64 ")",
+		snap_fmt(err, errlen, "its flushed copy %s is not this version (%" PRIu64 " bytes, not %" PRIu64 ")",
 			 e->path, (uint64_t)st.st_size, m->size);
 		goto out;
 	}
 	if (!(buf = malloc(len ? len : 1))) {
-		snap_fmt(why, whylen, "out of memory");
+		snap_fmt(err, errlen, "out of memory");
 		goto out;
 	}
 	size_t got = 0;
@@ -83,7 +83,7 @@ static int repair_chunk(struct fjob *j, struct fent *e, uint32_t k, char *why, s
 	}
 	/* Nothing is taken from a copy whose own checksum does not match. */
 	if (got != len || snap_crc32c(buf, len) != m->crc[k]) {
-		snap_fmt(why, whylen, "its flushed copy %s does not hold chunk %u as committed (CRC32C differs)",
+		snap_fmt(err, errlen, "its flushed copy %s does not hold chunk %u as committed (CRC32C differs)",
 			 e->path, k);
 		goto out;
 	}
@@ -91,14 +91,14 @@ static int repair_chunk(struct fjob *j, struct fent *e, uint32_t k, char *why, s
 	snap_fman_data_name(e->id, name);
 	dfd = openat(j->datafd, name, O_RDWR | O_NOFOLLOW | O_CLOEXEC);
 	if (dfd < 0 || pwrite(dfd, buf, len, (off_t)off) != (ssize_t)len) {
-		snap_fmt(why, whylen, "cannot rewrite its data %s: %s", name, strerror(errno));
+		snap_fmt(err, errlen, "cannot rewrite its data %s: %s", name, strerror(errno));
 		goto out;
 	}
 	uint32_t crc;
 	uint64_t ignored = 0;
 	ok = crc_of(dfd, off, len, buf, len ? len : 1, &crc, &ignored) == 0 && crc == m->crc[k];
 	if (!ok)
-		snap_fmt(why, whylen, "chunk %u still fails its CRC32C after it was rewritten", k);
+		snap_fmt(err, errlen, "chunk %u still fails its CRC32C after it was rewritten", k);
 out:
 	free(buf);
 	if (rfd >= 0)

@@ -72,18 +72,18 @@ static int chunk_good(const struct snap_manifest *man, const uint8_t *p, uint32_
 /* Bad chunks of one region from the flushed file; the number rewritten. */
 static uint32_t from_flush(const struct snap_smp_config *cfg, const struct store_job *j, const struct store_rank *r,
 			   const struct snap_manifest *man, uint8_t *p, uint8_t *bad, uint32_t region, uint8_t *buf,
-			   uint32_t *crc, char *why, size_t whylen)
+			   uint32_t *crc, char *err, size_t errlen)
 {
 	const struct snap_layout *lay = &man->layout;
 	uint8_t *only = calloc(lay->nregions, 1);
 	if (!only) {
-		snap_fmt(why, whylen, "out of memory");
+		snap_fmt(err, errlen, "out of memory");
 		return 0;
 	}
 	only[region] = 1;
 	uint32_t n = lay->ncrc ? lay->ncrc : 1, done = 0;
-	int rc = snap_rehydrate_read(cfg->flush_dir, j->name, r->rank, man->step, lay, only, buf, crc, crc + n, why,
-				     whylen);
+	int rc = snap_rehydrate_read(cfg->flush_dir, j->name, r->rank, man->step, lay, only, buf, crc, crc + n, err,
+				     errlen);
 	free(only);
 	if (rc)
 		return 0;
@@ -95,7 +95,7 @@ static uint32_t from_flush(const struct snap_smp_config *cfg, const struct store
 		snap_layout_chunk(lay, t, &c);
 		/* The flushed chunk must be the one the manifest describes. */
 		if (crc[n + t] != man->len[t] || snap_crc32c(buf + c.slot_off, man->len[t]) != man->crc[t]) {
-			snap_fmt(why, whylen, "persisted step %" PRIu64 " region \"%s\" chunk %u differs from the "
+			snap_fmt(err, errlen, "persisted step %" PRIu64 " region \"%s\" chunk %u differs from the "
 				 "manifest's (another incarnation's bytes?)", man->step, g->name, c.index);
 			continue;
 		}
@@ -110,25 +110,25 @@ static uint32_t from_flush(const struct snap_smp_config *cfg, const struct store
 
 /* Every bad chunk the other levels hold intact, rewritten: how many. */
 static uint32_t from_levels(const struct snap_smp_config *cfg, const struct store_job *j, const struct store_rank *r,
-			    const struct snap_manifest *man, uint8_t *p, uint8_t *bad, char *why, size_t whylen)
+			    const struct snap_manifest *man, uint8_t *p, uint8_t *bad, char *err, size_t errlen)
 {
 	const struct snap_layout *lay = &man->layout;
 	if (!cfg->flush_dir[0]) {
-		snprintf(why, whylen, "no flush directory (the only other level)");
+		snprintf(err, errlen, "no flush directory (the only other level)");
 		return 0;
 	}
 	uint8_t *buf = malloc(lay->slot_bytes ? lay->slot_bytes : 1);
 	uint32_t *crc = calloc(2 * (size_t)(lay->ncrc ? lay->ncrc : 1), sizeof(*crc));
 	uint32_t done = 0;
 	if (!buf || !crc)
-		snprintf(why, whylen, "out of memory to read the flush");
+		snprintf(err, errlen, "out of memory to read the flush");
 	for (uint32_t g = 0; buf && crc && g < lay->nregions; g++) {
 		const struct snap_man_region *reg = &lay->regions[g];
 		int any = 0;
 		for (uint32_t t = reg->first_crc; t < reg->first_crc + reg->nchunks; t++)
 			any |= bad[t];
 		if (any)
-			done += from_flush(cfg, j, r, man, p, bad, g, buf, crc, why, whylen);
+			done += from_flush(cfg, j, r, man, p, bad, g, buf, crc, err, errlen);
 	}
 	free(buf);
 	free(crc);
@@ -185,13 +185,14 @@ int smp_repair_slot(const struct snap_smp_config *cfg, struct snap_store *s, str
 		while (first < n && !bad[first])
 			first++;
 		if (out->repaired == out->bad) {
-			snprintf(out->how, sizeof(out->how), "%s%u bad chunks repaired from the flush (%s step %" PRIu64 ")",
+			/* snap_fmt: a long flush path or reason is cut, not an error */
+			snap_fmt(out->how, sizeof(out->how), "%s%u bad chunks repaired from the flush (%s step %" PRIu64 ")",
 				 note, out->bad, cfg->flush_dir, out->step);
 			snap_smp_logf("job %s rank %u step %" PRIu64 " (%s): %s", j->name, r->rank, out->step, who, out->how);
 		} else {
 			struct snap_chunk c;
 			snap_layout_chunk(lay, first, &c);
-			snprintf(out->how, sizeof(out->how), "%s%u of %u bad chunks repaired; region \"%s\" chunk %u has no "
+			snap_fmt(out->how, sizeof(out->how), "%s%u of %u bad chunks repaired; region \"%s\" chunk %u has no "
 				 "good copy at any level: %s", note, out->repaired, out->bad, c.g->name, c.index,
 				 why[0] ? why : "the flush does not hold it");
 			h->damaged_steps++;

@@ -185,19 +185,19 @@ static int path_ok(const char *p, size_t len)
 
 /* Parse and check a catalog of len bytes (every manifest decodes, its size
  * is the entry's). SNAP_ECORRUPT with why on anything wrong. */
-int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *why, size_t wlen)
+int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *err, size_t errlen)
 {
 	uint32_t count, crc;
 	uint64_t len64;
 	if (len < CAP_HDR || memcmp(p, CAP_MAGIC, 8)) {
-		snap_fmt(why, wlen, "the catalog's header is not a catalog's");
+		snap_fmt(err, errlen, "the catalog's header is not a catalog's");
 		return SNAP_ECORRUPT;
 	}
 	memcpy(&count, p + 8, 4);
 	memcpy(&crc, p + 12, 4);
 	memcpy(&len64, p + 16, 8);
 	if (len64 != len || snap_crc32c(p + CAP_HDR, len - CAP_HDR) != crc) {
-		snap_fmt(why, wlen, "the catalog's length or CRC32C does not match its bytes");
+		snap_fmt(err, errlen, "the catalog's length or CRC32C does not match its bytes");
 		return SNAP_ECORRUPT;
 	}
 	size_t o = CAP_HDR;
@@ -207,25 +207,25 @@ int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *wh
 		struct snap_fman m;
 		char path[CAP_PATH_MAX];
 		if (len - o < 16) {
-			snap_fmt(why, wlen, "the catalog ends inside entry %u of %u", i, count);
+			snap_fmt(err, errlen, "the catalog ends inside entry %u of %u", i, count);
 			return SNAP_ECORRUPT;
 		}
 		memcpy(&pl, p + o, 4);
 		memcpy(&ml, p + o + 4, 4);
 		memcpy(&size, p + o + 8, 8);
 		if ((uint64_t)pl + ml > len - o - 16 || !path_ok((const char *)p + o + 16, pl)) {
-			snap_fmt(why, wlen, "entry %u of the catalog has a bad path or length", i);
+			snap_fmt(err, errlen, "entry %u of the catalog has a bad path or length", i);
 			return SNAP_ECORRUPT;
 		}
 		memcpy(path, p + o + 16, pl);
 		path[pl] = 0;
-		int rc = snap_fman_decode(p + o + 16 + pl, ml, &m, why, wlen);
+		int rc = snap_fman_decode(p + o + 16 + pl, ml, &m, err, errlen);
 		if (rc)
 			return rc;
 		uint64_t id = m.id, msize = m.size;
 		snap_fman_free(&m);
 		if (msize != size) {
-			snap_fmt(why, wlen, "the manifest of %s says %" PRIu64 " bytes, the catalog %" PRIu64, path, msize,
+			snap_fmt(err, errlen, "the manifest of %s says %" PRIu64 " bytes, the catalog %" PRIu64, path, msize,
 				 size);
 			return SNAP_ECORRUPT;
 		}
@@ -233,12 +233,12 @@ int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *wh
 			return rc;
 		o += 16 + pad8((size_t)pl + ml);
 		if (o > len) {
-			snap_fmt(why, wlen, "the catalog ends inside entry %u of %u", i, count);
+			snap_fmt(err, errlen, "the catalog ends inside entry %u of %u", i, count);
 			return SNAP_ECORRUPT;
 		}
 	}
 	if (o != len) {
-		snap_fmt(why, wlen, "%zu bytes after the last entry of the catalog", len - o);
+		snap_fmt(err, errlen, "%zu bytes after the last entry of the catalog", len - o);
 		return SNAP_ECORRUPT;
 	}
 	return 0;
@@ -290,7 +290,7 @@ void cap_unmap_gen(struct iovec *iov, uint32_t n)
 /* Collective over the group, whatever failed here (a member that failed
  * passes nothing, and the library fails the group instead of hanging it). */
 int cap_read_catalog(struct snap_mesh *mesh, const char *job, uint64_t g, struct cap_list *l, void **cat,
-			size_t *len, char *why, size_t wlen)
+			size_t *len, char *err, size_t errlen)
 {
 	char gdir[SNAP_FILE_MAX], p[SNAP_FILE_MAX + 16];
 	if (cap_gen_dir(mesh, job, g, gdir, sizeof(gdir)))
@@ -298,17 +298,17 @@ int cap_read_catalog(struct snap_mesh *mesh, const char *job, uint64_t g, struct
 	snprintf(p, sizeof(p), "%s/catalog", gdir);
 	int rc = mesh_read_file(p, 1u << 30, cat, len);
 	if (rc) {
-		snap_fmt(why, wlen, "its catalog %s is missing or unreadable", p);
+		snap_fmt(err, errlen, "its catalog %s is missing or unreadable", p);
 		return rc;
 	}
-	rc = cap_catalog_parse(*cat, *len, l, why, wlen);
+	rc = cap_catalog_parse(*cat, *len, l, err, errlen);
 	for (uint32_t i = 0; !rc && i < l->n; i++) {
 		char dname[17], dp[SNAP_FILE_MAX + 32];
 		struct stat st;
 		snap_fman_data_name(l->e[i].id, dname);
 		snprintf(dp, sizeof(dp), "%s/%s", gdir, dname);
 		if (stat(dp, &st) != 0 || (uint64_t)st.st_size != l->e[i].size) {
-			snap_fmt(why, wlen, "the data of %s (%s) is missing or has the wrong size", l->e[i].path, dp);
+			snap_fmt(err, errlen, "the data of %s (%s) is missing or has the wrong size", l->e[i].path, dp);
 			rc = SNAP_ECORRUPT;
 		}
 	}

@@ -65,11 +65,11 @@ uint64_t cap_prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64
 void *cap_catalog_pack(const struct cap_list *l, size_t *len);
 /* Parse and check a catalog (paths, every manifest decodes and matches its
  * size) into l; SNAP_ECORRUPT with why on anything wrong. */
-int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *why, size_t wlen);
+int cap_catalog_parse(const uint8_t *p, size_t len, struct cap_list *l, char *err, size_t errlen);
 /* This node's catalog of generation g, read and checked, and every data
  * link present at its size; why on failure. */
 int cap_read_catalog(struct snap_mesh *mesh, const char *job, uint64_t g, struct cap_list *l, void **cat,
-		     size_t *len, char *why, size_t wlen);
+		     size_t *len, char *err, size_t errlen);
 
 /* The generation's bytes as iov[l->n + 1]: the catalog, then each data file
  * mapped read-only through its link. With fds (a rebuild: l->n + 1 ints,

@@ -103,8 +103,8 @@ int snap_mesh_job_protected(struct snap_mesh *mesh, const char *job, uint64_t *s
  * msg when the mesh holds no parity of step (not its protected step),
  * SNAP_ELOST when the mesh stopped.
  */
-int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint64_t *ticket, int *rc, char *msg,
-		   size_t len);
+int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint64_t *ticket, int *rc, char *err,
+		   size_t errlen);
 /* [lock held] Is this copy given up (snap_mesh_give_up)? */
 int snap_mesh_given_up(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, uint64_t gen);
 /* [lock held] 1 and *step: the step of job whose parity a repair can use

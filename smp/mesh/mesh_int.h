@@ -212,7 +212,7 @@ struct mesh_recs {
 	int total;
 };
 /* A local check of unit g of job beyond its record (0: usable). */
-typedef int (*mesh_rec_check)(struct snap_mesh *mesh, const char *job, uint64_t g, char *why, size_t wlen);
+typedef int (*mesh_rec_check)(struct snap_mesh *mesh, const char *job, uint64_t g, char *err, size_t errlen);
 /* [collective] List this node's valid records under <root>/<job><sub>/ec
  * (sub "" for steps, "/files" for captured files), gather everyone's. */
 void mesh_gather_records(struct snap_mesh *mesh, const char *sub, mesh_rec_check check, struct mesh_recs *r);
@@ -220,19 +220,19 @@ void mesh_recs_free(struct mesh_recs *r);
 int mesh_has_rec(const struct mesh_recs *r, int node, const char *job, uint64_t g);
 /* Can every group rebuild unit g (at most m records missing)? If not and msg
  * is given, it names the first group that cannot and its lost nodes. */
-int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const char *job, uint64_t g, char *msg,
-		     size_t len);
+int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const char *job, uint64_t g, char *err,
+		     size_t errlen);
 /* [collective] Agree on an outcome: 0, or SNAP_ELOST with a failing node's
  * message in msg: the first whose failure was its own, else the first. */
-int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len);
+int mesh_agree(struct snap_mesh *mesh, int rc, char *err, size_t errlen);
 /* A parity file mapped read-write at plen bytes (created or resized), for
  * an encode to write into. */
-void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len);
+void *mesh_map_parity(const char *ppath, uint64_t plen, char *err, size_t errlen);
 /* The parity file of a rebuild, created or resized to plen bytes: open
  * read-write in *fd for the rebuild's io, and returned mapped read-only for
  * MPI to send parity rows from (populated only when this node has its
  * pieces: a lost node sends none). NULL and msg on failure. */
-void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fd, char *msg, size_t len);
+void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fd, char *err, size_t errlen);
 /* The rebuild's io over a node's files (struct snap_ec_io): rebuilt pieces
  * are written with pwrite(), not through a fresh mapping, whose every page
  * the kernel would zero-fill and fault in first (on the test VM, 256 MiB
@@ -253,8 +253,8 @@ int mesh_fio_attach(struct snap_ec_rebuild *rb, struct mesh_fio *f);
 /* [collective over the group] Begin the rebuild of the unit whose record
  * is rpath: this node passes its record when it has a usable one (have),
  * else it counts as lost. msg on failure. */
-int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *msg,
-		       size_t len);
+int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *err,
+		       size_t errlen);
 /* Pack meta into rpath (written to rpath.tmp and renamed). */
 int mesh_write_record(const char *rpath, const struct snap_ec_meta *meta);
 /* [no lock held] Charge plen parity bytes to the memory budget, or
@@ -288,7 +288,7 @@ int mesh_recover(struct snap_mesh *mesh);
  * g of job run again while serving (every member passes its files): each
  * chunk of data or parity that fails its recorded CRC32C is decoded from
  * the rest of its stripe and rewritten. 0 or an error with msg. */
-int mesh_heal_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, char *msg, size_t len);
+int mesh_heal_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, char *err, size_t errlen);
 
 /* ---- meshheal.c (called by mesh.c): repair from parity while serving ---- */
 

@@ -293,12 +293,12 @@ int mesh_cap_protect(struct snap_mesh *mesh, struct mjob *j)
 /* ---- relaunch: rebuild the newest generation ------------------------------ */
 
 /* This node's catalog of generation g, read and checked. */
-static int cap_check(struct snap_mesh *mesh, const char *job, uint64_t g, char *why, size_t wlen)
+static int cap_check(struct snap_mesh *mesh, const char *job, uint64_t g, char *err, size_t errlen)
 {
 	struct cap_list l = { 0 };
 	void *cat = NULL;
 	size_t len;
-	int rc = cap_read_catalog(mesh, job, g, &l, &cat, &len, why, wlen);
+	int rc = cap_read_catalog(mesh, job, g, &l, &cat, &len, err, errlen);
 	free(cat);
 	cap_list_free(&l);
 	return rc;
@@ -350,7 +350,7 @@ static int open_files_dir(struct snap_mesh *mesh, const char *job, const char *s
  * of the generation, then give the store every file whose path it does not
  * name (data linked, manifest published by rename, as files/fileopen.c does). */
 static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdir, const uint8_t *seg, uint64_t len,
-			const struct cap_blob *b, int *restored, char *msg, size_t mlen)
+			const struct cap_blob *b, int *restored, char *err, size_t errlen)
 {
 	struct cap_list l = { 0 };
 	char why[512] = "";
@@ -364,7 +364,7 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 		rc = SNAP_ECORRUPT;
 	}
 	if (rc) {
-		snap_fmt(msg, mlen, "the rebuilt catalog is not sound: %s", why[0] ? why : snap_strerror(rc));
+		snap_fmt(err, errlen, "the rebuilt catalog is not sound: %s", why[0] ? why : snap_strerror(rc));
 		cap_list_free(&l);
 		return rc;
 	}
@@ -387,7 +387,7 @@ static int install_lost(struct snap_mesh *mesh, const char *job, const char *gdi
 			(*restored)++;
 	}
 	if (rc)
-		snap_fmt(msg, mlen, "cannot write the rebuilt captured files of job %s under %s: %s", job, gdir,
+		snap_fmt(err, errlen, "cannot write the rebuilt captured files of job %s under %s: %s", job, gdir,
 			 strerror(errno));
 	int fds[] = { gfd, nsfd, datafd, tmpfd };
 	for (unsigned i = 0; i < sizeof(fds) / sizeof(fds[0]); i++)
@@ -411,7 +411,7 @@ static int *fds_new(int n)
  * survivor's catalog and data files (read through read-only mappings,
  * repaired in place), or into a lost node's generation as one segment file
  * (the catalog, then the files), which install_lost splits once whole. */
-static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len)
+static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *err, size_t errlen)
 {
 	const char *root = mesh->store->root;
 	char jf[SNAP_FILE_MAX], rpath[SNAP_FILE_MAX], ppath[SNAP_FILE_MAX], gdir[SNAP_FILE_MAX];
@@ -421,7 +421,7 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	cap_gen_dir(mesh, job, g, gdir, sizeof(gdir));
 	struct snap_ec_rebuild *rb = NULL;
 	uint64_t t0 = snap_now_ns();
-	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
+	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, err, errlen);
 	if (rc)
 		return rc;
 	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
@@ -434,7 +434,7 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	snap_ec_meta_app(meta, mesh->grp.index, &app, &alen);
 	int local = 0;
 	if (alen != sizeof(b) || (memcpy(&b, app, sizeof(b)), b.magic != CAP_BLOB_MAGIC) || b.cat_len > mlen) {
-		snap_fmt(msg, len, "the record of captured files generation %" PRIu64 " describes no catalog", g);
+		snap_fmt(err, errlen, "the record of captured files generation %" PRIu64 " describes no catalog", g);
 		local = SNAP_ECORRUPT;
 	}
 	struct cap_list l = { 0 };
@@ -445,12 +445,12 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	char segp[SNAP_FILE_MAX + 16];
 	snprintf(segp, sizeof(segp), "%s/segment.tmp", gdir);
 	if (!local && have) {
-		local = cap_read_catalog(mesh, job, g, &l, &cat, &cat_len, msg, len);
+		local = cap_read_catalog(mesh, job, g, &l, &cat, &cat_len, err, errlen);
 		free(cat);
 		cat = NULL;
 		niov = (int)l.n + 1;
 		if (!local && !(fds = fds_new(niov + 1))) {
-			snap_fmt(msg, len, "out of memory for the files of generation %" PRIu64, g);
+			snap_fmt(err, errlen, "out of memory for the files of generation %" PRIu64, g);
 			local = SNAP_ENOMEM;
 		}
 		char cp[SNAP_FILE_MAX + 16];
@@ -461,11 +461,11 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 		if (fd >= 0 && (cat = mmap(NULL, cat_len, PROT_READ, MAP_SHARED, fd, 0)) == MAP_FAILED)
 			cat = NULL;
 		if (!local && !cat) {
-			snap_fmt(msg, len, "cannot map %s", cp);
+			snap_fmt(err, errlen, "cannot map %s", cp);
 			local = SNAP_EIO;
 		}
 		if (!local)
-			local = cap_map_gen(gdir, &l, cat, cat_len, fds, &iov, msg, len);
+			local = cap_map_gen(gdir, &l, cat, cat_len, fds, &iov, err, errlen);
 	} else if (!local) {
 		cap_remove_gen_dir(gdir);
 		niov = 1;
@@ -478,13 +478,13 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 			close(fd);
 		if (!fds || seg == MAP_FAILED) {
 			seg = NULL;
-			snap_fmt(msg, len, "cannot create %s for the rebuild: %s", segp, fds ? strerror(errno) : "out of memory");
+			snap_fmt(err, errlen, "cannot create %s for the rebuild: %s", segp, fds ? strerror(errno) : "out of memory");
 			local = SNAP_EIO;
 		}
 		one = (struct iovec){ seg, mlen };
 		iov = &one;
 	}
-	if (!local && in.parity_len && !(parity = mesh_open_parity(ppath, in.parity_len, have, &fds[niov], msg, len)))
+	if (!local && in.parity_len && !(parity = mesh_open_parity(ppath, in.parity_len, have, &fds[niov], err, errlen)))
 		local = SNAP_EIO;
 	struct mesh_fio fio = { iov, fds, niov };
 	if (!local)
@@ -493,7 +493,7 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 	rc = snap_ec_rebuild_run(rb, local ? NULL : iov, local ? 0 : niov, local ? NULL : parity,
 				 local ? 0 : in.parity_len, &st);
 	if (rc && !local) {
-		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
+		snap_fmt(err, errlen, "%s", snap_ec_rebuild_error(rb));
 		local = rc;
 	}
 	int restored = 0;
@@ -502,15 +502,15 @@ static int cap_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, int 
 		munmap(seg, mlen);
 		if ((seg = mmap(NULL, mlen, PROT_READ, MAP_SHARED | MAP_POPULATE, fds[0], 0)) == MAP_FAILED) {
 			seg = NULL;
-			snap_fmt(msg, len, "cannot map the rebuilt %s: %s", segp, strerror(errno));
+			snap_fmt(err, errlen, "cannot map the rebuilt %s: %s", segp, strerror(errno));
 			local = SNAP_EIO;
 		}
 	}
 	if (!local && !have)
-		local = install_lost(mesh, job, gdir, seg ? seg : "", mlen, &b, &restored, msg, len);
+		local = install_lost(mesh, job, gdir, seg ? seg : "", mlen, &b, &restored, err, errlen);
 	if (!local) {
 		if (mesh_write_record(rpath, meta)) {
-			snap_fmt(msg, len, "cannot write record %s", rpath);
+			snap_fmt(err, errlen, "cannot write record %s", rpath);
 			local = SNAP_EIO;
 		}
 		if (!in.parity_len)

@@ -32,21 +32,21 @@
 
 #include "mesh/mesh_int.h"
 
-int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint64_t *ticket, int *rc, char *msg,
-		   size_t len)
+int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint64_t *ticket, int *rc, char *err,
+		   size_t errlen)
 {
 	struct mjob *j = mesh_job_find(mesh, job);
 	if (!j || !j->has_prot || j->prot != step || j->lost) {
 		*ticket = 0;
 		if (j && j->has_prot && !j->lost)
-			snap_fmt(msg, len, "the mesh's parity is of step %" PRIu64 ", not of step %" PRIu64, j->prot, step);
+			snap_fmt(err, errlen, "the mesh's parity is of step %" PRIu64 ", not of step %" PRIu64, j->prot, step);
 		else
-			snap_fmt(msg, len, "the mesh holds no parity of job %s", job);
+			snap_fmt(err, errlen, "the mesh holds no parity of job %s", job);
 		return SNAP_ENOENT;
 	}
 	if (mesh->store->mesh_stopped) {
 		*ticket = 0;
-		snap_fmt(msg, len, "the mesh stopped before it could repair step %" PRIu64, step);
+		snap_fmt(err, errlen, "the mesh stopped before it could repair step %" PRIu64, step);
 		return SNAP_ELOST;
 	}
 	if (*ticket == 0) {
@@ -56,7 +56,7 @@ int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint6
 		struct stat st;
 		mesh_ec_path(mesh->store->root, job, step, "rec", rpath, sizeof(rpath));
 		if (stat(rpath, &st) != 0) {
-			snap_fmt(msg, len, "this node holds no erasure-coding record of step %" PRIu64 " (%s: %s)", step,
+			snap_fmt(err, errlen, "this node holds no erasure-coding record of step %" PRIu64 " (%s: %s)", step,
 				 rpath, strerror(errno));
 			return SNAP_ENOENT;
 		}
@@ -72,12 +72,12 @@ int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint6
 	*ticket = 0;
 	if (j->heal_round < t || j->heal_step != step) {
 		/* A newer step was protected in between: this one's parity is gone. */
-		snap_fmt(msg, len, "the mesh's parity moved on to step %" PRIu64 " before it repaired step %" PRIu64,
+		snap_fmt(err, errlen, "the mesh's parity moved on to step %" PRIu64 " before it repaired step %" PRIu64,
 			 j->prot, step);
 		return SNAP_ENOENT;
 	}
 	*rc = j->heal_rc;
-	snap_fmt(msg, len, "%s", j->heal_msg);
+	snap_fmt(err, errlen, "%s", j->heal_msg);
 	return 1;
 }
 

@@ -22,7 +22,7 @@
 #include "mesh/mesh_int.h"
 
 /* One record: is it readable, and does it describe this node's place? */
-static int record_ok(struct snap_mesh *mesh, const char *p, uint64_t g, char *why, size_t wlen)
+static int record_ok(struct snap_mesh *mesh, const char *p, uint64_t g, char *err, size_t errlen)
 {
 	void *buf;
 	size_t len;
@@ -30,7 +30,7 @@ static int record_ok(struct snap_mesh *mesh, const char *p, uint64_t g, char *wh
 	struct snap_ec_meta_info in;
 	int rc = mesh_read_file(p, 1u << 30, &buf, &len);
 	if (!rc) {
-		rc = snap_ec_meta_unpack(buf, len, &meta, why, wlen);
+		rc = snap_ec_meta_unpack(buf, len, &meta, err, errlen);
 		free(buf);
 	}
 	if (rc)
@@ -38,7 +38,7 @@ static int record_ok(struct snap_mesh *mesh, const char *p, uint64_t g, char *wh
 	snap_ec_meta_info(meta, &in);
 	if (in.step != g || in.group != mesh->grp.id || in.index != mesh->grp.index || in.n != mesh->grp.n ||
 	    in.k != mesh->grp.k || in.m != mesh->grp.m) {
-		snprintf(why, wlen, "describes unit %" PRIu64 " group %d index %d (%d+%d), this node is group %d index %d"
+		snprintf(err, errlen, "describes unit %" PRIu64 " group %d index %d (%d+%d), this node is group %d index %d"
 			 " (%d+%d)", in.step, in.group, in.index, in.k, in.m, mesh->grp.id, mesh->grp.index, mesh->grp.k,
 			 mesh->grp.m);
 		rc = SNAP_EMISMATCH;
@@ -145,8 +145,8 @@ int mesh_has_rec(const struct mesh_recs *r, int node, const char *job, uint64_t 
 	return 0;
 }
 
-int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const char *job, uint64_t g, char *msg,
-		     size_t len)
+int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const char *job, uint64_t g, char *err,
+		     size_t errlen)
 {
 	for (int first = 0; first < mesh->size;) {
 		struct snap_ec_group gg;
@@ -163,8 +163,8 @@ int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const ch
 					o += (size_t)w;
 			}
 		if (lost > gg.m) {
-			if (msg)
-				snap_fmt(msg, len, "group %d (nodes %d-%d, %d+%d) lost nodes %s: %d > m=%d", gg.id, first,
+			if (err)
+				snap_fmt(err, errlen, "group %d (nodes %d-%d, %d+%d) lost nodes %s: %d > m=%d", gg.id, first,
 					 first + gg.n - 1, gg.k, gg.m, names, lost, gg.m);
 			return 0;
 		}
@@ -173,12 +173,12 @@ int mesh_rebuildable(struct snap_mesh *mesh, const struct mesh_recs *r, const ch
 	return 1;
 }
 
-int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
+int mesh_agree(struct snap_mesh *mesh, int rc, char *err, size_t errlen)
 {
 	/* The first node whose failure is its own: the others only echo it
 	 * (ec's SNAP_EC_ERR_ELSEWHERE), and "node 0: failed on another group
 	 * member" tells an operator nothing. */
-	int n = mesh->size, echo = rc && strstr(msg, SNAP_EC_ERR_ELSEWHERE) != NULL;
+	int n = mesh->size, echo = rc && strstr(err, SNAP_EC_ERR_ELSEWHERE) != NULL;
 	int me = !rc ? 2 * n : echo ? n + mesh->rank : mesh->rank, key = 0;
 	MPI_Allreduce(&me, &key, 1, MPI_INT, MPI_MIN, mesh->world);
 	if (key == 2 * n)
@@ -186,9 +186,9 @@ int mesh_agree(struct snap_mesh *mesh, int rc, char *msg, size_t len)
 	int first = key % n;
 	char buf[MESH_ERRLEN] = "";
 	if (mesh->rank == first)
-		snprintf(buf, sizeof(buf), "%s", msg);
+		snprintf(buf, sizeof(buf), "%s", err);
 	MPI_Bcast(buf, sizeof(buf), MPI_CHAR, first, mesh->world);
-	snap_fmt(msg, len, "node %d: %s", first, buf);
+	snap_fmt(err, errlen, "node %d: %s", first, buf);
 	return SNAP_ELOST;
 }
 
@@ -207,7 +207,7 @@ static int parity_fd(const char *ppath, uint64_t plen)
 	return fd;
 }
 
-void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
+void *mesh_map_parity(const char *ppath, uint64_t plen, char *err, size_t errlen)
 {
 	int fd = parity_fd(ppath, plen);
 	void *p = fd < 0 ? MAP_FAILED : mmap(NULL, plen, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, 0);
@@ -215,18 +215,18 @@ void *mesh_map_parity(const char *ppath, uint64_t plen, char *msg, size_t len)
 	if (fd >= 0)
 		close(fd);
 	if (p == MAP_FAILED) {
-		snap_fmt(msg, len, "cannot map parity file %s: %s", ppath, strerror(e));
+		snap_fmt(err, errlen, "cannot map parity file %s: %s", ppath, strerror(e));
 		return NULL;
 	}
 	return p;
 }
 
-void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fdp, char *msg, size_t len)
+void *mesh_open_parity(const char *ppath, uint64_t plen, int have, int *fdp, char *err, size_t errlen)
 {
 	int fd = parity_fd(ppath, plen);
 	void *p = fd < 0 ? MAP_FAILED : mmap(NULL, plen, PROT_READ, MAP_SHARED | (have ? MAP_POPULATE : 0), fd, 0);
 	if (p == MAP_FAILED) {
-		snap_fmt(msg, len, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
+		snap_fmt(err, errlen, "cannot open parity file %s for the rebuild: %s", ppath, strerror(errno));
 		if (fd >= 0)
 			close(fd);
 		return NULL;
@@ -264,8 +264,8 @@ int mesh_fio_attach(struct snap_ec_rebuild *rb, struct mesh_fio *f)
 	return snap_ec_rebuild_set_io(rb, &io);
 }
 
-int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *msg,
-		       size_t len)
+int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, struct snap_ec_rebuild **rb, char *err,
+		       size_t errlen)
 {
 	struct snap_ec_meta *mine = NULL;
 	void *buf;
@@ -279,7 +279,7 @@ int mesh_rebuild_begin(struct snap_mesh *mesh, const char *rpath, int have, stru
 	int rc = snap_ec_rebuild_begin(mesh->group, &mesh->grp, mine, &opts, rb, why, sizeof(why));
 	snap_ec_meta_free(mine);
 	if (rc)
-		snap_fmt(msg, len, "%s", why);
+		snap_fmt(err, errlen, "%s", why);
 	return rc;
 }
 

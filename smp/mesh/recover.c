@@ -51,7 +51,7 @@ struct rebuild_files {
 /* The slot list and its buffers; the manifests as they are (missing: zeros,
  * a wrong size fails its CRC) and the slot files, created when missing. */
 static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, const struct snap_ec_meta *meta,
-			   int have, struct rebuild_files *f, char *msg, size_t len)
+			   int have, struct rebuild_files *f, char *err, size_t errlen)
 {
 	const char *root = mesh->store->root;
 	const void *app = NULL;
@@ -59,18 +59,18 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 	snap_ec_meta_app(meta, mesh->grp.index, &app, &alen);
 	int local = mesh_blob_unpack(app, alen, &f->ent, &f->n);
 	if (local)
-		snap_fmt(msg, len, "the slot list of step %" PRIu64 " in the record is malformed", g);
+		snap_fmt(err, errlen, "the slot list of step %" PRIu64 " in the record is malformed", g);
 	f->iov = calloc(2 * (size_t)f->n + 1, sizeof(*f->iov));
 	f->man = calloc((size_t)f->n + 1, sizeof(void *));
 	f->fd = malloc((2 * (size_t)f->n + 1) * sizeof(int));
 	for (uint32_t i = 0; f->fd && i <= 2 * f->n; i++)
 		f->fd[i] = -1;
 	if (!local && (!f->iov || !f->man || !f->fd)) {
-		snap_fmt(msg, len, "out of memory for the slot list of step %" PRIu64, g);
+		snap_fmt(err, errlen, "out of memory for the slot list of step %" PRIu64, g);
 		local = SNAP_ENOMEM;
 	}
 	if (!local && mesh_mkdirs(root, job, -1)) {
-		snap_fmt(msg, len, "cannot create %s/%s/ec: %s", root, job, strerror(errno));
+		snap_fmt(err, errlen, "cannot create %s/%s/ec: %s", root, job, strerror(errno));
 		local = SNAP_EIO;
 	}
 	for (uint32_t i = 0; !local && i < f->n; i++) {
@@ -80,12 +80,12 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		snap_store_path(mesh->store, job, e->rank, e->slot, 1, mp, sizeof(mp));
 		if (mesh_mkdirs(root, job, (int)e->rank)) {
 			local = SNAP_EIO;
-			snap_fmt(msg, len, "cannot create the directory of %s", sp);
+			snap_fmt(err, errlen, "cannot create the directory of %s", sp);
 			break;
 		}
 		if (!(f->man[i] = calloc(1, e->man_len ? e->man_len : 1))) {
 			local = SNAP_ENOMEM;
-			snap_fmt(msg, len, "out of memory for manifest %s", mp);
+			snap_fmt(err, errlen, "out of memory for manifest %s", mp);
 			break;
 		}
 		void *fb;
@@ -107,7 +107,7 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
 		    ((uint64_t)st.st_size >= e->slot_bytes || ftruncate(fd, (off_t)e->slot_bytes) == 0))
 			p = mmap(NULL, e->slot_bytes, PROT_READ, MAP_SHARED | (have ? MAP_POPULATE : 0), fd, 0);
 		if (p == MAP_FAILED) {
-			snap_fmt(msg, len, "cannot open slot file %s for the rebuild: %s", sp, strerror(errno));
+			snap_fmt(err, errlen, "cannot open slot file %s for the rebuild: %s", sp, strerror(errno));
 			local = SNAP_EIO;
 			break;
 		}
@@ -120,7 +120,7 @@ static int open_slot_files(struct snap_mesh *mesh, const char *job, uint64_t g, 
  * manifest already right is left alone; an empty parity file is written
  * when the step has no parity bytes here. */
 static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct rebuild_files *f,
-			   const struct snap_ec_meta *meta, const char *rpath, const char *ppath, char *msg, size_t len)
+			   const struct snap_ec_meta *meta, const char *rpath, const char *ppath, char *err, size_t errlen)
 {
 	for (uint32_t i = 0; i < f->n; i++) {
 		char mp[SNAP_FILE_MAX];
@@ -131,12 +131,12 @@ static int publish_rebuilt(struct snap_mesh *mesh, const char *job, const struct
 			   memcmp(fb, f->man[i], fl) == 0;
 		free(fb);
 		if (!same && mesh_write_atomic(mp, f->man[i], f->ent[i].man_len)) {
-			snap_fmt(msg, len, "cannot write manifest %s: %s", mp, strerror(errno));
+			snap_fmt(err, errlen, "cannot write manifest %s: %s", mp, strerror(errno));
 			return SNAP_EIO;
 		}
 	}
 	if (mesh_write_record(rpath, meta)) {
-		snap_fmt(msg, len, "cannot write record %s", rpath);
+		snap_fmt(err, errlen, "cannot write record %s", rpath);
 		return SNAP_EIO;
 	}
 	if (!f->parity_len)
@@ -164,7 +164,7 @@ static void rebuild_files_free(struct rebuild_files *f)
 
 /* Rebuild (or verify) step g of job on this node. Returns 0 or an error with
  * msg; cost[0], cost[1]: its wall and CPU time here, in ms. */
-static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *msg, size_t len,
+static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int have, char *err, size_t errlen,
 			double cost[2])
 {
 	uint64_t cpu0 = mesh_thread_cpu_ns();
@@ -175,16 +175,16 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	/* Collective: who is lost, and the meta every member rebuilds from. */
 	struct snap_ec_rebuild *rb = NULL;
 	uint64_t t0 = snap_now_ns(), t1, t2;
-	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, msg, len);
+	int rc = mesh_rebuild_begin(mesh, rpath, have, &rb, err, errlen);
 	if (rc)
 		return rc;
 	const struct snap_ec_meta *meta = snap_ec_rebuild_meta(rb);
 	struct snap_ec_meta_info in;
 	snap_ec_meta_info(meta, &in);
 	struct rebuild_files f = { .parity_len = in.parity_len };
-	int local = open_slot_files(mesh, job, g, meta, have, &f, msg, len);
+	int local = open_slot_files(mesh, job, g, meta, have, &f, err, errlen);
 	if (!local && in.parity_len &&
-	    !(f.parity = mesh_open_parity(ppath, in.parity_len, have, &f.fd[2 * f.n], msg, len)))
+	    !(f.parity = mesh_open_parity(ppath, in.parity_len, have, &f.fd[2 * f.n], err, errlen)))
 		local = SNAP_EIO;
 	struct mesh_fio fio = { f.iov, f.fd, 2 * (int)f.n };
 	if (!local)
@@ -195,12 +195,12 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	rc = snap_ec_rebuild_run(rb, local ? NULL : f.iov, local ? 0 : 2 * (int)f.n, local ? NULL : f.parity,
 				 local ? 0 : in.parity_len, &st);
 	if (rc && !local) {
-		snap_fmt(msg, len, "%s", snap_ec_rebuild_error(rb));
+		snap_fmt(err, errlen, "%s", snap_ec_rebuild_error(rb));
 		local = rc;
 	}
 	t2 = snap_now_ns();
 	if (!local)
-		local = publish_rebuilt(mesh, job, &f, meta, rpath, ppath, msg, len);
+		local = publish_rebuilt(mesh, job, &f, meta, rpath, ppath, err, errlen);
 	if (!local)
 		smp_metrics_add(SMP_CNT_REBUILT_CHUNKS, job, st.chunks_rebuilt);
 	if (!local && (st.chunks_rebuilt || !have))
@@ -308,8 +308,8 @@ int mesh_recover(struct snap_mesh *mesh)
 	return changed;
 }
 
-int mesh_heal_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, char *msg, size_t len)
+int mesh_heal_rebuild(struct snap_mesh *mesh, const char *job, uint64_t g, char *err, size_t errlen)
 {
 	double cost[2];
-	return rebuild_step(mesh, job, g, 1, msg, len, cost);
+	return rebuild_step(mesh, job, g, 1, err, errlen, cost);
 }

@@ -111,20 +111,20 @@ struct store_rank *snap_store_rank(struct snap_store *s, struct store_job *j, ui
 	return r;
 }
 
-int snap_store_open_regular(const char *path, int flags, struct stat *st, char *why, size_t whylen)
+int snap_store_open_regular(const char *path, int flags, struct stat *st, char *err, size_t errlen)
 {
 	/* O_NONBLOCK: opening a FIFO for reading returns at once instead of
 	 * waiting for a writer; O_NOFOLLOW: a symlink is not the store's file. */
 	int fd = open(path, flags | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
 	if (fd < 0) {
 		int e = errno;
-		snap_fmt(why, whylen, "%s", e == ELOOP ? "is a symbolic link" : e == ENOENT ? "" : strerror(e));
+		snap_fmt(err, errlen, "%s", e == ELOOP ? "is a symbolic link" : e == ENOENT ? "" : strerror(e));
 		errno = e;
 		return -1;
 	}
 	if (fstat(fd, st) != 0 || !S_ISREG(st->st_mode)) {
 		int e = errno;
-		snap_fmt(why, whylen, "is not a regular file (mode %o)", (unsigned)(st->st_mode & S_IFMT) >> 12);
+		snap_fmt(err, errlen, "is not a regular file (mode %o)", (unsigned)(st->st_mode & S_IFMT) >> 12);
 		close(fd);
 		errno = S_ISREG(st->st_mode) ? e : EINVAL;
 		return -1;

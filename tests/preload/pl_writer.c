@@ -80,11 +80,11 @@ static int write_all(int fd, const uint8_t *p, size_t n)
  * Reads the header with pread, the payload with read() after lseek, and
  * compares the whole file once more through a read-only mmap.
  */
-static int verify(const char *path, uint64_t bytes, uint64_t *step, char *why, size_t whylen)
+static int verify(const char *path, uint64_t bytes, uint64_t *step, char *err, size_t errlen)
 {
 	int fd = open(path, O_RDONLY);
 	if (fd < 0) {
-		snprintf(why, whylen, "open: %s", strerror(errno));
+		snprintf(err, errlen, "open: %s", strerror(errno));
 		return -1;
 	}
 	struct stat st;
@@ -92,41 +92,41 @@ static int verify(const char *path, uint64_t bytes, uint64_t *step, char *why, s
 	int rc = -1;
 	uint8_t *buf = NULL, *exp = NULL;
 	if (fstat(fd, &st) != 0 || (uint64_t)st.st_size != HDR + bytes) {
-		snprintf(why, whylen, "size %lld, want %llu", (long long)st.st_size, (unsigned long long)(HDR + bytes));
+		snprintf(err, errlen, "size %lld, want %llu", (long long)st.st_size, (unsigned long long)(HDR + bytes));
 		goto out;
 	}
 	if (pread(fd, h, HDR, 0) != HDR || memcmp(h, MAGIC, 8)) {
-		snprintf(why, whylen, "bad header");
+		snprintf(err, errlen, "bad header");
 		goto out;
 	}
 	memcpy(step, h + 8, 8);
 	header(want, *step, bytes);
 	if (memcmp(h, want, HDR)) {
-		snprintf(why, whylen, "header fields wrong");
+		snprintf(err, errlen, "header fields wrong");
 		goto out;
 	}
 	buf = malloc(bytes ? bytes : 1);
 	exp = malloc(bytes ? bytes : 1);
 	if (!buf || !exp || lseek(fd, HDR, SEEK_SET) != HDR) {
-		snprintf(why, whylen, "lseek/malloc");
+		snprintf(err, errlen, "lseek/malloc");
 		goto out;
 	}
 	for (size_t got = 0; got < bytes;) {
 		ssize_t r = read(fd, buf + got, bytes - got);
 		if (r <= 0) {
-			snprintf(why, whylen, "short read at %zu", got);
+			snprintf(err, errlen, "short read at %zu", got);
 			goto out;
 		}
 		got += (size_t)r;
 	}
 	payload(*step, exp, bytes);
 	if (memcmp(buf, exp, bytes)) {
-		snprintf(why, whylen, "payload differs");
+		snprintf(err, errlen, "payload differs");
 		goto out;
 	}
 	uint8_t *m = mmap(NULL, HDR + bytes, PROT_READ, MAP_SHARED, fd, 0);
 	if (m == MAP_FAILED || memcmp(m, want, HDR) || memcmp(m + HDR, exp, bytes)) {
-		snprintf(why, whylen, "mmap view differs");
+		snprintf(err, errlen, "mmap view differs");
 		if (m != MAP_FAILED)
 			munmap(m, HDR + bytes);
 		goto out;

@@ -45,6 +45,7 @@ static inline int smp_status_pinned(const char *sock, uint64_t *pinned, uint32_t
 			snap_get_u64(&r); /* repaired chunks, damaged steps, scrubbed bytes, scrub passes, scrub rate */
 		char last[1024];
 		snap_get_str(&r, last, sizeof(last)); /* the last damage */
+		snap_get_u64(&r); /* captured files damaged */
 		bad = r.bad || snap_rbuf_left(&r) != 0;
 	}
 	free(pl);

@@ -101,7 +101,7 @@ struct snap_ec_group {
  * tail policy refuses.
  */
 int snap_ec_group_of(int nodes, int k, int m, unsigned flags, int rank,
-		     struct snap_ec_group *g, char *errbuf, size_t errlen);
+		     struct snap_ec_group *g, char *err, size_t errlen);
 
 /* Stripe that node `index` feeds with its data segment `seg` (0..k-1). */
 int snap_ec_data_stripe(const struct snap_ec_group *g, int index, int seg);
@@ -130,7 +130,7 @@ int snap_ec_describe(const struct snap_ec_group *g, char *buf, size_t len);
  */
 int snap_ec_comm_split(MPI_Comm mesh, int k, int m, unsigned flags,
 		       struct snap_ec_group *g, MPI_Comm *group_comm,
-		       char *errbuf, size_t errlen);
+		       char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ */
 /* Per-step metadata record                                            */
@@ -172,7 +172,7 @@ int snap_ec_meta_pack(const struct snap_ec_meta *meta, void *buf, size_t cap, si
 /* Parse a packed record. SNAP_EFORMAT (bad magic/version), SNAP_ETRUNC,
  * SNAP_ECORRUPT (CRC mismatch or inconsistent fields). */
 int snap_ec_meta_unpack(const void *buf, size_t len, struct snap_ec_meta **out,
-			char *errbuf, size_t errlen);
+			char *err, size_t errlen);
 void snap_ec_meta_free(struct snap_ec_meta *meta);
 
 /*
@@ -183,7 +183,7 @@ void snap_ec_meta_free(struct snap_ec_meta *meta);
  */
 int snap_ec_verify(const struct snap_ec_meta *meta, const struct iovec *iov, int iovcnt,
 		   const void *parity, uint64_t parity_len, uint32_t *nbad,
-		   char *errbuf, size_t errlen);
+		   char *err, size_t errlen);
 
 /* ------------------------------------------------------------------ */
 /* Encode (protect a step)                                             */
@@ -208,7 +208,7 @@ struct snap_ec_encode;
 int snap_ec_encode_begin(MPI_Comm comm, const struct snap_ec_group *g, uint64_t step,
 			 uint64_t data_len, const void *app, size_t app_len,
 			 const struct snap_ec_opts *opts, struct snap_ec_encode **out,
-			 char *errbuf, size_t errlen);
+			 char *err, size_t errlen);
 
 /* Bytes of parity this node must provide to run(): m * seg_len. */
 uint64_t snap_ec_encode_parity_len(const struct snap_ec_encode *e);
@@ -251,7 +251,7 @@ struct snap_ec_rebuild_stats {
  */
 int snap_ec_rebuild_begin(MPI_Comm comm, const struct snap_ec_group *g,
 			  const struct snap_ec_meta *mine, const struct snap_ec_opts *opts,
-			  struct snap_ec_rebuild **out, char *errbuf, size_t errlen);
+			  struct snap_ec_rebuild **out, char *err, size_t errlen);
 
 /* This member's meta (a replacement's is reconstructed from a survivor). */
 const struct snap_ec_meta *snap_ec_rebuild_meta(const struct snap_ec_rebuild *r);
@@ -321,7 +321,7 @@ void snap_ec_rebuild_free(struct snap_ec_rebuild *r);
  */
 int snap_ec_encode_group_local(int k, int m, uint32_t chunk_size,
 			       const void *const *data, const uint64_t *len,
-			       void *const *parity, char *errbuf, size_t errlen);
+			       void *const *parity, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -41,7 +41,7 @@ struct snap_fman {
 uint32_t snap_fman_nchunks(uint64_t size, uint32_t chunk);
 int snap_fman_encode(const struct snap_fman *m, struct snap_wbuf *w);
 /* 0, or SNAP_EFORMAT/SNAP_ECORRUPT/SNAP_ENOMEM with why[] saying what is wrong. */
-int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *why, size_t whylen);
+int snap_fman_decode(const void *buf, size_t len, struct snap_fman *m, char *err, size_t errlen);
 void snap_fman_free(struct snap_fman *m);
 /* CRC32C of each chunk of p[0..size) into crc[snap_fman_nchunks(size, chunk)]. */
 void snap_fman_crcs(const void *p, uint64_t size, uint32_t chunk, uint32_t *crc);

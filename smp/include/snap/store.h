@@ -236,7 +236,7 @@ int snap_store_slot_current(const struct store_job *j, const struct store_rank *
  * Returns the descriptor, or -1 with errno set (ENOENT: absent; EINVAL: not
  * a regular file) and why describing the problem.
  */
-int snap_store_open_regular(const char *path, int flags, struct stat *st, char *why, size_t whylen);
+int snap_store_open_regular(const char *path, int flags, struct stat *st, char *err, size_t errlen);
 
 /* A message through the store's log callback (none when NULL). */
 void snap_store_logf(const struct snap_store *s, const char *fmt, ...) SNAP_PRINTF(2, 3);

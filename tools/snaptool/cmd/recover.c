@@ -22,19 +22,19 @@
 #include "snap/wire.h"
 
 /* Newest restorable step of the job in the node store whose every chunk checks out. */
-static int store_candidate(const struct opts *o, uint64_t *step, char *why, size_t len)
+static int store_candidate(const struct opts *o, uint64_t *step, char *err, size_t errlen)
 {
 	struct snap_store *s;
-	char err[512];
-	int rc = snap_store_open(&s, o->cfg.client.store, 64, o->cfg.mem_limit, 1, st_log, err, sizeof(err));
+	char serr[512];
+	int rc = snap_store_open(&s, o->cfg.client.store, 64, o->cfg.mem_limit, 1, st_log, serr, sizeof(serr));
 	if (rc) {
-		snprintf(why, len, "node store %s unreadable: %s", o->cfg.client.store, err);
+		snprintf(err, errlen, "node store %s unreadable: %s", o->cfg.client.store, serr);
 		return rc == SNAP_EPERM ? SNAP_EPERM : -1;
 	}
 	struct store_job *j = snap_store_job(s, o->cfg.client.job, 0);
 	rc = j ? snap_store_latest(s, j, step) : SNAP_ENOENT;
 	if (rc)
-		snprintf(why, len, "no step committed by every rank in node store %s", o->cfg.client.store);
+		snprintf(err, errlen, "no step committed by every rank in node store %s", o->cfg.client.store);
 	snap_store_close(s);
 	return rc ? -1 : 0;
 }
@@ -52,22 +52,22 @@ static const char recover_usage[] =
 
 /* A newer persisted step that is damaged (its seal or its MANIFEST): said
  * as a warning; 1 when the older steps may not stand in (no --allow-older). */
-static int recover_newest_damaged(const struct opts *o, const uint64_t *steps, int n, char *why, size_t len)
+static int recover_newest_damaged(const struct opts *o, const uint64_t *steps, int n, char *err, size_t errlen)
 {
 	uint64_t lost = 0, sealed = 0;
 	uint32_t sw = 0;
 	struct snap_io_err e = { 0 };
 	if (snap_io_sealed_step(o->cfg.flush_dir, o->cfg.client.job, &sealed) && (n == 0 || sealed > steps[0]) &&
 	    snap_io_step_world(o->cfg.flush_dir, o->cfg.client.job, sealed, &sw, &e) != 0) {
-		snprintf(why, len, "persisted step %" PRIu64 " is damaged: %s%s", sealed, e.msg,
+		snprintf(err, errlen, "persisted step %" PRIu64 " is damaged: %s%s", sealed, e.msg,
 			 o->allow_older ? "" : "; --allow-older to use an older step");
 	} else if (snap_io_lost_step(o->cfg.flush_dir, o->cfg.client.job, n > 0 ? steps[0] : 0, &lost)) {
-		snprintf(why, len, "persisted step %" PRIu64 " has lost its MANIFEST (its rank "
+		snprintf(err, errlen, "persisted step %" PRIu64 " has lost its MANIFEST (its rank "
 			 "files are still there)%s", lost, o->allow_older ? "" : "; --allow-older to use an older step");
 	} else {
 		return 0;
 	}
-	fprintf(stderr, "snaptool recover: warning: %s\n", why);
+	fprintf(stderr, "snaptool recover: warning: %s\n", err);
 	return !o->allow_older;
 }
 
@@ -91,10 +91,10 @@ static int recover_verify_step(const struct opts *o, uint64_t step, struct snap_
 
 /* The newest persisted step that verifies: 1 with *step, 0 with why,
  * or ST_FAIL after a message when the flush directory may not be read. */
-static int recover_disk(const struct opts *o, uint64_t *step, char *why, size_t len)
+static int recover_disk(const struct opts *o, uint64_t *step, char *err, size_t errlen)
 {
 	if (!o->cfg.flush_dir[0]) {
-		snprintf(why, len, "no flush directory given (--flush-dir / SNAP_FLUSH_DIR)");
+		snprintf(err, errlen, "no flush directory given (--flush-dir / SNAP_FLUSH_DIR)");
 		return 0;
 	}
 	uint64_t steps[64];
@@ -105,16 +105,16 @@ static int recover_disk(const struct opts *o, uint64_t *step, char *why, size_t 
 		return -ST_FAIL;
 	}
 	if (n <= 0)
-		snprintf(why, len, "nothing persisted in %s%s%s", o->cfg.flush_dir, n < 0 ? ": " : "", n < 0 ? e.msg : "");
-	if (n >= 0 && recover_newest_damaged(o, steps, n, why, len))
+		snprintf(err, errlen, "nothing persisted in %s%s%s", o->cfg.flush_dir, n < 0 ? ": " : "", n < 0 ? e.msg : "");
+	if (n >= 0 && recover_newest_damaged(o, steps, n, err, errlen))
 		n = 0;
 	for (int i = 0; i < n && i < 64; i++) {
 		if (recover_verify_step(o, steps[i], &e)) {
 			*step = steps[i];
 			return 1;
 		}
-		if (!why[0])
-			snprintf(why, len, "persisted step %" PRIu64 " is damaged: %s", steps[i], e.msg);
+		if (!err[0])
+			snprintf(err, errlen, "persisted step %" PRIu64 " is damaged: %s", steps[i], e.msg);
 		if (!o->allow_older)
 			break;
 	}

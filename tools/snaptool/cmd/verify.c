@@ -34,12 +34,12 @@ struct repair_view {
 
 /* Ask the store's snapsmp to verify and repair `step` of job on every rank:
  * 0, or an error code with msg saying why (none answers, or it refused). */
-static int daemon_repair(const char *sock_path, const char *job, uint64_t step, struct repair_view *v, char *msg,
-			 size_t msglen)
+static int daemon_repair(const char *sock_path, const char *job, uint64_t step, struct repair_view *v, char *err,
+			 size_t errlen)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(sock_path) >= sizeof(a.sun_path)) {
-		snprintf(msg, msglen, "socket path %s is too long", sock_path);
+		snprintf(err, errlen, "socket path %s is too long", sock_path);
 		return SNAP_EINVAL;
 	}
 	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
@@ -49,7 +49,7 @@ static int daemon_repair(const char *sock_path, const char *job, uint64_t step, 
 	snap_put_u64(&w, step);
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0) {
-		snprintf(msg, msglen, "no snapsmp answers on %s: %s (the repair is the daemon's)", sock_path,
+		snprintf(err, errlen, "no snapsmp answers on %s: %s (the repair is the daemon's)", sock_path,
 			 strerror(errno));
 		snap_wbuf_free(&w);
 		if (s >= 0)
@@ -80,13 +80,13 @@ static int daemon_repair(const char *sock_path, const char *job, uint64_t step, 
 	struct snap_rbuf r;
 	snap_rbuf_init(&r, p, rc ? 0 : h.len);
 	if (rc || h.type != (SNAP_MSG_REPAIR | SNAP_MSG_REPLY)) {
-		snprintf(msg, msglen, "snapsmp on %s did not answer the repair (%s)", sock_path, snap_strerror(rc));
+		snprintf(err, errlen, "snapsmp on %s did not answer the repair (%s)", sock_path, snap_strerror(rc));
 		free(p);
 		return rc ? rc : SNAP_EPROTO;
 	}
 	if (h.status != 0) {
 		/* an error reply carries its message, raw */
-		snprintf(msg, msglen, "%.*s", (int)(h.len < msglen ? h.len : msglen - 1), p ? (const char *)p : "");
+		snprintf(err, errlen, "%.*s", (int)(h.len < errlen ? h.len : errlen - 1), p ? (const char *)p : "");
 		free(p);
 		return h.status;
 	}
@@ -99,7 +99,7 @@ static int daemon_repair(const char *sock_path, const char *job, uint64_t step, 
 	snap_get_str(&r, v->how, sizeof(v->how));
 	free(p);
 	if (r.bad) {
-		snprintf(msg, msglen, "malformed REPAIR reply");
+		snprintf(err, errlen, "malformed REPAIR reply");
 		return SNAP_EPROTO;
 	}
 	return 0;
