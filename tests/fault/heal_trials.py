@@ -29,6 +29,7 @@ import signal
 import subprocess
 import sys
 
+from damage import damage_file
 from events import Waiter, wait_socket
 
 ap = argparse.ArgumentParser()
@@ -93,27 +94,6 @@ def baseline():
     assert STEPS in slots and len(slots) >= 2, f"store holds {slots}"
     print(f"baseline: node store holds steps {sorted(slots)}, the flush steps {steps}")
     return store, flush, slots, set(steps)
-
-
-def damage_file(rng, path, what):
-    size = os.path.getsize(path)
-    if what == "flip":
-        off = rng.randrange(size)
-        with open(path, "r+b") as f:
-            f.seek(off)
-            b = f.read(1)
-            f.seek(off)
-            f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
-    elif what == "zero":
-        off = rng.randrange(max(1, size // 4096)) * 4096
-        with open(path, "r+b") as f:
-            f.seek(off)
-            f.write(bytes(min(4096, size - off)))
-    elif what == "truncate":
-        os.truncate(path, rng.randrange(size))
-    elif what == "delete":
-        os.unlink(path)
-    return what
 
 
 def trial(rng, n, pristine):

@@ -39,6 +39,7 @@ import sys
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from damage import damage_file  # noqa: E402
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, man_step, restored_of, setup  # noqa: E402
 
@@ -77,27 +78,6 @@ def read_padded(path, size):
     except FileNotFoundError:
         b = b""
     return b + bytes(size - len(b))
-
-
-def damage(rng, path, what):
-    size = os.path.getsize(path)
-    if what == "flip":
-        for _ in range(rng.randint(1, 3)):
-            off = rng.randrange(size)
-            with open(path, "r+b") as f:
-                f.seek(off)
-                b = f.read(1)
-                f.seek(off)
-                f.write(bytes([b[0] ^ (1 << rng.randrange(8))]))
-    elif what == "zero":
-        off = rng.randrange(max(1, size // 4096)) * 4096
-        with open(path, "r+b") as f:
-            f.seek(off)
-            f.write(bytes(min(4096, size - off)))
-    elif what == "truncate":
-        os.truncate(path, rng.randrange(size))
-    elif what == "delete":
-        os.unlink(path)
 
 
 class Layout:
@@ -161,11 +141,11 @@ def scrub_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
     slot_line = re.compile(rf"job {JOB} rank {i} step {STEPS} \(scrub\): \d+ bad chunks repaired from parity")
     # One at a time: the repair of a slot rebuilds every bad piece of the
     # group, a parity piece found bad at the same moment included.
-    damage(rng, pp, "flip")
+    damage_file(rng, pp, "flip", rng.randint(1, 3))
     ok = waiter.until(lambda: re.search(rf"scrub: job {JOB} step {STEPS}: parity row \d+ chunk \d+ repaired from "
                                         rf"parity", mesh.text()) or mesh.proc.poll() is not None, limit=120)
     if ok and mesh.proc.poll() is None:
-        damage(rng, sp, "flip")
+        damage_file(rng, sp, "flip", rng.randint(1, 3))
         ok = waiter.until(lambda: slot_line.search(mesh.text()) or mesh.proc.poll() is not None, limit=120)
     if not ok or mesh.proc.poll() is not None:
         fail(f"scrub: the flipped bits in node {i}'s slot and node {j}'s parity were not repaired; see {mesh.log}")
@@ -315,7 +295,7 @@ def main():
                 path = os.path.join(root, lay.slot[i] if w == "slot" else
                                     os.path.join(JOB, "ec", f"step-{STEPS}.parity"))
                 how = rng.choice(["flip", "flip", "zero", "truncate", "delete"])
-                damage(rng, path, how)
+                damage_file(rng, path, how, rng.randint(1, 3) if how == "flip" else 1)
                 done.append(f"node {i} {w} {how}")
             cnt = lay.erasures(mesh.root)
             parity_ok = all(c <= a.m for c in cnt.values())
