@@ -43,7 +43,7 @@ static void usage(FILE *f)
 		"  --allow-older      restore from an older persisted step if the newest is damaged\n"
 		"                     (SNAP_ALLOW_OLDER=1)\n"
 		"  --scrub-rate SIZE  bytes per second the background scrub verifies of the committed slots,\n"
-		"                     repairing bad chunks from the flush (SNAP_SCRUB_RATE, default 64M; 0 = off)\n"
+		"                     repairing bad chunks from the flush (SNAP_SCRUB_RATE, default 16M; 0 = off)\n"
 		"  --ec K+M           run as one node of an MPI mesh (mpirun -np NODES snapsmp --ec 4+2 ...):\n"
 		"                     erasure-code every globally complete step across groups of K+M nodes,\n"
 		"                     rebuild lost nodes' stores at start (SNAP_EC). \"%%n\" in --store and\n"

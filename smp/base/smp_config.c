@@ -65,7 +65,7 @@ int snap_smp_config_init(struct snap_smp_config *cfg)
 	cfg->flush_direct = 1;
 	cfg->log_level = SNAP_SMP_LOG_INFO;
 	cfg->metrics_interval = 10;
-	cfg->scrub_rate = 64ull << 20;
+	cfg->scrub_rate = 16ull << 20;
 	return 0;
 }
 

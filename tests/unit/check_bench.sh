@@ -79,7 +79,7 @@ has snapshot "^  torch.save to /dev/shm +(unavailable|$num .*\(commit is ${num}x
 run scrub 0 "$snaptool" bench scrub --size 1M --rounds 1 --steps 1 --passes 0
 has scrub "^  plain snap_crc32c over the slot's mapping +$num GB/s +$num CPU-s/GB"
 has scrub "^  scrub vs CRC32C +$num \(wall\) +$num \(CPU per byte\)"
-has scrub "^  --scrub-rate 64M \(default\) +$num s +[-+]$num%"
+has scrub "^  --scrub-rate 16M \(default\) +$num s +[-+]$num%"
 run scrubbad 2 "$snaptool" bench scrub --rounds x
 grep -qF "snapbench scrub: --rounds x: expected a whole number from 1 to 32" "$t/scrubbad.err" || fail "bench scrub --rounds x: not refused by name"
 

@@ -13,7 +13,7 @@
  * Cost on a running job: one trainer in this process does --steps steps of
  * a memory-bound update of its state (--passes sweeps of w = w * a + b, the
  * shape of an optimizer step) followed by snap_save of that state, with
- * snapsmp at --scrub-rate 0 and at --rate (default the default, 64M), in
+ * snapsmp at --scrub-rate 0 and at --rate (default: the daemon's default, 16M), in
  * alternating rounds so that a neighbour's load hits both alike. Each round
  * gives its median step time; reported: the median over the rounds of each
  * setting, their difference, and the median of each round's paired
@@ -312,7 +312,7 @@ static void scrub_usage(FILE *f)
 		"  file's mapping, then by snapsmp's scrub at an unlimited --scrub-rate (its scrubbed bytes and CPU\n"
 		"  time over 2 s); N rounds (default 5), the median ratio and CPU seconds per GB;\n"
 		"cost: one trainer doing K steps (default 20) of P sweeps (default 4) of w = w * a + b over BYTES of\n"
-		"  state, each followed by snap_save, with snapsmp at --scrub-rate 0 and at --rate (default 64M, the\n"
+		"  state, each followed by snap_save, with snapsmp at --scrub-rate 0 and at --rate (default 16M, the\n"
 		"  default), N rounds of each, alternating; the medians of the rounds' median step times, and\n"
 		"  the median of each round's difference between its two runs (run back to back).\n");
 }
@@ -320,7 +320,7 @@ static void scrub_usage(FILE *f)
 /* SB_OK with b and a filled, -1 after --help, SB_USAGE. */
 static int scrub_parse(int argc, char **argv, struct sb *b, struct scrub_args *a)
 {
-	*a = (struct scrub_args){ .rounds = 5, .steps = 20, .passes = 4, .rate = 64ull << 20, .dir = "/dev/shm" };
+	*a = (struct scrub_args){ .rounds = 5, .steps = 20, .passes = 4, .rate = 16ull << 20, .dir = "/dev/shm" };
 	b->size = 256ull << 20;
 	const struct cli_opt opts[] = {
 		CLI_OPT_HELP,
@@ -434,7 +434,7 @@ static void scrub_print(const struct sb *b, const struct scrub_args *a, const st
 	printf("  %-40s %8.2f (wall)  %.2f (CPU per byte)\n", "scrub vs CRC32C", r->ratio, r->cratio);
 	printf("job: %d steps of %d sweeps over the state + snap_save, median step time\n", a->steps, a->passes);
 	printf("  %-40s %8.4f s\n", "--scrub-rate 0", r->off);
-	printf("  %-40s %8.4f s   %+.2f%%\n", a->rate == 64ull << 20 ? "--scrub-rate 64M (default)" : "--scrub-rate --rate",
+	printf("  %-40s %8.4f s   %+.2f%%\n", a->rate == 16ull << 20 ? "--scrub-rate 16M (default)" : "--scrub-rate --rate",
 	       r->on, r->cost);
 	printf("  %-40s %+8.2f%%\n", "median of the rounds' paired differences", r->pair);
 	printf("  rounds (off/on):");

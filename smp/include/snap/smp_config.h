@@ -35,7 +35,7 @@ struct snap_smp_config {
 	                                 persisted step when the newest is damaged (0) */
 	/* SNAP_SCRUB_RATE (--scrub-rate SIZE): bytes per second the background
 	 * scrub verifies of the committed slots (and repairs from the flush,
-	 * smp/heal/scrub.c); default 64 MiB/s; 0 disables it. */
+	 * smp/heal/scrub.c); default 16 MiB/s; 0 disables it. */
 	uint64_t scrub_rate;
 	/* SNAP_FLUSH_MODE (--flush-mode): permission bits of the files the flush
 	 * creates (octal, default 0600; it must include 0600). Directories it
