@@ -269,6 +269,9 @@ static int pending(struct mesh_warm *w, const char *path)
 static int queue(struct mesh_warm *w, int kind, const char *job, const char *path, uint64_t len, uint64_t step,
 		 unsigned idx)
 {
+	size_t jl = strlen(job), pl = strlen(path);
+	if (jl >= sizeof(((struct wreq *)0)->job) || pl >= sizeof(((struct wreq *)0)->path))
+		return -1;   /* a cut path would name another file: not made ahead */
 	struct wreq *r = calloc(1, sizeof(*r));
 	if (!r)
 		return -1;
@@ -276,8 +279,8 @@ static int queue(struct mesh_warm *w, int kind, const char *job, const char *pat
 	r->len = len;
 	r->step = step;
 	r->idx = idx;
-	snprintf(r->job, sizeof(r->job), "%s", job);
-	snprintf(r->path, sizeof(r->path), "%s", path);
+	memcpy(r->job, job, jl + 1);
+	memcpy(r->path, path, pl + 1);
 	pthread_mutex_lock(&w->mu);
 	struct wreq **t = &w->q;
 	while (*t)
@@ -561,12 +564,21 @@ static void map_kept(struct snap_mesh *mesh, struct mesh_warm *w)
 /* A request for path (kind, or any kind when path is given) finished: done
  * here when the worker has not started it, waited for when it has. Then
  * every finished request is taken (adopt). */
+/* Whether r is what settle() waits for: the request for path, or (path
+ * NULL) job's requests of that kind. */
+static int settles(const struct wreq *r, const char *path, const char *job, int kind)
+{
+	if (path)
+		return strcmp(r->path, path) == 0;
+	return r->kind == kind && job && strcmp(r->job, job) == 0;
+}
+
 static void settle(struct snap_mesh *mesh, struct mesh_warm *w, const char *path, const char *job, int kind)
 {
 	for (;;) {
 		pthread_mutex_lock(&w->mu);
 		struct wreq *r = w->q;
-		while (r && (r->state == Q_DONE || (path ? strcmp(r->path, path) : (r->kind != kind || strcmp(r->job, job)))))
+		while (r && (r->state == Q_DONE || !settles(r, path, job, kind)))
 			r = r->next;
 		if (r && r->state == Q_QUEUED) {
 			r->state = Q_RUNNING;
