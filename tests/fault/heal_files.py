@@ -55,6 +55,12 @@ def env(preload):
 
 
 def start_smp(rate):
+    # A SIGKILLed daemon leaves its socket file behind: gone first, so that
+    # the wait below is for this daemon's bind, not the old file.
+    try:
+        os.unlink(os.path.join(STORE, "smp.sock"))
+    except FileNotFoundError:
+        pass
     p = subprocess.Popen([SMP, "--store", STORE, "--scrub-rate", rate, "--log", LOG], stderr=subprocess.PIPE,
                          text=True, env=env(False))
     if not wait_socket(STORE, p):

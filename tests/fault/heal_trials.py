@@ -52,6 +52,12 @@ def env(store, **extra):
 
 
 def start_smp(store, flush, *extra):
+    # A SIGKILLed daemon leaves its socket file behind: gone first, so that
+    # the wait below is for this daemon's bind, not the old file.
+    try:
+        os.unlink(os.path.join(store, "smp.sock"))
+    except FileNotFoundError:
+        pass
     p = subprocess.Popen([SMP, "--store", store, "--flush-dir", flush, "--flush-every", "1", "--slots", "3",
                           "--scrub-rate", "0", *extra], stderr=subprocess.PIPE, text=True)
     if not wait_socket(store, p):
