@@ -55,10 +55,14 @@ def md5(path):
 
 
 def tree_md5(root):
+    """path -> md5 of every file under root that holds a step's data:
+    sockets, the lock and the parity pool files the warm-up makes ahead
+    (ec/warm-N.parity: no step's bytes yet; a daemon's start may make, touch
+    or drop them) are left out."""
     out = {}
     for d, _, files in os.walk(root):
         for f in files:
-            if f.endswith(".sock") or f == "smp.lock":
+            if f.endswith(".sock") or f == "smp.lock" or (f.startswith("warm-") and f.endswith(".parity")):
                 continue
             p = os.path.join(d, f)
             out[os.path.relpath(p, root)] = md5(p)
