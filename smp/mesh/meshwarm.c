@@ -132,6 +132,13 @@ static int map_touch(struct wreq *r)
 		close(fd);
 		return EINVAL;
 	}
+	/* Only a file whose pages are all there: a page of a hole, read on a
+	 * full tmpfs (a reservation that ran out of space), is allocated by the
+	 * fault, and its ENOSPC is a SIGBUS that would kill the daemon. */
+	if ((uint64_t)st.st_blocks * 512 < r->len) {
+		close(fd);
+		return ENOSPC;
+	}
 	void *p = mmap(NULL, r->len, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED | MAP_POPULATE, fd, 0);
 	close(fd);
 	if (p == MAP_FAILED)
