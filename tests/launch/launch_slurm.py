@@ -89,8 +89,13 @@ class Run:
                     f'exec {a.build}/integration/trainer "$@" --quiet --log {self.logs}/rank$SLURM_PROCID.log\n')
         os.chmod(self.wrapper, 0o755)
         path = os.pathsep.join([os.path.join(a.build, "smp"), os.environ.get("PATH", "")])
+        # SNAP_AUTOSTART=0 as in the recipe: a trainer that finds no
+        # listener (the mesh still starting, or a dead one's socket file
+        # left after a failed start) waits for the mesh's snapsmp instead of
+        # starting one of its own, which SNAP_EC would make fail outside MPI.
         self.env = dict(cluster.env, PATH=path, SNAP_EC=EC, SNAP_STORE=self.store + "/node%n", SNAP_JOB=JOB,
                         SNAP_MEM_LIMIT="256M", SNAP_TIMEOUT_MS="120000", SNAP_LOG=self.logs + "/smp%n.log",
+                        SNAP_AUTOSTART="0",
                         OMPI_MCA_btl="self,tcp", OMPI_MCA_btl_tcp_if_include="lo", OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
         for k in list(self.env):
             if k.startswith(("SLURM_", "SNAP_FLUSH", "SNAP_SOCKET", "SNAP_METRICS")) and k != "SLURM_CONF":
@@ -195,6 +200,34 @@ class Run:
             self.mesh_relaunches += 1
         check(False, "the mesh failed twice in a row")
         raise SystemExit(1)
+
+    def start(self, jobid, pred, what, *args):
+        """The mesh and the trainers as two steps of jobid, until pred()
+        holds while both run; (mesh, trainers). A mesh that ends first is
+        relaunched with the trainers once, for the same reason as in
+        launch(): a mesh starting on fake nodes of one host now and then
+        dies in Open MPI's start-up (the loopback connect abort, and once an
+        ASan SEGV at pc 0 on a node's main thread before any trainer had
+        connected). Said in the output; a second failure fails."""
+        for attempt in (1, 2):
+            mesh = self.step_mesh(jobid)
+            tr = self.step_trainers(jobid, *args)
+            v = self.w.until(lambda: pred() or mesh.poll() is not None or tr.poll() is not None,
+                             limit=120, procs=[mesh, tr])
+            if mesh.poll() is None and tr.poll() is None and v:
+                return mesh, tr
+            if mesh.poll() is None and tr.poll() is not None:
+                # Trainers whose node daemon died end first; the mesh's
+                # srun follows once it has reaped its tasks.
+                self.w.until(lambda: mesh.poll() is not None, limit=30, procs=[mesh])
+            if mesh.poll() is None or attempt == 2:
+                check(False, f"timed out or ended waiting for {what}")
+                self.dump()
+                raise SystemExit(1)
+            self.stop(tr)
+            say(f"the mesh exited ({mesh.returncode}) before {what} (attempt {attempt}): "
+                "relaunching both, as the recipe does")
+            self.mesh_relaunches += 1
 
     def stop(self, p, limit=60, step=None):
         """Stop an srun and return its status: a SIGTERM to every task of
@@ -323,9 +356,8 @@ def scenario_sbatch(run):
 
 def scenario_node_failure(run):
     jobid = run.alloc()
-    mesh = run.step_mesh(jobid)
-    tr = run.step_trainers(jobid, "--steps", "200", "--bytes", "262144", "--compute-us", "50000", "--resume")
-    run.until(lambda: (run.protected_everywhere() or 0) >= 3, "a step >= 3 protected on every node", procs=[mesh, tr])
+    mesh, tr = run.start(jobid, lambda: (run.protected_everywhere() or 0) >= 3, "a step >= 3 protected on every node",
+                         "--steps", "200", "--bytes", "262144", "--compute-us", "50000", "--resume")
     p_before = run.protected_everywhere()
     pids = run.pids_on("n2", {"snapsmp", "trainer"})
     check(len(pids) >= 2, f"n2 runs {pids}: expected its snapsmp and trainers")
