@@ -2,7 +2,8 @@
 /*
  * capfiles_int.h - what the preload's captured-file files share (not installed):
  *
- *   capfiles.c  the descriptor table, open, growth, the fall back, commit, fork
+ *   capfiles.c  the descriptor table, growth, the fall back, commit, export, fork
+ *   capopen.c   open: a file being written, a committed one, a new one, the fall back
  *   filecrc.c   the chunk checksums a commit sends, read from the file
  *   nsread.c    the store's namespace read directly, and changed by this
  *               process itself when no snapsmp runs
@@ -39,6 +40,13 @@ PL_HIDDEN extern pthread_mutex_t plf_tab_mu;   /* the descriptor table and the f
 PL_HIDDEN void plf_data_path(uint64_t id, char *out, size_t cap);
 PL_HIDDEN int plf_ns_path(const char *abs, char *out, size_t cap);
 PL_HIDDEN struct pl_file *plf_find_writing(const char *abs);
+/* fd names p from now on (one reference; a file being written is listed). */
+PL_HIDDEN void plf_track_new(int fd, struct pl_file *p);
+PL_HIDDEN void plf_free_file(struct pl_file *p);
+/* Ask snapsmp for bytes of budget for p; 0, or its error (err says it). */
+PL_HIDDEN int plf_request_grow(struct pl_file *p, uint64_t bytes, char *err, size_t errlen);
+/* Tell snapsmp that file id will never be committed (its data goes). */
+PL_HIDDEN void plf_send_abort(uint64_t id);
 PL_HIDDEN int plf_split_dir(const char *abs, char *dir, size_t cap);
 PL_HIDDEN int plf_copy_range(int from, int to, uint64_t len);
 PL_HIDDEN void plf_data_mode(int fd, uint32_t mode);

@@ -155,7 +155,7 @@ PL_HIDDEN void pl_conn_atfork_prepare(void);
 PL_HIDDEN void pl_conn_atfork_parent(void);
 PL_HIDDEN void pl_conn_atfork_child(void);
 
-/* ---- descriptors and captured files (capfiles.c, nsread.c, nsops.c) ---- */
+/* ---- descriptors and captured files (capfiles.c, capopen.c, nsread.c, nsops.c) ---- */
 /* PL_READ: a committed store file opened for reading (its path, for fchmod and the like). */
 enum { PL_WRITE = 1, PL_DIR = 2, PL_READ = 3 };
 
