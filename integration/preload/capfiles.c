@@ -234,34 +234,54 @@ static void redirect(struct pl_file *p, int realfd)
  * the application carries on without noticing; the last close renames it
  * over the path. Under p->mu.
  */
-static int fall_back(struct pl_file *p, int fd, const char *why)
+/*
+ * A real file holding p's bytes so far, at a hidden name beside its path
+ * (tmp), opened as p was and at fd's offset: its descriptor, or -1 (errno)
+ * with nothing left behind.
+ */
+static int copy_aside(struct pl_file *p, int fd, char *tmp, size_t cap)
 {
-	if (atomic_load(&p->fallen))
-		return 0;
-	char tmp[PATH_MAX + 64];
 	int acc = p->accmode == O_RDONLY ? O_RDWR : p->accmode;
-	int realfd = plf_fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
+	int realfd = plf_fallback_name(p->path, tmp, cap) ? -1 :
 		pl_real.openat(AT_FDCWD, tmp, acc | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
 	struct stat st;
 	off_t pos = lseek(fd, 0, SEEK_CUR);
-	int rfd = realfd >= 0 ? pl_hide_fd(pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC)) : -1;
-	char *data = rfd >= 0 ? strdup(tmp) : NULL;
-	if (!data || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
+	if (realfd < 0 || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
 	    plf_copy_range(p->rfd, realfd, (uint64_t)st.st_size) != 0) {
-		pl_say("%s: cannot move it to the file system after \"%s\": %s", p->path, why, strerror(errno));
+		int e = errno;
 		if (realfd >= 0) {
 			pl_real.close(realfd);
 			pl_real.unlinkat(AT_FDCWD, tmp, 0);
 		}
-		if (rfd >= 0)
-			pl_real.close(rfd);
-		free(data);
+		errno = e;
 		return -1;
 	}
 	if (pos >= 0)
 		lseek(realfd, pos, SEEK_SET);
 	if (p->append)
 		pl_real.fcntl(realfd, F_SETFL, O_APPEND);
+	return realfd;
+}
+
+static int fall_back(struct pl_file *p, int fd, const char *why)
+{
+	if (atomic_load(&p->fallen))
+		return 0;
+	char tmp[PATH_MAX + 64];
+	int realfd = copy_aside(p, fd, tmp, sizeof(tmp));
+	int rfd = realfd >= 0 ? pl_hide_fd(pl_real.openat(AT_FDCWD, tmp, O_RDONLY | O_CLOEXEC)) : -1;
+	char *data = rfd >= 0 ? strdup(tmp) : NULL;
+	if (!data) {
+		pl_say("%s: cannot move it to the file system after \"%s\": %s", p->path, why,
+		       strerror(realfd < 0 || rfd < 0 ? errno : ENOMEM));
+		if (realfd >= 0) {
+			pl_real.close(realfd);
+			pl_real.unlinkat(AT_FDCWD, tmp, 0);
+		}
+		if (rfd >= 0)
+			pl_real.close(rfd);
+		return -1;
+	}
 	redirect(p, realfd);
 	pl_real.close(realfd);
 	pthread_mutex_lock(&plf_tab_mu);
@@ -483,25 +503,12 @@ static int export_file(struct pl_file *p, const char *why)
 		if (fd < 0)
 			return 0;
 		char tmp[PATH_MAX + 64];
-		int acc = p->accmode == O_RDONLY ? O_RDWR : p->accmode;
-		int realfd = plf_fallback_name(p->path, tmp, sizeof(tmp)) ? -1 :
-			pl_real.openat(AT_FDCWD, tmp, acc | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, p->mode);
-		struct stat st;
-		off_t pos = lseek(fd, 0, SEEK_CUR);
-		if (realfd < 0 || pl_real.fstatat(p->rfd, "", &st, AT_EMPTY_PATH) != 0 ||
-		    plf_copy_range(p->rfd, realfd, (uint64_t)st.st_size) != 0) {
+		int realfd = copy_aside(p, fd, tmp, sizeof(tmp));
+		if (realfd < 0) {
 			pl_say("%s: cannot move it to the file system (%s): %s; it stays in the node store", p->path, why,
 			       strerror(errno));
-			if (realfd >= 0) {
-				pl_real.close(realfd);
-				pl_real.unlinkat(AT_FDCWD, tmp, 0);
-			}
 			return -1;
 		}
-		if (pos >= 0)
-			lseek(realfd, pos, SEEK_SET);
-		if (p->append)
-			pl_real.fcntl(realfd, F_SETFL, O_APPEND);
 		apply_meta(p, realfd);
 		redirect(p, realfd);
 		pl_real.close(realfd);
