@@ -40,6 +40,10 @@ void smp_heal_guard_init(void);
  * through a guarded mapping (or pread through buf): 0, or -1 when the file
  * is shorter or the bytes cannot be read. */
 int smp_heal_crc(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsize, uint32_t *crc);
+/* CRC32C of len bytes at p, a file's mapping, under the guard: 0, or -1
+ * when a page of it is gone (the file was truncated behind the mapping) or
+ * no guard is installed. */
+int smp_heal_crc_mapped(const void *p, uint64_t len, uint32_t *crc);
 
 /* One slot's repair. */
 struct smp_repair_out {

@@ -11,9 +11,12 @@
  *
  * The scrub runs on the event loop's thread, a slice per poll round (at
  * most SCRUB_SLICE_MS worth of the rate at a time), reading each chunk
- * through a mapping under a SIGBUS guard (heal.c: a file truncated under a
- * mapping raises SIGBUS; pread cost five times the CRC's CPU time). Slots
- * being written are skipped. On a mesh (--ec) a bad chunk is repaired from
+ * through the slot file's mapping under a SIGBUS guard (heal.c: a file
+ * truncated under a mapping raises SIGBUS; pread cost five times the CRC's
+ * CPU time). The mappings are kept from pass to pass (store/slotmap.c):
+ * with 4 KiB pages, mapping each chunk afresh spent over twice the CRC's
+ * time filling and tearing down page tables. Slots being written are
+ * skipped. On a mesh (--ec) a bad chunk is repaired from
  * the mesh's parity first and the node's parity pieces are checked too
  * (meshscrub.c).
  */
@@ -29,9 +32,11 @@
 #include "heal/scrub.h"
 #include "mesh/mesh.h"
 #include "smp_internal.h"
+#include "store/slotmap.h"
 
 #define SCRUB_SLICE_MS 10
 #define SCRUB_BUF (256u << 10)   /* stays in L2 between the read and the CRC */
+#define SCRUB_SWEEP_NS 1000000000ull   /* kept mappings of deleted slot files go within a second */
 
 struct smp_scrub {
 	uint64_t rate;                 /* bytes per second */
@@ -41,7 +46,11 @@ struct smp_scrub {
 	uint32_t job, rank, slot, chunk;   /* the cursor: ordinals in the store's lists */
 	uint64_t step;                 /* the step the cursor's slot held when it was reached */
 	int held;                      /* the cursor names a slot */
-	int fd;
+	int fd;                        /* the cursor's slot file, when it could not be mapped */
+	const uint8_t *map;            /* the cursor's slot file, kept mapped (maps) */
+	uint64_t maplen;
+	struct snap_slotmaps maps;
+	uint64_t swept_ns;
 	uint8_t *buf;
 	unsigned seen;                 /* committed slots and captured files checked in this pass */
 	int files;                     /* this pass is past the slots, at the captured files */
@@ -76,6 +85,7 @@ void smp_scrub_free(struct smp_scrub *sc)
 		return;
 	if (sc->fd >= 0)
 		close(sc->fd);
+	snap_slotmaps_free(&sc->maps);
 	free(sc->buf);
 	free(sc);
 }
@@ -93,6 +103,7 @@ static void drop(struct smp_scrub *sc)
 	if (sc->fd >= 0)
 		close(sc->fd);
 	sc->fd = -1;
+	sc->map = NULL;
 	sc->held = 0;
 	sc->chunk = 0;
 }
@@ -152,10 +163,27 @@ static int chunk_ok(struct smp_scrub *sc, const struct snap_manifest *man, uint3
 	struct snap_chunk c;
 	snap_layout_chunk(&man->layout, t, &c);
 	uint32_t crc;
-	if (smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc))
+	if (sc->map) {
+		if (c.slot_off > sc->maplen || man->len[t] > sc->maplen - c.slot_off ||
+		    smp_heal_crc_mapped(sc->map + c.slot_off, man->len[t], &crc))
+			return 0;
+	} else if (sc->fd < 0 || smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc)) {
 		return 0;
+	}
 	*read += man->len[t];
 	return crc == man->crc[t];
+}
+
+/* The cursor's slot file, mapped (kept from earlier passes) or else open. */
+static void open_slot(struct smp_scrub *sc, const char *path, uint64_t slot_bytes)
+{
+	char err[SNAP_FILE_MAX + 64];
+	if (sc->map || sc->fd >= 0)
+		return;
+	if ((sc->map = snap_slotmap_get(&sc->maps, path, slot_bytes, err, sizeof(err))) != NULL)
+		sc->maplen = slot_bytes;
+	else
+		sc->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);   /* shorter, or unmappable: read it */
 }
 
 static void scrub_slice(struct smp *m, struct smp_scrub *sc);
@@ -171,6 +199,12 @@ void smp_scrub_tick(struct smp *m)
 	if (sc->fd >= 0)
 		close(sc->fd);
 	sc->fd = -1;
+	uint64_t now = snap_now_ns();
+	if (now - sc->swept_ns >= SCRUB_SWEEP_NS) {
+		sc->swept_ns = now;
+		sc->map = NULL;   /* looked up again: the sweep may drop it */
+		snap_slotmaps_sweep(&sc->maps);
+	}
 }
 
 /* The captured files' turn: 1 while there is more of this pass to do. */
@@ -236,10 +270,9 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		}
 		char path[SNAP_FILE_MAX];
 		snap_store_path(m->store, j->name, r->rank, sc->slot, 0, path, sizeof(path));
-		if (sc->fd < 0)
-			sc->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+		open_slot(sc, path, sl->man.layout.slot_bytes);
 		uint64_t got = 0;
-		int ok = sc->fd >= 0 && chunk_ok(sc, &sl->man, sc->chunk, &got);
+		int ok = chunk_ok(sc, &sl->man, sc->chunk, &got);
 		sc->credit -= (int64_t)(got ? got : 4096);
 		m->heal.scrubbed_bytes += got;
 		if (ok) {
@@ -250,6 +283,7 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		char err[SMP_ERRLEN];
 		uint32_t chunk = sc->chunk;
 		drop(sc);
+		snap_slotmap_drop(&sc->maps, path);   /* read afresh after the repair */
 		/* mesh: a copy given up was reported then; every pass would again */
 		if (m->mesh && snap_mesh_given_up(m->mesh, j->name, r->rank, sl->step, sl->man.gen))
 			continue;

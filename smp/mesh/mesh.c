@@ -520,7 +520,7 @@ static int round_(struct snap_mesh *mesh, int protect)
 		return stop;
 	/* Logged after the munmap: a reader of the log (fault.mesh) then finds
 	 * the mappings gone from /proc. */
-	unsigned dropped = mesh_maps_sweep(&mesh->maps) + mesh_parity_sweep(mesh);
+	unsigned dropped = snap_slotmaps_sweep(&mesh->maps) + mesh_parity_sweep(mesh);
 	if (dropped)
 		mesh_say(mesh, "dropped %u mapping(s) of store files deleted or replaced under the mesh", dropped);
 	/* Repairs first: a protect below moves the parity on to a newer step. */
@@ -632,7 +632,7 @@ void snap_mesh_finalize(struct snap_mesh *mesh)
 	if (mesh->efd >= 0)
 		close(mesh->efd);
 	mesh_warm_free(mesh);
-	mesh_maps_free(&mesh->maps);
+	snap_slotmaps_free(&mesh->maps);
 	while (mesh->jobs) {
 		struct mjob *j = mesh->jobs;
 		mesh->jobs = j->next;

@@ -17,6 +17,7 @@
 #include "snap/base.h"
 #include "base/log.h"
 #include "mesh/mesh.h"
+#include "store/slotmap.h"
 #include "snap/meshfiles.h"
 #include "snap/ec.h"
 
@@ -26,21 +27,6 @@
 
 struct mesh_pin {
 	uint32_t rank, slot;
-};
-
-/* meshmap.c: one kept read-only mapping of a slot file. */
-struct mesh_map {
-	char *path;
-	dev_t dev;
-	ino_t ino;
-	uint64_t len;
-	void *addr;
-	int warm;                     /* faulted in ahead (meshwarm.c), not read by a protect yet */
-};
-struct mesh_maps {
-	struct mesh_map *v;
-	unsigned n, cap;
-	int last;                     /* mesh_map_last */
 };
 
 /* One job as the mesh sees it. The list is identical on every node: entries
@@ -133,7 +119,7 @@ struct snap_mesh {
 	char node_flush_dir[SNAP_PATH_MAX];/* per-node: this node's directory; else empty */
 	unsigned flush_every, flush_keep;
 	int efd;                      /* eventfd: flush state changed (snap_mesh_fd) */
-	struct mesh_maps maps;        /* mesh thread: slot files kept mapped (meshmap.c) */
+	struct snap_slotmaps maps;    /* mesh thread: slot files kept mapped (store/slotmap.c) */
 	struct mesh_warm *warm;       /* mesh thread: files made ready ahead (meshwarm.c) */
 };
 
@@ -152,30 +138,6 @@ struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
  * traffic is progressed and copied (CMA) by the thread that waits on it,
  * so a protect's or rebuild's thread holds nearly all of its CPU. */
 uint64_t mesh_thread_cpu_ns(void);
-
-/* ---- meshmap.c (mesh thread only) ---- */
-
-/* The first len bytes of slot file path, mapped read-only (MAP_POPULATE)
- * the first time and kept while path names the same file; NULL with err
- * set when it cannot be opened, is shorter than len or cannot be mapped.
- * The caller has the slot pinned, so the store does not change it while
- * the mapping is read. */
-const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, char *err, size_t errlen);
-/* How the last mesh_map_slot found its mapping: MESH_MAP_KEPT (read by an
- * earlier protect), MESH_MAP_WARM (faulted in ahead, first read now),
- * MESH_MAP_COLD (mapped by this call). */
-enum { MESH_MAP_KEPT, MESH_MAP_WARM, MESH_MAP_COLD };
-int mesh_map_last(const struct mesh_maps *mm);
-/* Whether path is mapped (at len bytes). */
-int mesh_map_has(const struct mesh_maps *mm, const char *path, uint64_t len);
-/* Keep addr (len bytes of path, faulted in by meshwarm.c) as path's
- * mapping, marked warm. 0, or -1 (path already mapped, or out of memory):
- * the caller unmaps it. */
-int mesh_map_adopt(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr);
-/* Drop every mapping whose path no longer names the file it maps; returns
- * how many. */
-unsigned mesh_maps_sweep(struct mesh_maps *mm);
-void mesh_maps_free(struct mesh_maps *mm);
 
 /* ---- meshwarm.c (mesh thread only) ---- */
 

@@ -3,7 +3,7 @@
  * meshwarm.c - a job's files made ready before its first protects need them.
  *
  * A protect reads each slot through a mapping the mesh thread keeps
- * (meshmap.c) and writes its parity into the spare the previous protect
+ * (store/slotmap.c) and writes its parity into the spare the previous protect
  * left (protect.c). So the first SLOTS protects after a start or relaunch
  * mapped their slot files themselves, and the first two created, cleared
  * and mapped a parity file each: on the development VM (shadow paging:
@@ -14,7 +14,7 @@
  *
  *  - slot files: once REGISTER's reservation of a slot file is done, the
  *    worker maps it read-only and reads a byte of every page; the mesh
- *    thread keeps the mapping as the slot's (mesh_map_adopt), so the first
+ *    thread keeps the mapping as the slot's (snap_slotmap_adopt), so the first
  *    protect of that slot finds it mapped and faulted in. No budget: the
  *    mapping adds no memory to the file's.
  *  - parity: while a job has fewer than two parity files here (the
@@ -34,7 +34,7 @@
  * Files never outlive the job: the warm parity files live in <job>/ec and
  * go with it (a protect's prune keeps them as it keeps the spare; a
  * relaunch without a kept step removes them), and every round drops a pool
- * mapping whose file is gone, as meshmap.c does for slots.
+ * mapping whose file is gone, as store/slotmap.c does for slots.
  *
  * Threads: the mesh thread owns struct mesh_warm's job list and the pool;
  * the worker sees only its queue (mu).
@@ -366,7 +366,7 @@ static void adopt(struct snap_mesh *mesh, struct mesh_warm *w)
 		struct mjob *j = mesh_job_find(mesh, r->job);
 		int used = 0;
 		if (r->kind == W_SLOT && !r->err_no) {
-			used = mesh_map_adopt(&mesh->maps, r->path, r->dev, r->ino, r->len, r->addr) == 0;
+			used = snap_slotmap_adopt(&mesh->maps, r->path, r->dev, r->ino, r->len, r->addr) == 0;
 			if (used && wj) {
 				wj->slots_done++;
 				wj->slots_total++;
@@ -634,7 +634,7 @@ void mesh_warm_round(struct snap_mesh *mesh)
 	unsigned n = scan(mesh, &c, &names, &data, &unready, &nj);
 	pthread_mutex_unlock(&mesh->mu);
 	for (unsigned i = 0; i < n; i++) {
-		if (mesh_map_has(&mesh->maps, c[i].path, c[i].len))
+		if (snap_slotmap_has(&mesh->maps, c[i].path, c[i].len))
 			continue;
 		unready[c[i].job]++;
 		if (!pending(w, c[i].path))

@@ -98,7 +98,7 @@ void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g)
 }
 
 /* Fill iov with (manifest, slot) pairs, the slots read through the mesh's
- * kept mappings (meshmap.c). A slot or parity file read or written whole is
+ * kept mappings (store/slotmap.c). A slot or parity file read or written whole is
  * mapped MAP_POPULATE: faulting pages one by one took 23% of the daemons'
  * time during protect on the VM (perf). */
 static int map_sources(struct snap_mesh *mesh, const char *job, struct enc_src *src, struct iovec *iov, char *err,
@@ -113,14 +113,14 @@ static int map_sources(struct snap_mesh *mesh, const char *job, struct enc_src *
 		if (!e->slot_bytes)
 			continue;
 		mesh_warm_settle_slot(mesh, path);
-		const void *p = mesh_map_slot(&mesh->maps, path, e->slot_bytes, err, errlen);
+		const void *p = snap_slotmap_get(&mesh->maps, path, e->slot_bytes, err, errlen);
 		if (!p)
 			return SNAP_EIO;
-		int how = mesh_map_last(&mesh->maps);
-		if (how != MESH_MAP_KEPT)
-			smp_metrics_count(how == MESH_MAP_WARM ? SMP_CNT_SLOT_MAPS_WARM : SMP_CNT_SLOT_MAPS_COLD, job);
-		src->warm += how == MESH_MAP_WARM;
-		src->cold += how == MESH_MAP_COLD;
+		int how = snap_slotmap_last(&mesh->maps);
+		if (how != SNAP_SLOTMAP_KEPT)
+			smp_metrics_count(how == SNAP_SLOTMAP_WARM ? SMP_CNT_SLOT_MAPS_WARM : SMP_CNT_SLOT_MAPS_COLD, job);
+		src->warm += how == SNAP_SLOTMAP_WARM;
+		src->cold += how == SNAP_SLOTMAP_COLD;
 		iov[2 * i + 1] = (struct iovec){ (void *)p, e->slot_bytes };
 	}
 	return 0;

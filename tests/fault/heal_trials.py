@@ -21,6 +21,7 @@ against the step it reports. The oracle:
 Never a wrong byte (the trainer's MISMATCH), never a failed restore where a
 good copy existed. Usage: heal_trials.py BUILD [--trials N] [--seed S]."""
 import argparse
+import re
 import json
 import os
 import random
@@ -28,6 +29,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 from damage import damage_file
 from events import Waiter, wait_socket
@@ -227,6 +229,40 @@ def scrub_checks(pristine):
           f"status: repaired_chunks={st.get('repaired_chunks')} damaged_steps={st.get('damaged_steps')}")
 
 
+def scrub_truncated_checks(pristine):
+    """A slot file truncated behind the scrub's kept mapping (after a whole
+    pass mapped it): the scrub reads the lost pages under its SIGBUS guard,
+    finds the chunks bad and repairs them from the flush; the daemon lives."""
+    slots = pristine[2]
+    store, flush, rdir = fresh_copy(pristine, "scrubtrunc")
+    log = os.path.join(BASE, "scrubtrunc.log")
+    p = start_smp(store, flush, "--scrub-rate", "4M", "--log", log)
+    path = os.path.join(rdir, f"slot-{slots[STEPS]}")
+    good = open(path, "rb").read()
+    text = lambda: open(log).read() if os.path.exists(log) else ""
+    # The scrub's pass count is the event (STATUS; it logs no line per pass), asked
+    # until it moves; the deadline is for a hang only.
+    deadline = time.monotonic() + 60
+    while (status_json(store).get("scrub_passes") or 0) < 1 and p.poll() is None and time.monotonic() < deadline:
+        time.sleep(0.02)
+    os.truncate(path, 8192)
+    done = re.compile(rf"step {STEPS} \(scrub\): slot file was truncated[^\n]*?\d+ bad chunks repaired from the flush")
+    w = Waiter()
+    try:
+        ok = w.until(lambda: done.search(text()) or p.poll() is not None, 60, dirs=lambda: [BASE], procs=[p])
+    finally:
+        w.close()
+    alive = p.poll() is None
+    stop_smp(p)
+    if not ok or not alive:
+        failures.append(f"scrub, truncated slot: not repaired within 60 s (daemon {'alive' if alive else 'dead'}): "
+                        f"{text()[-2000:]}")
+        return
+    if open(path, "rb").read() != good:
+        failures.append("scrub, truncated slot: the repaired slot differs from the committed bytes")
+    print(f"scrub: a slot truncated behind the scrub's mapping repaired from the flush: {done.search(text()).group(0)}")
+
+
 def damage_survives(store, flush, older):
     """Why step `older` was withdrawn outlives the daemon that found it: the
     store's record (snap/damage.h), read by snaptool with no daemon running
@@ -283,6 +319,7 @@ def main():
             k = trial(rng, n, pristine)
             tally[k] = tally.get(k, 0) + 1
         scrub_checks(pristine)
+        scrub_truncated_checks(pristine)
         verify_repair_checks(pristine)
     finally:
         shutil.rmtree(BASE, ignore_errors=True)

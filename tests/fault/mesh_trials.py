@@ -203,7 +203,7 @@ def budget_mismatch(mesh, a):
             if counted != held:
                 return f"node {n}: the daemon counts {counted} bytes, its files hold {held} (ec files: {sorted(ec)})"
         # Nor may a daemon keep a deleted store file mapped (its pages would be
-        # memory no budget counts): meshmap.c drops such mappings every round.
+        # memory no budget counts): store/slotmap.c drops such mappings every round.
         stale = [f for f in mapped_store_files(mesh) if f.endswith("(deleted)")]
         return f"snapsmp keeps deleted store files mapped: {stale[:3]}" if stale else None
     finally:
@@ -504,7 +504,7 @@ def main():
             print(f"late rank: rank {late} reconnected last; every rank restored {S}, not the mixed {S + 1}")
         # A job's directories removed under the running mesh (an operator's
         # rm -rf): no daemon may keep its slot or parity files mapped, or
-        # their pages would be memory no budget counts (meshmap.c, protect.c
+        # their pages would be memory no budget counts (store/slotmap.c, protect.c
         # drop such mappings every round).
         def mapped(job):
             return [f for f in mapped_store_files(mesh) if f"/{job}/" in f]

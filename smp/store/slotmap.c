@@ -1,10 +1,11 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * meshmap.c - slot-file mappings the mesh thread keeps from one protect to
- * the next.
+ * slotmap.c - slot-file mappings kept from one read to the next: the mesh
+ * thread's for its protects (mesh/protect.c), the scrub's for its passes
+ * (heal/scrub.c), each its own struct snap_slotmaps.
  *
- * A trainer writes the same SNAP_SLOTS slot files step after step, so the
- * mesh maps each once and keeps the mapping while the path names the same
+ * A trainer writes the same SNAP_SLOTS slot files step after step, so a
+ * reader maps each once and keeps the mapping while the path names the same
  * file (device, inode, at least the mapped length). Mapping afresh for
  * every protect cost more than the copy: on the shadow-paged VMs this
  * project is measured on, the first touch of each page through a new
@@ -13,12 +14,13 @@
  * a second pass over the same mapping at 26 GB/s, and mmap + munmap took
  * another 20 + 48 ms (see docs/design/mesh-and-ec.md, "Protect").
  *
- * Memory: a mapping holds no memory of its own, but it keeps the pages of a
- * file the store has since deleted or replaced. mesh_maps_sweep, called
- * every mesh round, drops such mappings, so a deleted slot file's pages
- * outlive the store's count of them by at most one round.
+ * Memory: a mapping holds no memory of its own (its page tables take 2 MiB
+ * per GiB of 4 KiB pages), but it keeps the pages of a file the store has
+ * since deleted or replaced. snap_slotmaps_sweep drops such mappings; the
+ * mesh sweeps every round, the scrub every second, so a deleted slot
+ * file's pages outlive the store's count of them by at most that long.
  *
- * Only the mesh thread uses a struct mesh_maps; it needs no lock.
+ * One thread uses a struct snap_slotmaps; it needs no lock.
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -28,14 +30,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "mesh/mesh_int.h"
+#include "snap/base.h"
+#include "store/slotmap.h"
 
-static int same_file(const struct mesh_map *e, const struct stat *st)
+static int same_file(const struct snap_slotmap *e, const struct stat *st)
 {
 	return st->st_dev == e->dev && st->st_ino == e->ino && (uint64_t)st->st_size >= e->len;
 }
 
-static void drop(struct mesh_maps *mm, unsigned i)
+static void drop(struct snap_slotmaps *mm, unsigned i)
 {
 	munmap(mm->v[i].addr, mm->v[i].len);
 	free(mm->v[i].path);
@@ -43,12 +46,12 @@ static void drop(struct mesh_maps *mm, unsigned i)
 }
 
 /* Add a mapping to the list: 0, or -1 out of memory (the caller unmaps). */
-static int keep(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr, int warm)
+static int keep(struct snap_slotmaps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr, int warm)
 {
 	char *dup = strdup(path);
 	if (dup && mm->n == mm->cap) {
 		unsigned cap = mm->cap ? 2 * mm->cap : 16;
-		struct mesh_map *v = realloc(mm->v, cap * sizeof(*v));
+		struct snap_slotmap *v = realloc(mm->v, cap * sizeof(*v));
 		if (v) {
 			mm->v = v;
 			mm->cap = cap;
@@ -58,11 +61,11 @@ static int keep(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, ui
 		free(dup);
 		return -1;
 	}
-	mm->v[mm->n++] = (struct mesh_map){ dup, dev, ino, len, addr, warm };
+	mm->v[mm->n++] = (struct snap_slotmap){ dup, dev, ino, len, addr, warm };
 	return 0;
 }
 
-const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, char *err, size_t errlen)
+const void *snap_slotmap_get(struct snap_slotmaps *mm, const char *path, uint64_t len, char *err, size_t errlen)
 {
 	struct stat st;
 	int fd = open(path, O_RDONLY | O_CLOEXEC);
@@ -73,12 +76,12 @@ const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, 
 		return NULL;
 	}
 	for (unsigned i = 0; i < mm->n; i++) {
-		struct mesh_map *e = &mm->v[i];
+		struct snap_slotmap *e = &mm->v[i];
 		if (strcmp(e->path, path))
 			continue;
 		if (e->len == len && same_file(e, &st)) {
 			close(fd);
-			mm->last = e->warm ? MESH_MAP_WARM : MESH_MAP_KEPT;
+			mm->last = e->warm ? SNAP_SLOTMAP_WARM : SNAP_SLOTMAP_KEPT;
 			e->warm = 0;
 			return e->addr;
 		}
@@ -86,7 +89,7 @@ const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, 
 		break;
 	}
 	void *p = MAP_FAILED;
-	mm->last = MESH_MAP_COLD;
+	mm->last = SNAP_SLOTMAP_COLD;
 	if ((uint64_t)st.st_size < len)
 		errno = EINVAL;   /* mapping past the end would SIGBUS on first read */
 	else
@@ -105,12 +108,12 @@ const void *mesh_map_slot(struct mesh_maps *mm, const char *path, uint64_t len, 
 	return p;
 }
 
-int mesh_map_last(const struct mesh_maps *mm)
+int snap_slotmap_last(const struct snap_slotmaps *mm)
 {
 	return mm->last;
 }
 
-int mesh_map_has(const struct mesh_maps *mm, const char *path, uint64_t len)
+int snap_slotmap_has(const struct snap_slotmaps *mm, const char *path, uint64_t len)
 {
 	for (unsigned i = 0; i < mm->n; i++)
 		if (!strcmp(mm->v[i].path, path) && mm->v[i].len == len)
@@ -118,7 +121,7 @@ int mesh_map_has(const struct mesh_maps *mm, const char *path, uint64_t len)
 	return 0;
 }
 
-int mesh_map_adopt(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr)
+int snap_slotmap_adopt(struct snap_slotmaps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr)
 {
 	for (unsigned i = 0; i < mm->n; i++) {
 		if (strcmp(mm->v[i].path, path))
@@ -131,7 +134,16 @@ int mesh_map_adopt(struct mesh_maps *mm, const char *path, dev_t dev, ino_t ino,
 	return keep(mm, path, dev, ino, len, addr, 1);
 }
 
-unsigned mesh_maps_sweep(struct mesh_maps *mm)
+void snap_slotmap_drop(struct snap_slotmaps *mm, const char *path)
+{
+	for (unsigned i = 0; i < mm->n; i++)
+		if (!strcmp(mm->v[i].path, path)) {
+			drop(mm, i);
+			return;
+		}
+}
+
+unsigned snap_slotmaps_sweep(struct snap_slotmaps *mm)
 {
 	unsigned dropped = 0;
 	for (unsigned i = 0; i < mm->n;) {
@@ -146,10 +158,10 @@ unsigned mesh_maps_sweep(struct mesh_maps *mm)
 	return dropped;
 }
 
-void mesh_maps_free(struct mesh_maps *mm)
+void snap_slotmaps_free(struct snap_slotmaps *mm)
 {
 	while (mm->n)
 		drop(mm, mm->n - 1);
 	free(mm->v);
-	*mm = (struct mesh_maps){ 0 };
+	*mm = (struct snap_slotmaps){ 0 };
 }
