@@ -104,16 +104,24 @@ int smp_heal_crc(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsiz
 		return crc_pread(fd, off, len, buf, bufsize, crc);
 	/* The page tables in one call, not a fault per 64 KiB. */
 	madvise(p, mlen, MADV_POPULATE_READ);
+	int rc = smp_heal_crc_mapped((const uint8_t *)p + (off - moff), (size_t)len, crc);
+	munmap(p, mlen);
+	return rc;
+}
+
+int smp_heal_crc_mapped(const uint8_t *p, size_t len, uint32_t *crc)
+{
+	if (!done)
+		return -2;
 	sigjmp_buf jb;
 	volatile int faulted = 0;
 	volatile uint32_t c = 0;
 	guard = &jb;
 	if (sigsetjmp(jb, 1) == 0)
-		c = snap_crc32c((const uint8_t *)p + (off - moff), (size_t)len);
+		c = snap_crc32c(p, len);
 	else
 		faulted = 1;
 	guard = NULL;
-	munmap(p, mlen);
 	if (faulted)
 		return -1;
 	*crc = c;

@@ -11,9 +11,11 @@
  *
  * The scrub runs on the event loop's thread, a slice per poll round (at
  * most SCRUB_SLICE_MS worth of the rate at a time), reading each chunk
- * through a mapping under a SIGBUS guard (heal.c: a file truncated under a
- * mapping raises SIGBUS; pread cost five times the CRC's CPU time). Slots
- * being written are skipped. On a mesh (--ec) a bad chunk is repaired from
+ * through a mapping of its slot file kept across passes (scrubmap.c:
+ * mapping each chunk afresh spent most of the time in the page tables;
+ * pread cost five times the CRC's CPU time), under a SIGBUS guard (heal.c:
+ * a file truncated under a mapping raises SIGBUS). Slots being written are
+ * skipped. On a mesh (--ec) a bad chunk is repaired from
  * the mesh's parity first and the node's parity pieces are checked too
  * (meshscrub.c).
  */
@@ -27,6 +29,7 @@
 #include "files/files.h"
 #include "heal/meshscrub.h"
 #include "heal/scrub.h"
+#include "heal/scrubmap.h"
 #include "mesh/mesh.h"
 #include "smp_internal.h"
 
@@ -46,6 +49,8 @@ struct smp_scrub {
 	unsigned seen;                 /* committed slots and captured files checked in this pass */
 	int files;                     /* this pass is past the slots, at the captured files */
 	int behind;                    /* the last slice ended with the rate's credit unspent */
+	uint64_t swept_ns;             /* when the mappings were last checked against their files */
+	struct smp_scrub_maps maps;
 };
 
 struct smp_scrub *smp_scrub_new(struct smp *m)
@@ -76,6 +81,7 @@ void smp_scrub_free(struct smp_scrub *sc)
 		return;
 	if (sc->fd >= 0)
 		close(sc->fd);
+	smp_scrub_maps_free(&sc->maps);
 	free(sc->buf);
 	free(sc);
 }
@@ -147,12 +153,16 @@ static int advance(struct smp *m, struct smp_scrub *sc, int next)
 }
 
 /* Read chunk t's stored bytes and check them: 1 good, 0 bad (or unreadable). */
-static int chunk_ok(struct smp_scrub *sc, const struct snap_manifest *man, uint32_t t, uint64_t *read)
+static int chunk_ok(struct smp_scrub *sc, const char *path, const struct snap_manifest *man, uint32_t t,
+		    uint64_t *read)
 {
 	struct snap_chunk c;
 	snap_layout_chunk(&man->layout, t, &c);
 	uint32_t crc;
-	if (smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc))
+	int rc = smp_scrub_map_crc(&sc->maps, path, sc->fd, c.slot_off, man->len[t], &crc);
+	if (rc == -2)   /* not mappable: a chunk at a time, or pread */
+		rc = smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc);
+	if (rc)
 		return 0;
 	*read += man->len[t];
 	return crc == man->crc[t];
@@ -171,6 +181,13 @@ void smp_scrub_tick(struct smp *m)
 	if (sc->fd >= 0)
 		close(sc->fd);
 	sc->fd = -1;
+	/* A deleted or replaced slot file's pages stay while a mapping holds
+	 * them: at most a second. */
+	uint64_t now = snap_now_ns();
+	if (now - sc->swept_ns >= 1000000000ull) {
+		sc->swept_ns = now;
+		smp_scrub_maps_sweep(&sc->maps);
+	}
 }
 
 /* The captured files' turn: 1 while there is more of this pass to do. */
@@ -239,7 +256,7 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		if (sc->fd < 0)
 			sc->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
 		uint64_t got = 0;
-		int ok = sc->fd >= 0 && chunk_ok(sc, &sl->man, sc->chunk, &got);
+		int ok = sc->fd >= 0 && chunk_ok(sc, path, &sl->man, sc->chunk, &got);
 		sc->credit -= (int64_t)(got ? got : 4096);
 		m->heal.scrubbed_bytes += got;
 		if (ok) {
