@@ -408,7 +408,7 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 		if (rc != 1)
 			return rc;
 	}
-	uint32_t checked = 0, bad = 0, fixed = 0, withdrawn = 0, mended = 0;
+	uint32_t checked = 0, bad = 0, fixed = 0, withdrawn = 0, mended = 0, by_parity = 0;
 	char how[SMP_ERRLEN] = "";
 	for (uint32_t k = 0; k < j->nranks; k++) {
 		struct store_rank *rk = j->ranks[k];
@@ -429,6 +429,7 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 		checked++;
 		bad += o.bad;
 		fixed += o.repaired;
+		by_parity += o.by_parity;
 		withdrawn += rc != 0;
 		mended += o.mended;
 		if (m->mesh)
@@ -450,6 +451,7 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 	snap_put_u32(out, withdrawn);
 	snap_put_u32(out, mended);
 	snap_put_str(out, how[0] ? how : "every chunk intact");   /* a wire string is never empty */
+	snap_put_u32(out, by_parity);
 	return 0;
 }
 

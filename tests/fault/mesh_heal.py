@@ -176,13 +176,22 @@ def verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail):
     except ValueError:
         rep = {}
     if (rep.get("mended_files") != 1 or not rep.get("repaired_chunks") or
-            rep.get("repaired_chunks") != rep.get("bad_chunks") or "from parity" not in rep.get("how", "")):
+            rep.get("repaired_chunks") != rep.get("bad_chunks") or "from parity" not in rep.get("how", "") or
+            rep.get("repaired_from_parity") != rep.get("repaired_chunks") or rep.get("repaired_from_flush") != 0):
         fail(f"verify --repair on node {i}: {r.returncode} {r.stdout[-800:]} {r.stderr[-400:]}")
     elif open(sp, "rb").read() != lay.data[i][len(lay.man[i]):]:
         fail(f"verify --repair on node {i}: the slot differs from the pristine bytes")
     else:
         print(f"verify --repair: node {i}'s truncated slot repaired from parity "
               f"({rep['repaired_chunks']} chunks)", flush=True)
+        # The text summary names the level the daemon counted, not the flush.
+        os.truncate(sp, 1000)
+        r = subprocess.run([tool, "verify", str(STEPS), "--repair", "--store", mesh.root(i), "--job", JOB],
+                           capture_output=True, text=True, timeout=120)
+        head = r.stdout.splitlines()[0] if r.stdout else ""
+        # (exit 3: this node's store holds one rank of the step, "incomplete")
+        if f"{rep['repaired_chunks']} repaired from parity," not in head:
+            fail(f"verify --repair (text) on node {i}: {r.returncode} {head!r} {r.stderr[-400:]}")
     mesh.kill()
 
 
@@ -228,6 +237,25 @@ def give_up_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
     else:
         print(f"give-up: the copies of nodes {sorted(lost)} given up once each by the scrub, not again in 3 "
               f"more passes", flush=True)
+    # The mesh view shows each node store's damage record, as status does one store's.
+    pat = os.path.join(mesh.base, "node%n")
+    view = subprocess.run([tool, "status", "--nodes", str(a.nodes), "--store", pat, "--job", JOB, "--json"],
+                          capture_output=True, text=True)
+    text = subprocess.run([tool, "status", "--nodes", str(a.nodes), "--store", pat, "--job", JOB],
+                          capture_output=True, text=True)
+    try:
+        dmg = json.loads(view.stdout).get("damage")
+    except ValueError:
+        dmg = None
+    want = {(i, f"rank {i} step {STEPS}") for i in lost}   # one trainer rank per node
+    got = {(d.get("node"), d.get("what")) for d in dmg or []}
+    lines = [ln for ln in text.stdout.splitlines() if "last damage beyond repair (recorded in the store)" in ln]
+    if view.returncode != 0 or not want <= got or len(lines) != len(lost) or not all(
+            ln.startswith(f"node{i}: ") for i, ln in zip(sorted(lost), lines)):
+        fail(f"status --nodes: damage records {sorted(got)} (expected {sorted(want)}), text lines {lines}; "
+             f"{view.stderr[-400:]}")
+    else:
+        print(f"status --nodes: the damage records of nodes {sorted(lost)} shown (text and --json)", flush=True)
     mesh.kill()
 
 
