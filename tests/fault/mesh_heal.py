@@ -85,7 +85,7 @@ class Layout:
 
     def __init__(self, a, pristine):
         self.a, self.n, self.k, self.m = a, a.nodes, a.k, a.m
-        self.slot, self.man, self.data, self.par = {}, {}, {}, {}
+        self.slot, self.man, self.data, self.par, self.rec = {}, {}, {}, {}, {}
         for i in range(self.n):
             root = os.path.join(pristine, f"node{i}")
             sp = slot_of(root, i, STEPS)
@@ -95,11 +95,23 @@ class Layout:
             self.man[i] = open(sp + ".man", "rb").read()
             self.data[i] = self.man[i] + open(sp, "rb").read()
             self.par[i] = open(os.path.join(root, JOB, "ec", f"step-{STEPS}.parity"), "rb").read()
+            self.rec[i] = open(os.path.join(root, self.rec_path()), "rb").read()
         self.seg = -(-max(len(d) for d in self.data.values()) // self.k)
         for i in range(self.n):   # the model must be ec/'s: its parity files have m * seg bytes
             if len(self.par[i]) != self.m * self.seg:
                 raise RuntimeError(f"node {i}: parity of {len(self.par[i])} bytes, the model says "
                                    f"{self.m} x {self.seg}")
+
+    @staticmethod
+    def rec_path():
+        return os.path.join(JOB, "ec", f"step-{STEPS}.rec")
+
+    def file_of(self, i, what):
+        """Node i's file of the step, relative to its store: "slot", "man" (the
+        slot's manifest, the head of the node's data blob), "parity", "rec"
+        (its erasure-coding record: the CRC32C of every piece)."""
+        return {"slot": self.slot[i], "man": self.slot[i] + ".man", "rec": self.rec_path(),
+                "parity": os.path.join(JOB, "ec", f"step-{STEPS}.parity")}[what]
 
     def pieces(self, blob, base):
         """(offset, length) of each chunk of each segment or row of blob."""
@@ -112,15 +124,21 @@ class Layout:
         cnt = {}
         for i in range(self.n):
             root = root_of(i)
-            d = self.man[i] + read_padded(os.path.join(root, self.slot[i]), len(self.data[i]) - len(self.man[i]))
+            d = (read_padded(os.path.join(root, self.file_of(i, "man")), len(self.man[i])) +
+                 read_padded(os.path.join(root, self.slot[i]), len(self.data[i]) - len(self.man[i])))
             p = read_padded(os.path.join(root, JOB, "ec", f"step-{STEPS}.parity"), len(self.par[i]))
+            # A record that is not the pristine one: its CRCs cannot vouch for
+            # any of the node's pieces, so every one of them is an erasure.
+            lost = read_padded(os.path.join(root, self.rec_path()), len(self.rec[i]) + 1) != self.rec[i] + b"\0"
+            if lost:
+                d, p = b"", b""
             for t, q, off, ln in self.pieces(self.data[i], "data"):
                 a, b = self.data[i][off:off + ln], d[off:off + ln]
-                if a.ljust(ln, b"\0") != b.ljust(ln, b"\0"):
+                if lost or a.ljust(ln, b"\0") != b.ljust(ln, b"\0"):
                     s = (i - self.m - t) % self.n
                     cnt[(s, q)] = cnt.get((s, q), 0) + 1
             for r, q, off, ln in self.pieces(self.par[i], "parity"):
-                if self.par[i][off:off + ln] != p[off:off + ln]:
+                if lost or self.par[i][off:off + ln] != p[off:off + ln]:
                     s = (i - r) % self.n
                     cnt[(s, q)] = cnt.get((s, q), 0) + 1
         return cnt
@@ -316,12 +334,14 @@ def main():
                 mesh.extra += ["--flush-dir", flush, "--flush-every", "1000"]
             mesh.start(os.path.join(logdir, f"t{t}.log"))
             # Damage once every node serves: the relaunch's rebuild ran before.
-            targets = rng.sample([(i, w) for i in range(a.nodes) for w in ("slot", "parity")], rng.choice([1, 1, 2, 2, 3, 4, 5]))
+            # Data slots and parity pieces, and what vouches for them: the
+            # slot's manifest and the node's erasure-coding record.
+            targets = rng.sample([(i, w) for i in range(a.nodes) for w in ("slot", "parity", "man", "rec")],
+                                 rng.choice([1, 1, 2, 2, 3, 4, 5]))
             done = []
             for i, w in targets:
                 root = mesh.root(i)
-                path = os.path.join(root, lay.slot[i] if w == "slot" else
-                                    os.path.join(JOB, "ec", f"step-{STEPS}.parity"))
+                path = os.path.join(root, lay.file_of(i, w))
                 how = rng.choice(["flip", "flip", "zero", "truncate", "delete"])
                 damage_file(rng, path, how, rng.randint(1, 3) if how == "flip" else 1)
                 done.append(f"node {i} {w} {how}")
@@ -364,6 +384,10 @@ def main():
                             fail(f"node {i}: slot of step {STEPS} not repaired bit-exact: {what}")
                         if not os.path.exists(pp) or open(pp, "rb").read() != lay.par[i]:
                             fail(f"node {i}: parity of step {STEPS} not repaired bit-exact: {what}")
+                        for w, want in (("man", lay.man[i]), ("rec", lay.rec[i])):
+                            fp = os.path.join(root, lay.file_of(i, w))
+                            if not os.path.exists(fp) or open(fp, "rb").read() != want:
+                                fail(f"node {i}: {w} of step {STEPS} not repaired bit-exact: {what}")
                 if hit and kind == "intact":
                     # A damaged slot whose chunks all still pass (only zeros lost): nothing to say.
                     kind = "unnoticed"
