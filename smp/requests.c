@@ -213,6 +213,9 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
  * scan at start). SNAP_STEP_LATEST is the newest step some level holds
  * whole: 1 when the disk's newer step was loaded into *slot, 0 to use the
  * store's `latest` (a newer step on disk that is damaged too is logged).
+ * Only with that evidence: a newer step on disk is otherwise one of a
+ * timeline a restore of an older step abandoned (the flush keeps no
+ * generation), and the store's newest is the job's.
  */
 static int newer_on_disk(struct smp *m, struct conn *c, uint64_t latest, uint32_t *slot, char *err)
 {
@@ -220,7 +223,10 @@ static int newer_on_disk(struct smp *m, struct conn *c, uint64_t latest, uint32_
 	uint64_t disk = 0, sealed = 0;
 	size_t bad = 0;
 	struct snap_io_err e = { 0 };
-	if (m->mesh || !m->cfg->flush_dir[0])
+	uint32_t discarded = 0;
+	for (uint32_t r = 0; r < j->nranks; r++)
+		discarded += j->ranks[r] ? j->ranks[r]->discarded : 0;
+	if (m->mesh || !m->cfg->flush_dir[0] || !discarded)
 		return 0;
 	if (snap_io_newest_step(m->cfg->flush_dir, j->name, &disk, &e) == 0 && disk > latest &&
 	    snap_io_verify_step(m->cfg->flush_dir, j->name, disk, &bad, &e) == 0 &&
