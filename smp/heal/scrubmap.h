@@ -16,7 +16,7 @@ struct smp_scrub_map {
 	ino_t ino;
 	uint64_t len;      /* the file's size when it was mapped: the mapping's length */
 	uint8_t *addr;
-	uint64_t used;     /* the caches's clock when last used */
+	uint64_t used;     /* the cache's clock when last used */
 };
 
 struct smp_scrub_maps {
