@@ -24,6 +24,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "base/busguard.h"
 #include "daemon.h"
 #include "files/files.h"
 #include "snap/io.h"
@@ -215,6 +216,10 @@ static int serve_open_store(struct smp *m, int quiet, char *err, size_t errlen)
 		m->store = NULL;
 		return rc;
 	}
+	/* Before the mesh thread's warm-up and the scrub read mappings of files
+	 * that may be cut underneath; after MPI_Init, whose own SIGBUS handler
+	 * it keeps for any other fault. */
+	smp_bus_guard_init();
 	if (m->mesh && (rc = snap_mesh_start(m->mesh, &m->store, cfg->slots, cfg->mem_limit, quiet, err, errlen))) {
 		snap_store_close(m->store);
 		m->store = NULL;

@@ -21,6 +21,7 @@
 #include "flush/persist.h"
 #include "mesh/mesh.h"
 #include "base/metrics.h"
+#include "snap/io.h"
 #include "snap/wire.h"
 
 
@@ -206,6 +207,46 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	return rc;
 }
 
+/*
+ * One node with a flush directory: the flush may hold a newer step than the
+ * store, when the store lost it (its manifest damaged and discarded by the
+ * scan at start). SNAP_STEP_LATEST is the newest step some level holds
+ * whole: 1 when the disk's newer step was loaded into *slot, 0 to use the
+ * store's `latest` (a newer step on disk that is damaged too is logged).
+ * Only with that evidence: a newer step on disk is otherwise one of a
+ * timeline a restore of an older step abandoned (the flush keeps no
+ * generation), and the store's newest is the job's.
+ */
+static int newer_on_disk(struct smp *m, struct conn *c, uint64_t latest, uint32_t *slot, char *err)
+{
+	struct store_job *j = c->job;
+	uint64_t disk = 0, sealed = 0;
+	size_t bad = 0;
+	struct snap_io_err e = { 0 };
+	uint32_t discarded = 0;
+	for (uint32_t r = 0; r < j->nranks; r++)
+		discarded += j->ranks[r] ? j->ranks[r]->discarded : 0;
+	if (m->mesh || !m->cfg->flush_dir[0] || !discarded)
+		return 0;
+	if (snap_io_newest_step(m->cfg->flush_dir, j->name, &disk, &e) == 0 && disk > latest &&
+	    snap_io_verify_step(m->cfg->flush_dir, j->name, disk, &bad, &e) == 0 &&
+	    snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, SMP_ERRLEN) == 0) {
+		if (c->rank->slots[*slot].step > latest) {
+			smp_say(m, "job %s rank %u: restoring persisted step %" PRIu64 " from %s (level: disk): the node "
+				"store's newest is step %" PRIu64, j->name, c->rank->rank, c->rank->slots[*slot].step,
+				m->cfg->flush_dir, latest);
+			return 1;
+		}
+		return 0;   /* the disk's choice is older after all: the store's stands */
+	}
+	if ((snap_io_sealed_step(m->cfg->flush_dir, j->name, &sealed) && sealed > latest) ||
+	    snap_io_lost_step(m->cfg->flush_dir, j->name, latest, &sealed))
+		smp_logf(&m->log, SMP_LOG_WARN, "job %s rank %u: step %" PRIu64 " was persisted but neither the node store "
+			 "nor %s holds it whole; restoring step %" PRIu64, j->name, c->rank->rank, sealed,
+			 m->cfg->flush_dir, latest);
+	return 0;
+}
+
 /* A step is restorable only when every rank of its world committed it. */
 static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *slot, char *err)
 {
@@ -247,6 +288,8 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 				 m->store->root);
 			return SNAP_ENOENT;
 		}
+		if (newer_on_disk(m, c, latest, slot, err))
+			return snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, SMP_ERRLEN);
 		want = latest;
 	}
 	struct store_slot *sl = snap_store_find(m->store, c->rank, want, slot);
@@ -408,7 +451,7 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 		if (rc != 1)
 			return rc;
 	}
-	uint32_t checked = 0, bad = 0, fixed = 0, withdrawn = 0, mended = 0;
+	uint32_t checked = 0, bad = 0, fixed = 0, withdrawn = 0, mended = 0, by_parity = 0;
 	char how[SMP_ERRLEN] = "";
 	for (uint32_t k = 0; k < j->nranks; k++) {
 		struct store_rank *rk = j->ranks[k];
@@ -429,6 +472,7 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 		checked++;
 		bad += o.bad;
 		fixed += o.repaired;
+		by_parity += o.by_parity;
 		withdrawn += rc != 0;
 		mended += o.mended;
 		if (m->mesh)
@@ -450,6 +494,7 @@ static int on_repair(struct smp *m, struct conn *c, struct snap_rbuf *r, struct 
 	snap_put_u32(out, withdrawn);
 	snap_put_u32(out, mended);
 	snap_put_str(out, how[0] ? how : "every chunk intact");   /* a wire string is never empty */
+	snap_put_u32(out, by_parity);
 	return 0;
 }
 

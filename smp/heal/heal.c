@@ -7,14 +7,13 @@
  * And the scrub's read of a stored range, which both use.
  */
 #include <errno.h>
-#include <setjmp.h>
-#include <signal.h>
 #include <stdio.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "base/busguard.h"
 #include "heal/repair.h"
 #include "snap/damage.h"
 
@@ -45,30 +44,11 @@ void smp_heal_load(struct smp_heal *h, const struct snap_store *s)
  * the scrub's CPU time copying into its buffer (perf: _copy_to_iter,
  * filemap_get_entry) and 8% in the CRC itself. A mapping of a file that is
  * truncated behind the daemon's back raises SIGBUS on the lost pages, so
- * the CRC over it runs under a guard: on this thread, while the guard is
- * set, SIGBUS jumps back and the range counts as unreadable. Any other
- * SIGBUS gets the action that was there before (the default: the daemon
- * dies, as it would without the scrub).
+ * the CRC over it runs under base/busguard.c's guard.
  */
-static _Thread_local sigjmp_buf *guard;
-static struct sigaction before;
-static int done;   /* the handler is installed */
-
-static void on_sigbus(int sig, siginfo_t *si, void *uc)
-{
-	(void)si;
-	(void)uc;
-	if (guard)
-		siglongjmp(*guard, 1);
-	sigaction(sig, &before, NULL);   /* the faulting access runs again under it */
-}
-
 void smp_heal_guard_init(void)
 {
-	struct sigaction sa = { .sa_sigaction = on_sigbus, .sa_flags = SA_SIGINFO };
-	sigemptyset(&sa.sa_mask);
-	if (!done && sigaction(SIGBUS, &sa, &before) == 0)
-		done = 1;
+	smp_bus_guard_init();
 }
 
 static int crc_pread(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsize, uint32_t *crc)
@@ -99,31 +79,33 @@ int smp_heal_crc(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsiz
 	}
 	const uint64_t pg = (uint64_t)sysconf(_SC_PAGESIZE), moff = off / pg * pg;
 	const size_t mlen = (size_t)(off + len - moff);
-	void *p = done ? mmap(NULL, mlen, PROT_READ, MAP_SHARED, fd, (off_t)moff) : MAP_FAILED;
+	void *p = mmap(NULL, mlen, PROT_READ, MAP_SHARED, fd, (off_t)moff);
 	if (p == MAP_FAILED)
 		return crc_pread(fd, off, len, buf, bufsize, crc);
 	/* The page tables in one call, not a fault per 64 KiB. */
 	madvise(p, mlen, MADV_POPULATE_READ);
-	int rc = smp_heal_crc_mapped((const uint8_t *)p + (off - moff), len, crc);
+	int rc = smp_heal_crc_mapped((const uint8_t *)p + (off - moff), (size_t)len, crc);
 	munmap(p, mlen);
-	return rc;
+	return rc == -2 ? crc_pread(fd, off, len, buf, bufsize, crc) : rc;   /* -2: no guard */
 }
 
-int smp_heal_crc_mapped(const void *p, uint64_t len, uint32_t *crc)
+struct crc_job {
+	const uint8_t *p;
+	size_t len;
+	uint32_t crc;
+};
+
+static void crc_run(void *arg)
 {
-	if (!done)
-		return -1;   /* no guard: a lost page would kill the daemon */
-	sigjmp_buf jb;
-	volatile int faulted = 0;
-	volatile uint32_t c = 0;
-	guard = &jb;
-	if (sigsetjmp(jb, 1) == 0)
-		c = snap_crc32c(p, (size_t)len);
-	else
-		faulted = 1;
-	guard = NULL;
-	if (faulted)
-		return -1;
-	*crc = c;
-	return 0;
+	struct crc_job *c = arg;
+	c->crc = snap_crc32c(c->p, c->len);
+}
+
+int smp_heal_crc_mapped(const uint8_t *p, size_t len, uint32_t *crc)
+{
+	struct crc_job c = { p, len, 0 };
+	int rc = smp_bus_guarded(crc_run, &c);
+	if (rc == 0)
+		*crc = c.crc;
+	return rc;
 }

@@ -308,5 +308,6 @@ int smp_repair_after_parity(const struct snap_smp_config *cfg, struct snap_store
 	}
 	out->bad += by_parity;
 	out->repaired += by_parity;
+	out->by_parity = by_parity;
 	return rc;
 }

@@ -40,16 +40,17 @@ void smp_heal_guard_init(void);
  * through a guarded mapping (or pread through buf): 0, or -1 when the file
  * is shorter or the bytes cannot be read. */
 int smp_heal_crc(int fd, uint64_t off, uint64_t len, uint8_t *buf, size_t bufsize, uint32_t *crc);
-/* CRC32C of len bytes at p, a file's mapping, under the guard: 0, or -1
- * when a page of it is gone (the file was truncated behind the mapping) or
- * no guard is installed. */
-int smp_heal_crc_mapped(const void *p, uint64_t len, uint32_t *crc);
+/* CRC32C of len mapped bytes at p under the SIGBUS guard: 0, -1 when a page
+ * is gone (the file was truncated under the mapping), -2 when the guard is
+ * not installed (nothing read). */
+int smp_heal_crc_mapped(const uint8_t *p, size_t len, uint32_t *crc);
 
 /* One slot's repair. */
 struct smp_repair_out {
 	uint64_t step;
 	uint32_t bad;                  /* chunks that failed their CRC32C */
 	uint32_t repaired;             /* of those, rewritten and re-verified */
+	uint32_t by_parity;            /* of those, decoded from the mesh's parity (the rest: the flush) */
 	int mended;                    /* the slot file was missing or short: recreated or grown */
 	char how[400];                 /* what was found and where the bytes came from */
 };

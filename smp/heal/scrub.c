@@ -158,18 +158,23 @@ static int advance(struct smp *m, struct smp_scrub *sc, int next)
 }
 
 /* Read chunk t's stored bytes and check them: 1 good, 0 bad (or unreadable). */
-static int chunk_ok(struct smp_scrub *sc, const struct snap_manifest *man, uint32_t t, uint64_t *read)
+static int chunk_ok(struct smp_scrub *sc, const char *path, const struct snap_manifest *man, uint32_t t,
+		    uint64_t *read)
 {
 	struct snap_chunk c;
 	snap_layout_chunk(&man->layout, t, &c);
 	uint32_t crc;
+	int rc = -2;
 	if (sc->map) {
-		if (c.slot_off > sc->maplen || man->len[t] > sc->maplen - c.slot_off ||
-		    smp_heal_crc_mapped(sc->map + c.slot_off, man->len[t], &crc))
+		if (c.slot_off > sc->maplen || man->len[t] > sc->maplen - c.slot_off)
 			return 0;
-	} else if (sc->fd < 0 || smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc)) {
-		return 0;
+		rc = smp_heal_crc_mapped(sc->map + c.slot_off, man->len[t], &crc);
 	}
+	if (rc == -2)   /* not mapped, or no guard to read a mapping under */
+		rc = sc->fd >= 0 || (sc->fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW)) >= 0 ?
+			smp_heal_crc(sc->fd, c.slot_off, man->len[t], sc->buf, SCRUB_BUF, &crc) : -1;
+	if (rc)
+		return 0;
 	*read += man->len[t];
 	return crc == man->crc[t];
 }
@@ -272,7 +277,7 @@ static void scrub_slice(struct smp *m, struct smp_scrub *sc)
 		snap_store_path(m->store, j->name, r->rank, sc->slot, 0, path, sizeof(path));
 		open_slot(sc, path, sl->man.layout.slot_bytes);
 		uint64_t got = 0;
-		int ok = chunk_ok(sc, &sl->man, sc->chunk, &got);
+		int ok = chunk_ok(sc, path, &sl->man, sc->chunk, &got);
 		sc->credit -= (int64_t)(got ? got : 4096);
 		m->heal.scrubbed_bytes += got;
 		if (ok) {

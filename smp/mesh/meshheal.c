@@ -50,14 +50,18 @@ int snap_mesh_heal(struct snap_mesh *mesh, const char *job, uint64_t step, uint6
 		return SNAP_ELOST;
 	}
 	if (*ticket == 0) {
-		/* No record here: the job's files were removed (by hand: what
-		 * remains is not damage). Every node would rebuild them. */
-		char rpath[SNAP_FILE_MAX];
+		/* No record here and no job directory: the job's files were
+		 * removed (by hand: what remains is not damage; every node would
+		 * rebuild them). A record lost from a job that is still there is
+		 * damage like any other: the rebuild counts this node lost for
+		 * the step and writes its record back with its pieces. */
+		char rpath[SNAP_FILE_MAX], jpath[SNAP_FILE_MAX];
 		struct stat st;
 		mesh_ec_path(mesh->store->root, job, step, "rec", rpath, sizeof(rpath));
-		if (stat(rpath, &st) != 0) {
-			snap_fmt(err, errlen, "this node holds no erasure-coding record of step %" PRIu64 " (%s: %s)", step,
-				 rpath, strerror(errno));
+		snprintf(jpath, sizeof(jpath), "%s/%s", mesh->store->root, job);
+		if (stat(rpath, &st) != 0 && stat(jpath, &st) != 0) {
+			snap_fmt(err, errlen, "this node holds no erasure-coding record of step %" PRIu64 " (%s), nor the job (%s: %s)", step,
+				 rpath, jpath, strerror(errno));
 			return SNAP_ENOENT;
 		}
 		/* The next round to start carries it: this one's summary is taken. */

@@ -52,6 +52,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "base/busguard.h"
 #include "mesh/mesh_int.h"
 #include "base/metrics.h"
 #include "snap/store.h"
@@ -105,6 +106,25 @@ struct mesh_warm {
 
 #define PAGE 4096u
 
+struct touch {
+	volatile uint8_t *b;
+	uint64_t len;
+	int write;
+};
+
+static void touch_pages(void *arg)
+{
+	struct touch *t = arg;
+	uint8_t sum = 0;
+	for (uint64_t o = 0; o < t->len; o += PAGE) {
+		uint8_t v = t->b[o];
+		if (t->write)
+			t->b[o] = v;
+		sum ^= v;
+	}
+	(void)sum;
+}
+
 static int map_touch(struct wreq *r)
 {
 	int rw = r->kind != W_SLOT, fd;
@@ -150,15 +170,14 @@ static int map_touch(struct wreq *r)
 	 * as it was read). Every other file is only read: a protect may be
 	 * writing into a spare or kept parity file at this very moment, and a
 	 * byte written back from before its write would undo it. */
-	volatile uint8_t *b = p;
-	uint8_t sum = 0;
-	for (uint64_t o = 0; o < r->len; o += PAGE) {
-		uint8_t v = b[o];
-		if (r->kind == W_PARITY)
-			b[o] = v;
-		sum ^= v;
+	/* Under the SIGBUS guard: a file cut behind the daemon's back (a damaged
+	 * store) loses its pages under the mapping, and the touch would kill
+	 * the daemon. Such a file is not warmed; a protect or repair meets it. */
+	struct touch t = { p, r->len, r->kind == W_PARITY };
+	if (smp_bus_guarded(touch_pages, &t) == -1) {
+		munmap(p, r->len);
+		return EIO;
 	}
-	(void)sum;
 	r->addr = p;
 	r->dev = st.st_dev;
 	r->ino = st.st_ino;

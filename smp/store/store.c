@@ -201,6 +201,7 @@ static void scan_slot(struct snap_store *s, struct store_job *j, struct store_ra
 		return;
 	}
 	free(buf);
+	r->discarded++;
 	snap_store_logf(s, "discarding %s: %s", mpath, why);
 	if (!s->read_only)
 		unlink(mpath);

@@ -85,7 +85,7 @@ class Layout:
 
     def __init__(self, a, pristine):
         self.a, self.n, self.k, self.m = a, a.nodes, a.k, a.m
-        self.slot, self.man, self.data, self.par = {}, {}, {}, {}
+        self.slot, self.man, self.data, self.par, self.rec = {}, {}, {}, {}, {}
         for i in range(self.n):
             root = os.path.join(pristine, f"node{i}")
             sp = slot_of(root, i, STEPS)
@@ -95,11 +95,23 @@ class Layout:
             self.man[i] = open(sp + ".man", "rb").read()
             self.data[i] = self.man[i] + open(sp, "rb").read()
             self.par[i] = open(os.path.join(root, JOB, "ec", f"step-{STEPS}.parity"), "rb").read()
+            self.rec[i] = open(os.path.join(root, self.rec_path()), "rb").read()
         self.seg = -(-max(len(d) for d in self.data.values()) // self.k)
         for i in range(self.n):   # the model must be ec/'s: its parity files have m * seg bytes
             if len(self.par[i]) != self.m * self.seg:
                 raise RuntimeError(f"node {i}: parity of {len(self.par[i])} bytes, the model says "
                                    f"{self.m} x {self.seg}")
+
+    @staticmethod
+    def rec_path():
+        return os.path.join(JOB, "ec", f"step-{STEPS}.rec")
+
+    def file_of(self, i, what):
+        """Node i's file of the step, relative to its store: "slot", "man" (the
+        slot's manifest, the head of the node's data blob), "parity", "rec"
+        (its erasure-coding record: the CRC32C of every piece)."""
+        return {"slot": self.slot[i], "man": self.slot[i] + ".man", "rec": self.rec_path(),
+                "parity": os.path.join(JOB, "ec", f"step-{STEPS}.parity")}[what]
 
     def pieces(self, blob, base):
         """(offset, length) of each chunk of each segment or row of blob."""
@@ -112,15 +124,21 @@ class Layout:
         cnt = {}
         for i in range(self.n):
             root = root_of(i)
-            d = self.man[i] + read_padded(os.path.join(root, self.slot[i]), len(self.data[i]) - len(self.man[i]))
+            d = (read_padded(os.path.join(root, self.file_of(i, "man")), len(self.man[i])) +
+                 read_padded(os.path.join(root, self.slot[i]), len(self.data[i]) - len(self.man[i])))
             p = read_padded(os.path.join(root, JOB, "ec", f"step-{STEPS}.parity"), len(self.par[i]))
+            # A record that is not the pristine one: its CRCs cannot vouch for
+            # any of the node's pieces, so every one of them is an erasure.
+            lost = read_padded(os.path.join(root, self.rec_path()), len(self.rec[i]) + 1) != self.rec[i] + b"\0"
+            if lost:
+                d, p = b"", b""
             for t, q, off, ln in self.pieces(self.data[i], "data"):
                 a, b = self.data[i][off:off + ln], d[off:off + ln]
-                if a.ljust(ln, b"\0") != b.ljust(ln, b"\0"):
+                if lost or a.ljust(ln, b"\0") != b.ljust(ln, b"\0"):
                     s = (i - self.m - t) % self.n
                     cnt[(s, q)] = cnt.get((s, q), 0) + 1
             for r, q, off, ln in self.pieces(self.par[i], "parity"):
-                if self.par[i][off:off + ln] != p[off:off + ln]:
+                if lost or self.par[i][off:off + ln] != p[off:off + ln]:
                     s = (i - r) % self.n
                     cnt[(s, q)] = cnt.get((s, q), 0) + 1
         return cnt
@@ -176,13 +194,22 @@ def verify_repair_check(a, rng, mesh, lay, pristine, run, logdir, fail):
     except ValueError:
         rep = {}
     if (rep.get("mended_files") != 1 or not rep.get("repaired_chunks") or
-            rep.get("repaired_chunks") != rep.get("bad_chunks") or "from parity" not in rep.get("how", "")):
+            rep.get("repaired_chunks") != rep.get("bad_chunks") or "from parity" not in rep.get("how", "") or
+            rep.get("repaired_from_parity") != rep.get("repaired_chunks") or rep.get("repaired_from_flush") != 0):
         fail(f"verify --repair on node {i}: {r.returncode} {r.stdout[-800:]} {r.stderr[-400:]}")
     elif open(sp, "rb").read() != lay.data[i][len(lay.man[i]):]:
         fail(f"verify --repair on node {i}: the slot differs from the pristine bytes")
     else:
         print(f"verify --repair: node {i}'s truncated slot repaired from parity "
               f"({rep['repaired_chunks']} chunks)", flush=True)
+        # The text summary names the level the daemon counted, not the flush.
+        os.truncate(sp, 1000)
+        r = subprocess.run([tool, "verify", str(STEPS), "--repair", "--store", mesh.root(i), "--job", JOB],
+                           capture_output=True, text=True, timeout=120)
+        head = r.stdout.splitlines()[0] if r.stdout else ""
+        # (exit 3: this node's store holds one rank of the step, "incomplete")
+        if f"{rep['repaired_chunks']} repaired from parity," not in head:
+            fail(f"verify --repair (text) on node {i}: {r.returncode} {head!r} {r.stderr[-400:]}")
     mesh.kill()
 
 
@@ -228,6 +255,25 @@ def give_up_check(a, rng, mesh, lay, pristine, run, logdir, waiter, fail):
     else:
         print(f"give-up: the copies of nodes {sorted(lost)} given up once each by the scrub, not again in 3 "
               f"more passes", flush=True)
+    # The mesh view shows each node store's damage record, as status does one store's.
+    pat = os.path.join(mesh.base, "node%n")
+    view = subprocess.run([tool, "status", "--nodes", str(a.nodes), "--store", pat, "--job", JOB, "--json"],
+                          capture_output=True, text=True)
+    text = subprocess.run([tool, "status", "--nodes", str(a.nodes), "--store", pat, "--job", JOB],
+                          capture_output=True, text=True)
+    try:
+        dmg = json.loads(view.stdout).get("damage")
+    except ValueError:
+        dmg = None
+    want = {(i, f"rank {i} step {STEPS}") for i in lost}   # one trainer rank per node
+    got = {(d.get("node"), d.get("what")) for d in dmg or []}
+    lines = [ln for ln in text.stdout.splitlines() if "last damage beyond repair (recorded in the store)" in ln]
+    if view.returncode != 0 or not want <= got or len(lines) != len(lost) or not all(
+            ln.startswith(f"node{i}: ") for i, ln in zip(sorted(lost), lines)):
+        fail(f"status --nodes: damage records {sorted(got)} (expected {sorted(want)}), text lines {lines}; "
+             f"{view.stderr[-400:]}")
+    else:
+        print(f"status --nodes: the damage records of nodes {sorted(lost)} shown (text and --json)", flush=True)
     mesh.kill()
 
 
@@ -288,12 +334,14 @@ def main():
                 mesh.extra += ["--flush-dir", flush, "--flush-every", "1000"]
             mesh.start(os.path.join(logdir, f"t{t}.log"))
             # Damage once every node serves: the relaunch's rebuild ran before.
-            targets = rng.sample([(i, w) for i in range(a.nodes) for w in ("slot", "parity")], rng.choice([1, 1, 2, 2, 3, 4, 5]))
+            # Data slots and parity pieces, and what vouches for them: the
+            # slot's manifest and the node's erasure-coding record.
+            targets = rng.sample([(i, w) for i in range(a.nodes) for w in ("slot", "parity", "man", "rec")],
+                                 rng.choice([1, 1, 2, 2, 3, 4, 5]))
             done = []
             for i, w in targets:
                 root = mesh.root(i)
-                path = os.path.join(root, lay.slot[i] if w == "slot" else
-                                    os.path.join(JOB, "ec", f"step-{STEPS}.parity"))
+                path = os.path.join(root, lay.file_of(i, w))
                 how = rng.choice(["flip", "flip", "zero", "truncate", "delete"])
                 damage_file(rng, path, how, rng.randint(1, 3) if how == "flip" else 1)
                 done.append(f"node {i} {w} {how}")
@@ -336,6 +384,10 @@ def main():
                             fail(f"node {i}: slot of step {STEPS} not repaired bit-exact: {what}")
                         if not os.path.exists(pp) or open(pp, "rb").read() != lay.par[i]:
                             fail(f"node {i}: parity of step {STEPS} not repaired bit-exact: {what}")
+                        for w, want in (("man", lay.man[i]), ("rec", lay.rec[i])):
+                            fp = os.path.join(root, lay.file_of(i, w))
+                            if not os.path.exists(fp) or open(fp, "rb").read() != want:
+                                fail(f"node {i}: {w} of step {STEPS} not repaired bit-exact: {what}")
                 if hit and kind == "intact":
                     # A damaged slot whose chunks all still pass (only zeros lost): nothing to say.
                     kind = "unnoticed"
@@ -347,14 +399,17 @@ def main():
             else:
                 kind = "fallback"
                 for r in range(a.world):
-                    if got[r] is None or got[r] > STEPS or (r in hit and got[r] == STEPS and
-                                                            "repaired" not in outs[r]):
+                    if got[r] is None or got[r] > STEPS:
                         fail(f"rank {r} restored {got[r]}: {what}: {outs[r][-600:]}")
+                # A damaged rank that restored the newest step without a repair: its
+                # damage missed every chunk (bytes past the last one); the trainer
+                # checked every restored byte.
+                noticed = [r for r in hit if not (got[r] == STEPS and "repaired" not in outs[r])]
                 # The first rank to find its copy beyond repair falls back and says so;
                 # once its copy is given up the agreement no longer counts the newest
                 # step, and the ranks that ask after that get the older one silently
                 # (as on one node, where the copy is withdrawn).
-                if not any(got[r] < STEPS and "fell back to step" in outs[r] for r in hit):
+                if noticed and not any(got[r] < STEPS and "fell back to step" in outs[r] for r in noticed):
                     fail(f"no rank says it fell back: {what}: {[outs[r][-300:] for r in sorted(hit)]}")
             tally[kind] = tally.get(kind, 0) + 1
             mesh.kill()

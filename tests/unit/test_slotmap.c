@@ -28,7 +28,7 @@
 
 /* heal.c's guarded read, declared here: its header pulls in the daemon's types. */
 void smp_heal_guard_init(void);
-int smp_heal_crc_mapped(const void *p, uint64_t len, uint32_t *crc);
+int smp_heal_crc_mapped(const uint8_t *p, size_t len, uint32_t *crc);
 
 #define LEN (256u << 10)
 

@@ -35,7 +35,8 @@ enum snap_msg_type {
 	                           daemons end before these); no HELLO needed */
 	SNAP_MSG_REPAIR = 10,   /* str job, u32 rank (UINT32_MAX: all), u64 step (UINT64_MAX = latest) -> u64 step,
 	                           u32 ranks checked, u32 bad chunks, u32 repaired, u32 ranks withdrawn, u32 slot files
-	                           mended (missing or short: recreated or grown), str how;
+	                           mended (missing or short: recreated or grown), str how, u32 of the repaired
+	                           from parity (the rest from the flush; older daemons end before it);
 	                           no HELLO needed (snaptool verify --repair) */
 	/* Captured files (integration/preload, smp/files/fileopen.c); no HELLO needed, FATTACH first. */
 	SNAP_MSG_FATTACH = 16,  /* str job, u32 pid -> u64 mem_limit, u64 mem_used */

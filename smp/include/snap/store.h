@@ -48,6 +48,7 @@ struct store_rank {
 	int has_layout;
 	void *conn;                    /* connected trainer, if any */
 	uint32_t pid;
+	uint32_t discarded;            /* damaged manifests the scan at start discarded (a committed step lost) */
 };
 
 struct store_job {

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "snap/base.h"
+#include "snap/damage.h"
 #include "snap/io.h"
 #include "snap/meshfiles.h"
 #include "snap/ec.h"
@@ -455,6 +456,42 @@ static int mesh_jobs(const struct mesh_args *a, struct snap_store **st)
 	return lost;
 }
 
+/* Damage beyond repair each node's store recorded (snap/damage.h), as
+ * snaptool status shows one store's: text, the newest record per node; JSON,
+ * every record with its node. */
+static void mesh_damage(const struct mesh_args *a, struct snap_store **st)
+{
+	struct snap_damage *d = malloc(SNAP_DAMAGE_KEEP * sizeof(*d));
+	int shown = 0;
+	if (a->json)
+		printf(", \"damage\": [");
+	for (int n = 0; d && n < a->nodes; n++) {
+		int nd = st[n] ? snap_damage_load(st[n]->root, d, SNAP_DAMAGE_KEEP) : 0, last = -1;
+		for (int i = 0; i < nd; i++) {
+			if (a->job && strcmp(a->job, d[i].job))
+				continue;
+			last = i;
+			if (!a->json)
+				continue;
+			printf("%s{\"node\": %d, \"time\": %" PRIu64 ", \"job\": ", shown++ ? ", " : "", n, d[i].time_s);
+			st_json_str(d[i].job);
+			printf(", \"what\": ");
+			st_json_str(d[i].what);
+			printf(", \"why\": ");
+			st_json_str(d[i].why);
+			printf("}");
+		}
+		if (last >= 0 && !a->json && !a->recover) {
+			char line[1024];
+			snap_damage_line(&d[last], line, sizeof(line));
+			printf("node%d: last damage beyond repair (recorded in the store): %s\n", n, line);
+		}
+	}
+	if (a->json)
+		printf("]");
+	free(d);
+}
+
 static int mesh_view(int argc, char **argv, int recover)
 {
 	struct mesh_args a;
@@ -478,8 +515,11 @@ static int mesh_view(int argc, char **argv, int recover)
 		printf("], \"jobs\": [");
 	}
 	int lost = mesh_jobs(&a, st);
+	if (a.json)
+		printf("]");
+	mesh_damage(&a, st);
 	if (a.json) {
-		printf("]}\n");
+		printf("}\n");
 		st_json_done();
 	}
 	for (int n = 0; n < a.nodes; n++)

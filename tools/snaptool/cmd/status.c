@@ -140,7 +140,8 @@ static const char status_usage[] =
 	"With --nodes N and a --store holding %n (snapsmp --ec): the mesh view of N node\n"
 	"stores: per step, which nodes hold data and parity, whether each group is\n"
 	"protected, the storage overhead M/K, and per level (node stores, parity, disk\n"
-	"with --flush-dir) the step it holds and the one a relaunch restores.\n";
+	"with --flush-dir) the step it holds and the one a relaunch restores; and each\n"
+	"node's last damage beyond repair (its store's record; --json: every record).\n";
 
 /* The store and the daemon, as the document's first keys (up to "jobs":[). */
 static void status_json_head(const struct snap_store *s, const struct daemon_view *d, int live)

@@ -29,6 +29,8 @@
 struct repair_view {
 	uint64_t step;
 	uint32_t ranks, bad, repaired, withdrawn, mended;
+	uint32_t by_parity;   /* of the repaired, from the mesh's parity; the rest from the flush */
+	int split;            /* the daemon said which level (older ones do not) */
 	char how[768];
 };
 
@@ -97,6 +99,8 @@ static int daemon_repair(const char *sock_path, const char *job, uint64_t step, 
 	v->withdrawn = snap_get_u32(&r);
 	v->mended = snap_get_u32(&r);
 	snap_get_str(&r, v->how, sizeof(v->how));
+	if ((v->split = snap_rbuf_left(&r) >= 4))
+		v->by_parity = snap_get_u32(&r);
 	free(p);
 	if (r.bad) {
 		snprintf(err, errlen, "malformed REPAIR reply");
@@ -126,10 +130,20 @@ static int verify_repair(const struct opts *o, uint64_t step, struct repair_view
 		st_error("snaptool verify --repair: %s", msg);
 		return ST_FAIL;
 	}
-	if (!o->json)
-		printf("repair: %u rank%s checked, %u bad chunks, %u repaired from the flush, %u rank%s withdrawn%s%s\n",
-		       rv->ranks, rv->ranks == 1 ? "" : "s", rv->bad, rv->repaired, rv->withdrawn,
-		       rv->withdrawn == 1 ? "" : "s", rv->bad || rv->mended ? ": " : "", rv->bad || rv->mended ? rv->how : "");
+	if (o->json)
+		return ST_OK;
+	/* The level each repaired chunk came from, as the daemon counted it. */
+	char from[96];
+	uint32_t flush = rv->repaired - (rv->by_parity < rv->repaired ? rv->by_parity : rv->repaired);
+	if (!rv->split)
+		snprintf(from, sizeof(from), "repaired");
+	else if (rv->by_parity && flush)
+		snprintf(from, sizeof(from), "repaired (%u from parity, %u from the flush)", rv->by_parity, flush);
+	else
+		snprintf(from, sizeof(from), "repaired%s", !rv->repaired ? "" : flush ? " from the flush" : " from parity");
+	printf("repair: %u rank%s checked, %u bad chunks, %u %s, %u rank%s withdrawn%s%s\n", rv->ranks,
+	       rv->ranks == 1 ? "" : "s", rv->bad, rv->repaired, from, rv->withdrawn, rv->withdrawn == 1 ? "" : "s",
+	       rv->bad || rv->mended ? ": " : "", rv->bad || rv->mended ? rv->how : "");
 	return ST_OK;
 }
 
@@ -264,7 +278,14 @@ static void verify_json_head(const struct opts *o, uint64_t step, const struct r
 	printf(",\"step\":%" PRIu64 ",\"repair\":", step);
 	if (o->repair) {
 		printf("{\"ranks\":%u,\"bad_chunks\":%u,\"repaired_chunks\":%u,\"withdrawn_ranks\":%u,"
-		       "\"mended_files\":%u,\"how\":", rv->ranks, rv->bad, rv->repaired, rv->withdrawn, rv->mended);
+		       "\"mended_files\":%u,", rv->ranks, rv->bad, rv->repaired, rv->withdrawn, rv->mended);
+		/* null: an older daemon did not say which level */
+		printf("\"repaired_from_parity\":");
+		rv->split ? printf("%u", rv->by_parity) : printf("null");
+		printf(",\"repaired_from_flush\":");
+		rv->split ? printf("%u", rv->repaired - (rv->by_parity < rv->repaired ? rv->by_parity : rv->repaired))
+			  : printf("null");
+		printf(",\"how\":");
 		st_json_str(rv->how);
 		printf("}");
 	} else {
