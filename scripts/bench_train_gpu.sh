@@ -7,7 +7,7 @@
 # seconds per save at 1.3B.
 #
 # usage: bench_train_gpu.sh OUT [DIR]
-#   DIR holds bench_train.py, bin/snapsmp, pylib/libsnap.so (+ libsnap_cuda.so,
+#   DIR holds bench_train.py and benchtrain/, bin/snapsmp, pylib/libsnap.so (+ libsnap_cuda.so,
 #   libisal.so.2) and python/libsnap (default: this script's folder); see
 #   docs/benchmarks-train.md, "Commands".
 set -u
