@@ -56,6 +56,7 @@ class _ModelState:
     def __init__(self, model):
         self.model = model
         self.msd = None
+        self.vals = None    # (msd, its values) as _Plan._layout last checked them
 
     @staticmethod
     def _sig(mods):
@@ -191,14 +192,24 @@ class _Plan:
         the signature has every model and optimizer state tensor's address,
         shape, dtype and contiguity, the state_dict() names, the state keys,
         the optimizer parameters' addresses, group sizes and state count."""
-        vals = list(msd.values())
-        if not all(map(isinstance, vals, repeat(_T))):
-            for name, t in msd.items():
-                if not isinstance(t, _T):
-                    raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+        kept = self._model_state.vals
+        if kept is not None and kept[0] is msd:   # the kept state_dict: its values were checked
+            vals = kept[1]
+        else:
+            vals = list(msd.values())
+            if not all(map(isinstance, vals, repeat(_T))):
+                for name, t in msd.items():
+                    if not isinstance(t, _T):
+                        raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+            self._model_state.vals = (msd, vals)
         other = {}
         state = self._opt.state
-        sts = list(map(state.get, index))
+        if len(state) == len(index) and list(map(id, state)) == list(map(id, index)):
+            # the state's keys are the parameters in order: its values line
+            # up with them (no lookup: a tensor's hash is Python code)
+            sts = list(state.values())
+        else:
+            sts = list(map(state.get, index))
         if all(sts) and set(map(type, sts)) == {dict}:   # every parameter has state: loops in C
             planned = dict(enumerate(sts))
             keys = dict(enumerate(map(tuple, sts)))
