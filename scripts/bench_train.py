@@ -47,7 +47,15 @@ snapsmp must already serve --store. libsnap.torch comes from PYTHONPATH
 The parts live in benchtrain/ beside this file: model (the GPT, data,
 optimizer, step), measure (memory, pinned bytes, copy speed), savers (one
 per checkpointing kind), modes (`bench`), report (JSON, table), recovery
-(`recover` and its trainer). Copy the folder with this file.
+(`recover` and its trainer). Copy the folder with this file
+(scripts/bench_train_pack.sh lays out everything a GPU node needs).
+
+Untested on a GPU: run there (NVIDIA H200, torch 2.11) were the 124m's
+base, snap@1, snap@10, snap-lossless@10, dcp@10, torch@10, the recovery
+trials of all three kinds, and the 1.3b's base, dcp@10 and torch@10. Never
+run on a GPU: the snap-tN modes, snap-lossless@1, dcp@1, every libsnap mode
+at 1.3b, `recover --copy-threads`, and this split of the script into
+benchtrain/ (its CPU paths run in CI: tests/python/bench_train_smoke.py).
 """
 import argparse
 import os
