@@ -137,6 +137,108 @@ def run():
     ck.close()
     del at3
     values()
+    structure()
+    lazy_state()
+
+
+def regions(ck):
+    return set(ck._by_name)
+
+
+def structure():
+    """The model's state_dict() is kept between saves (_ModelState): each
+    change to what it returns must be seen at the next save."""
+    torch.manual_seed(2)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    model.register_buffer("b", torch.arange(6.0))
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    train(model, opt)
+    ck = lt.Checkpointer(model, opt, job="plancache-structure", store=store)
+    ck.save(1)
+    ck.save(2)                          # the kept state_dict in use from here
+
+    # a parameter re-assigned: a new object under the same name
+    r = ck.relayouts
+    new = torch.nn.Parameter(torch.full((3,), 7.0))
+    model[1].bias = new
+    ck.save(3)
+    check(ck.relayouts == r + 1, "a parameter re-assigned: the layout was not renewed")
+    ck.wait()
+    new.data.fill_(0.0)
+    ck.restore(3)
+    check(torch.equal(model[1].bias.detach(), torch.full((3,), 7.0)),
+          f"a parameter re-assigned: restored as {model[1].bias.detach()}, saved 7s")
+
+    # a buffer resized in place: the same object and address, fewer elements
+    r = ck.relayouts
+    model.b.resize_(4)
+    ck.save(4)
+    check(ck.relayouts == r + 1, "a buffer resized in place: the layout was not renewed")
+    check(ck._by_name["model/b"].shape == (4,), f"a resized buffer registered as {ck._by_name['model/b'].shape}")
+
+    # a buffer moved: a new tensor at a new address under the same name
+    r = ck.relayouts
+    model.b = torch.full((4,), 5.0)
+    ck.save(5)
+    check(ck.relayouts == r + 1, "a buffer re-assigned: the layout was not renewed")
+    ck.wait()
+    model.b.zero_()
+    ck.restore(5)
+    check(torch.equal(model.b, torch.full((4,), 5.0)), f"a buffer re-assigned: restored as {model.b}")
+
+    # a buffer and a submodule added, a buffer made non-persistent
+    model.register_buffer("c", torch.ones(2))
+    ck.save(6)
+    check("model/c" in regions(ck), "a new buffer is not in the snapshot")
+    model.add_module("head", torch.nn.Linear(3, 1))
+    ck.save(7)
+    check({"model/head.weight", "model/head.bias"} <= regions(ck), "a new submodule is not in the snapshot")
+    model.register_buffer("c", model.c, persistent=False)
+    ck.save(8)
+    check("model/c" not in regions(ck), "a buffer made non-persistent is still in the snapshot")
+    del model.head
+    ck.save(9)
+    check("model/head.weight" not in regions(ck), "a removed submodule is still in the snapshot")
+
+    # a state_dict hook: what it returns is the snapshot's
+    def hook(module, sd, prefix, meta):
+        sd.pop(prefix + "b", None)
+    model._register_state_dict_hook(hook)
+    ck.save(10)
+    check("model/b" not in regions(ck), "a state_dict hook's removal is not in the snapshot")
+    ck.wait()
+    ck.close()
+
+
+def lazy_state():
+    """A Checkpointer made before the first step: Adam's state appears at
+    it, after the first save, and must be in every save from then on."""
+    torch.manual_seed(3)
+    model = torch.nn.Linear(4, 3)
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    ck = lt.Checkpointer(model, opt, job="plancache-lazy", store=store)
+    ck.save(1)
+    check(not any(n.startswith("optim/") for n in regions(ck)), "optimizer state before the first step")
+    r = ck.relayouts
+    train(model, opt)
+    ck.save(2)
+    check(ck.relayouts == r + 1, "Adam's state created at its first step: the layout was not renewed")
+    check({"optim/0/exp_avg", "optim/0/exp_avg_sq", "optim/1/step"} <= regions(ck),
+          f"Adam's state is not in the snapshot: {sorted(regions(ck))}")
+    want = opt.state[model.weight]["exp_avg"].clone()
+    ck.wait()
+    opt.state[model.weight]["exp_avg"].zero_()
+    ck.restore(2)
+    check(torch.equal(opt.state[model.weight]["exp_avg"], want), "Adam's first state not restored")
+    # the state replaced by another optimizer's (load_state_dict): new tensors
+    r = ck.relayouts
+    other = torch.optim.AdamW(model.parameters(), lr=0.1)
+    other.load_state_dict(opt.state_dict())
+    opt.load_state_dict(other.state_dict())
+    ck.save(3)
+    check(ck.relayouts == r + 1, "the optimizer state replaced by load_state_dict: the layout was not renewed")
+    ck.wait()
+    ck.close()
 
 
 def values():

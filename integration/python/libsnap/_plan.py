@@ -29,6 +29,63 @@ _T = torch.Tensor
 _ptr, _size, _contig = _T.data_ptr, _T.size, _T.is_contiguous
 _dtype = operator.attrgetter("dtype")
 _SCALARS = (int, bool, str, bytes, type(None))
+_M = torch.nn.Module
+# what Module.state_dict() reads of each module (torch 2.x adds pre-hooks)
+_DICTS = operator.attrgetter(*(["_parameters", "_buffers", "_modules", "_state_dict_hooks"]
+                               + (["_state_dict_pre_hooks"] if hasattr(_M(), "_state_dict_pre_hooks") else [])))
+_NONPERSIST = operator.attrgetter("_non_persistent_buffers_set")
+
+
+def _plain_class(c):
+    """A module class whose state_dict() is Module's own, item by item."""
+    return (c.state_dict is _M.state_dict and c._save_to_state_dict is _M._save_to_state_dict
+            and getattr(c, "get_extra_state", _M.get_extra_state) is _M.get_extra_state)
+
+
+class _ModelState:
+    """model.state_dict(keep_vars=True), called again only when it could
+    differ: the dict of the last call is kept while every module reachable
+    from the model holds the same parameters, buffers, submodules (the same
+    objects under the same names), non-persistent buffer names and no
+    state_dict hook, and every class involved uses Module's state_dict().
+    Reading those is a few dict walks; the call itself is a Python
+    recursion over every module (most of a save's time on a cold cache).
+    A tensor's own changes (p.data = ..., resize_) keep its object: the
+    layout check (_Plan._layout) reads every tensor's address and shape."""
+
+    def __init__(self, model):
+        self.model = model
+        self.msd = None
+        self.vals = None    # (msd, its values) as _Plan._layout last checked them
+
+    @staticmethod
+    def _sig(mods):
+        """What state_dict() reads of `mods`: names, the objects' identities
+        (the cache holds the objects, so an id is not reused), non-persistent
+        names, classes. Identities, not ==: a tensor's == is elementwise."""
+        dicts = list(chain.from_iterable(map(_DICTS, mods)))
+        objs = list(chain.from_iterable(map(dict.values, dicts)))
+        return (list(chain.from_iterable(dicts)), list(map(id, objs)), list(map(_NONPERSIST, mods)),
+                list(map(type, mods))), objs
+
+    def get(self):
+        if self.msd is not None:
+            mods, classes, sig = self.key[:3]
+            if all(map(_plain_class, classes)):
+                now, _ = self._sig(mods)
+                if now == sig:
+                    return self.msd
+        msd = self.model.state_dict(keep_vars=True)
+        mods = list(self.model.modules())
+        classes = set(map(type, mods))
+        (names, ids, nonp, types), objs = self._sig(mods)
+        self.msd = self.key = None
+        # a state_dict hook or a class with its own: the call every save
+        if all(map(_plain_class, classes)) and not any(map(len, chain.from_iterable(
+                _DICTS(m)[3:] for m in mods))):
+            self.key = (mods, classes, (names, ids, [frozenset(x) for x in nonp], types), objs)
+            self.msd = msd
+        return msd
 
 
 def _key(v):
@@ -135,14 +192,24 @@ class _Plan:
         the signature has every model and optimizer state tensor's address,
         shape, dtype and contiguity, the state_dict() names, the state keys,
         the optimizer parameters' addresses, group sizes and state count."""
-        vals = list(msd.values())
-        if not all(map(isinstance, vals, repeat(_T))):
-            for name, t in msd.items():
-                if not isinstance(t, _T):
-                    raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+        kept = self._model_state.vals
+        if kept is not None and kept[0] is msd:   # the kept state_dict: its values were checked
+            vals = kept[1]
+        else:
+            vals = list(msd.values())
+            if not all(map(isinstance, vals, repeat(_T))):
+                for name, t in msd.items():
+                    if not isinstance(t, _T):
+                        raise TypeError(f"model state {name!r} is a {type(t).__name__}, not a tensor; pass it in extra")
+            self._model_state.vals = (msd, vals)
         other = {}
         state = self._opt.state
-        sts = list(map(state.get, index))
+        if len(state) == len(index) and list(map(id, state)) == list(map(id, index)):
+            # the state's keys are the parameters in order: its values line
+            # up with them (no lookup: a tensor's hash is Python code)
+            sts = list(state.values())
+        else:
+            sts = list(map(state.get, index))
         if all(sts) and set(map(type, sts)) == {dict}:   # every parameter has state: loops in C
             planned = dict(enumerate(sts))
             keys = dict(enumerate(map(tuple, sts)))
@@ -200,7 +267,7 @@ class _Plan:
     def _plan(self):
         """Every region of a snapshot as of now, payloads pickled: (entries,
         their keys, how many of them are the tensor entries)."""
-        msd = self._model.state_dict(keep_vars=True)
+        msd = self._model_state.get()
         generic = self._okind == "generic"
         index = [] if generic else self._index()
         # Building the tensor entries is most of a save's time; they are

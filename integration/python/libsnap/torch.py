@@ -59,7 +59,7 @@ from . import _capi as C
 from ._capi import MismatchError, SnapError
 from ._load import load_state_dict
 from ._payload import _HDR
-from ._plan import _Plan
+from ._plan import _ModelState, _Plan
 from ._restore import _Restore, _dist
 from ._support import UnsupportedError, classify, unwrap_model
 
@@ -115,6 +115,7 @@ class Checkpointer(_Plan, _Restore):
             raise TypeError(f"optimizer_state is None or 'state_dict', got {optimizer_state!r}")
         # refused before anything connects or registers
         self._model = unwrap_model(model)
+        self._model_state = _ModelState(self._model)
         self._okind, self._opt = classify(optimizer, optimizer_state == "state_dict")
         self.model, self.optimizer = model, optimizer
         self.extra = dict(extra or {})

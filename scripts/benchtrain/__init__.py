@@ -1,0 +1,2 @@
+# SPDX-License-Identifier: BSD-3-Clause
+"""The parts of scripts/bench_train.py (see its docstring)."""
