@@ -3,6 +3,18 @@
 memory checks' (smp.memory, fault.mesh_memory, preload.memory,
 python.memory)."""
 import os
+from collections import Counter
+
+
+def fd_names(pid):
+    """What pid's open descriptors name, kernel object numbers dropped."""
+    out = []
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        try:
+            out.append(os.readlink(f"/proc/{pid}/fd/{fd}").split(":[")[0])
+        except OSError:
+            pass   # closed meanwhile
+    return out
 
 
 def sanitized(path):
@@ -22,12 +34,10 @@ def sample(pid):
         for line in f:
             k, _, v = line.partition(":")
             fields[k] = v.split()
-    fds = []
-    for fd in os.listdir(f"/proc/{pid}/fd"):
-        try:
-            fds.append(os.readlink(f"/proc/{pid}/fd/{fd}").split(":[")[0])
-        except OSError:
-            pass   # closed meanwhile
+    # Descriptors: those in two listings taken back to back. A daemon's
+    # threads open a slot file for a moment (to map it, to check it), which
+    # one listing may catch; a leaked descriptor is in both.
+    fds = sorted((Counter(fd_names(pid)) & Counter(fd_names(pid))).elements())
     threads = []
     for t in os.listdir(f"/proc/{pid}/task"):
         try:
