@@ -78,13 +78,15 @@ void cap_remove_gen_dir(const char *dir)
 	rmdir(dir);
 }
 
-/* Every generation of job but keep (all when !has_keep): records first. */
+/* Every generation of job but keep (all when !has_keep): records first.
+ * The spare stays with a kept generation (the next one writes into it) and
+ * goes with the last one. */
 uint64_t cap_prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
 {
 	char jf[SNAP_FILE_MAX], ecdir[SNAP_FILE_MAX];
 	uint64_t freed = 0;
 	cap_ec_job(job, jf, sizeof(jf));
-	mesh_ec_prune(mesh->store->root, jf, has_keep, keep, 0, &freed);
+	mesh_ec_prune(mesh->store->root, jf, has_keep, keep, has_keep ? 1 : 0, &freed);
 	if (cap_files_path(mesh, job, "ec", ecdir, sizeof(ecdir)))
 		return freed;
 	DIR *d = opendir(ecdir);
@@ -100,6 +102,13 @@ uint64_t cap_prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64
 	if (d)
 		closedir(d);
 	return freed;
+}
+
+int cap_spare_path(const struct snap_mesh *mesh, const char *job, char *out, size_t cap)
+{
+	char rest[64];
+	snprintf(rest, sizeof(rest), "ec/%s", MESH_SPARE_PARITY);
+	return cap_files_path(mesh, job, rest, out, cap);
 }
 
 uint64_t mesh_cap_parity_bytes(const char *root, const char *job)

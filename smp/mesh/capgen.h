@@ -57,8 +57,13 @@ int cap_make_dirs(const struct snap_mesh *mesh, const char *job);
 void cap_ec_job(const char *job, char *out, size_t cap);
 /* rm -r of a generation directory (plain files only). */
 void cap_remove_gen_dir(const char *dir);
+/* <root>/<job>/files/ec/MESH_SPARE_PARITY: the parity file of the
+ * generation protected before the newest, which the next one writes into
+ * (meshcap.c). */
+int cap_spare_path(const struct snap_mesh *mesh, const char *job, char *out, size_t cap);
 /* Remove every generation of job but keep (all when !has_keep), records
- * first. Returns the parity bytes freed. */
+ * first; the spare stays when a generation is kept. Returns the parity
+ * bytes freed. */
 uint64_t cap_prune(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep);
 
 /* The catalog of l, malloc'd; *len its size. NULL when out of memory. */

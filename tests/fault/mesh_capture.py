@@ -38,7 +38,7 @@ import sys
 import time
 
 from events import Waiter, strike_within
-from mesh_trials import Mesh, groups_of, setup
+from mesh_trials import Mesh, daemon_status, groups_of, setup
 
 JOB = "pc"
 
@@ -50,6 +50,17 @@ def protected_gens(text, nodes):
         if int(m.group(1)) < nodes:
             gens[int(m.group(1))].append(int(m.group(2)))
     return gens
+
+
+def parity_files_of(text, nodes):
+    """Per node: how each protected generation got its parity file, in order
+    ("new", or "reused": the spare the generation before the last left)."""
+    how = [[] for _ in range(nodes)]
+    for m in re.finditer(r"node (\d+): job " + JOB + r" captured files generation \d+ protected \([^)]*parity file (\w+)",
+                         text):
+        if int(m.group(1)) < nodes:
+            how[int(m.group(1))].append(m.group(2))
+    return how
 
 
 def catalog_names(path):
@@ -143,6 +154,29 @@ def main():
         steps = [int(x[5:]) for x in (os.listdir(ns) if os.path.isdir(ns) else []) if re.fullmatch(r"ckpt-\d+", x)]
         return max(steps, default=-1)
 
+    def budget_wrong(n, spare):
+        """None when node n's count against its budget equals what its
+        files hold: captured data by pages, and every parity file of the
+        job (the protected generation's, and the spare when `spare`); else
+        why not."""
+        st = daemon_status(a, mesh.root(n))
+        if isinstance(st, str):
+            return f"node {n}: {st}"
+        files = os.path.join(mesh.root(n), JOB, "files")
+        held = 0
+        for f in os.listdir(os.path.join(files, "data")):
+            held += (os.path.getsize(os.path.join(files, "data", f)) + 4095) // 4096 * 4096
+        ec = sorted(f for f in os.listdir(os.path.join(files, "ec")) if not f.endswith(".rec") and
+                    os.path.isfile(os.path.join(files, "ec", f)))
+        held += sum(os.path.getsize(os.path.join(files, "ec", f)) for f in ec)
+        want = [next((f for f in ec if re.fullmatch(r"step-\d+\.parity", f)), "step-?.parity")]
+        if ec != sorted(want + ["spare.parity"] * spare):
+            return f"node {n}: {files}/ec holds {ec}: expected the protected generation's parity file" + \
+                (" and the spare" if spare else "")
+        if st["daemon_mem_used"] != held:
+            return f"node {n}: the daemon counts {st['daemon_mem_used']} bytes, its files hold {held} (ec: {ec})"
+        return None
+
     def lose(trial):
         """M random nodes of each group (sometimes fewer) lose their stores."""
         lost = []
@@ -208,6 +242,19 @@ def main():
 
         if not waiter.until(final_protected, limit=120):
             fail(f"quiet: not every node protected its final files; see {mesh.log}")
+        # A generation writes into the parity file of the one before the
+        # protected one (the spare): a node's first two make theirs, every
+        # later one reuses. A node keeps the protected generation's parity
+        # file and the spare, and its budget counts exactly those.
+        spares = {}
+        for n, how in enumerate(parity_files_of(mesh.text(), a.nodes)):
+            if any(h != "new" for h in how[:2]) or any(h != "reused" for h in how[2:]):
+                fail(f"quiet: node {n}'s generations took their parity files as {how}: expected two new, then "
+                     f"reused; see {mesh.log}")
+            if not waiter.until(lambda: budget_wrong(n, len(how) >= 2) is None, limit=60):
+                fail(f"quiet: {budget_wrong(n, len(how) >= 2)}")
+            if len(how) >= 2:
+                spares[n] = os.path.getsize(os.path.join(mesh.root(n), JOB, "files", "ec", "spare.parity"))
         mesh.kill()
         lost = lose(0)
         mesh.start(os.path.join(logdir, "mesh-q1.log"))
@@ -219,6 +266,22 @@ def main():
                 fail(f"quiet: {cdir(n)} holds {os.listdir(cdir(n))} with --flush-files 0: not served from the store")
         if len(re.findall(r"captured files generation \d+: rebuilt this lost node", mesh.text())) != len(lost):
             fail(f"quiet: {len(lost)} lost nodes but the log shows another number of rebuilds; see {mesh.log}")
+        # The lost nodes' namespaces came back: a generation follows. The
+        # survivors kept their spare across the relaunch and reuse it,
+        # resized to this generation's parity, within the budget. (A lost
+        # node's count is not checked here: the start counts the parity of
+        # the store's jobs only, and a lost node's store has no job yet
+        # when the rebuilt generation's parity file is counted.)
+        if not waiter.until(lambda: all(parity_files_of(mesh.text(), a.nodes)), limit=120):
+            fail(f"quiet: no generation after the relaunch on every node; see {mesh.log}")
+        for n, how in enumerate(parity_files_of(mesh.text(), a.nodes)):
+            if n in spares and n not in lost and how[:1] != ["reused"]:
+                fail(f"quiet: survivor {n}'s first generation after the relaunch took its parity file as {how[:1]}, "
+                     f"not the spare it kept ({spares[n]} bytes); see {mesh.log}")
+            # the kept generation became the spare; a generation under way
+            # (its log line comes once the budget counts it) is waited for
+            if n not in lost and not waiter.until(lambda: budget_wrong(n, True) is None, limit=60):
+                fail(f"quiet, after the relaunch: {budget_wrong(n, True)}")
         print(f"quiet: lost nodes {lost}, every node reads its {len(before[0]['names'])} files back", flush=True)
 
         # ---- busy trials ----
@@ -264,6 +327,15 @@ def main():
                 fail(f"trial {t}: {flipped[0]} was truncated but that node was not rebuilt as lost; see {mesh.log}")
             print(f"trial {t}: lost {lost}{', damaged ' + flipped[1] if flipped else ''}, "
                   f"after {gen_time:.3f} s; every node reads whole files, none older than c={c}", flush=True)
+        # every node's generations reused the spare (the busy trials have
+        # two or more generations each)
+        reused = [0] * a.nodes
+        for log in glob.glob(os.path.join(logdir, "mesh-*.log")):
+            with open(log, errors="replace") as f:
+                for n, how in enumerate(parity_files_of(f.read(), a.nodes)):
+                    reused[n] += how.count("reused")
+        if not all(reused):
+            fail(f"no generation reused its parity file on some node: {reused}; see {logdir}")
         # the writers resume from the store (and the files are whole)
         ws = start_writers("resume", 2)
         for (p, log), n in zip(ws, range(a.nodes)):

@@ -20,6 +20,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -34,11 +35,13 @@
 #include "snapbench.h"
 
 #define MAX_ITERS 64
-#define NRES 8   /* per iteration: save blocks, save -> committed, restore, restore by a new context, the same
+#define NRES 9   /* per iteration: save blocks, save -> committed, restore, restore by a new context, the same
                    into fresh buffers, the same as the first but verifying every chunk first, read(2) of a
                    file of the same bytes on the store's file system; [7] of iteration 0 only: the job's
-                   first save -> committed (a warm-up save, not in the medians) */
+                   first save -> committed (a warm-up save, not in the medians); [8] the CPU seconds of
+                   the restore into fresh buffers (the rank's process, its copy threads included) */
 #define FIRST_SAVE 7
+#define CPU_FRESH 8   /* summed over the ranks, not the slowest rank's */
 #define READ_BLOCK (256u << 10)   /* the restore's bounce block */
 
 /* snapsmp next to this binary (build tree or install), else on PATH. */
@@ -185,6 +188,15 @@ static int phase_restore_new(struct rank_run *k, int rc)
 	return rc;
 }
 
+/* User + system CPU seconds of this process, every thread. */
+static double proc_cpu_s(void)
+{
+	struct rusage ru;
+	if (getrusage(RUSAGE_SELF, &ru) != 0)
+		return 0;
+	return (double)(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+}
+
 /* ...and into buffers never touched, as a relaunched trainer that
  * allocates its tensors empty and restores into them: the copy meets
  * every page for the first time. Its own mapping, so it is fresh. */
@@ -202,9 +214,12 @@ static int phase_restore_fresh(struct rank_run *k, int rc)
 		pthread_barrier_wait(k->bar);
 		if (!rc) {
 			uint64_t t0 = snap_now_ns(), got;
+			double c0 = proc_cpu_s();
 			rc = snap_restore(k->ctx, SNAP_STEP_LATEST, &got);
-			if (it >= 0)
+			if (it >= 0) {
 				k->res[NRES * it + 4] = (snap_now_ns() - t0) / 1e9;
+				k->res[NRES * it + CPU_FRESH] = proc_cpu_s() - c0;
+			}
 			/* the bytes must be the saved ones, or the row measures nothing
 			 * (a lossy codec's are not: only raw and lossless are checked) */
 			int exact = k->d->codec == SNAP_CODEC_NONE || k->d->codec == SNAP_CODEC_LOSSLESS;
@@ -314,6 +329,37 @@ static double bench_memcpy(uint64_t bytes, int iters)
 	}
 	free(src);
 	free(dst);
+	return bench_median(t, iters);
+}
+
+/* The ceiling of a restore into fresh buffers: memcpy, 1 thread, into a
+ * mapping never touched (a new one each time), so the copy pays every
+ * page fault as the restore does. Median wall seconds; *cpu the median
+ * CPU seconds of the copy (faults included). */
+static double bench_memcpy_fresh(uint64_t bytes, int iters, double *cpu)
+{
+	uint8_t *src = malloc(bytes);
+	double t[MAX_ITERS], c[MAX_ITERS];
+	*cpu = -1;
+	if (!src)
+		return -1;
+	memset(src, 1, bytes);
+	for (int i = 0; i < iters; i++) {
+		void *dst = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+		if (dst == MAP_FAILED) {
+			free(src);
+			return -1;
+		}
+		double c0 = proc_cpu_s();
+		uint64_t t0 = snap_now_ns();
+		memcpy(dst, src, bytes);
+		t[i] = (snap_now_ns() - t0) / 1e9;
+		c[i] = proc_cpu_s() - c0;
+		munmap(dst, bytes);
+		src[i % bytes]++;
+	}
+	free(src);
+	*cpu = bench_median(c, iters);
 	return bench_median(t, iters);
 }
 
@@ -451,6 +497,8 @@ static const char snapshot_usage[] =
 	"then restore of the newest step by the saving context and by a new one (as after a relaunch),\n"
 	"into its buffers and into fresh, never touched ones (a new context checks each chunk as it\n"
 	"copies it, restore_verify auto; \"verify first\" checks every chunk before copying any).\n"
+	"The fresh restore's ceiling: memcpy, 1 thread, into never-touched memory, and the CPU\n"
+	"seconds per GB of both (the ranks' processes for the restore).\n"
 	"--codec: none, lossless, abs:BOUND or rel:FACTOR for the f32 region (as SNAP_CODEC_PARAM).\n"
 	"--input: raw little-endian f32 values (e.g. trained weights) tiled over the region;\n"
 	"  default a ramp, which says nothing about a codec's speed on real data.\n"
@@ -536,7 +584,8 @@ static int snapshot_collect(int fd, int ranks, int iters, double slow[NRES][MAX_
 			return 0;
 		for (int i = 0; i < iters; i++)
 			for (int c = 0; c < NRES; c++)
-				slow[c][i] = res[NRES * i + c] > slow[c][i] ? res[NRES * i + c] : slow[c][i];
+				slow[c][i] = c == CPU_FRESH ? slow[c][i] + res[NRES * i + c]
+					   : res[NRES * i + c] > slow[c][i] ? res[NRES * i + c] : slow[c][i];
 	}
 	return 1;
 }
@@ -607,7 +656,7 @@ static int snapshot_ranks(const struct snap_args *a, const char *store, uint64_t
 /* What snapshot prints: the ranks' medians (columns of NRES) and the comparisons. */
 struct snapshot_figures {
 	uint64_t total;
-	double med[NRES], mc, mct, ts;
+	double med[NRES], mc, mct, ts, mcf, mcf_cpu;
 	long cores;
 	int huge;
 	char fs[160];
@@ -622,6 +671,8 @@ static void snapshot_json(const struct snap_args *a, const struct snapshot_figur
 	       "\"restore_fresh_buffers_s\":%.6g,\"store_read_s\":%.6g,\"memcpy_s\":%.6g,"
 	       "\"memcpy_all_cores_s\":%.6g,\"store_hugepages\":%s,\"torch_save_s\":", f->total, a->ranks, a->codec,
 	       m[0], m[1], m[2], m[3], m[5], m[4], m[6], f->mc, f->mct, f->huge == 1 ? "true" : "false");
+	printf("\"memcpy_fresh_s\":%.6g,\"restore_fresh_cpu_s_per_gb\":%.6g,\"memcpy_fresh_cpu_s_per_gb\":%.6g,",
+	       f->mcf, m[CPU_FRESH] / (f->total / 1e9), f->mcf_cpu / (f->total / 1e9));
 	f->ts < 0 ? printf("null}\n") : printf("%.6g}\n", f->ts);
 }
 
@@ -651,8 +702,14 @@ static void snapshot_text(const struct snap_args *a, const struct snapshot_figur
 	printf("  %-28s %10.4f %10.2f %11.2fx   (a new context's restore takes %.2fx of it)\n",
 	       "read(2) of the same bytes", rd, total / rd / 1e9, rd / mc, rc_new / rd);
 	printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, 1 thread", mc, total / mc / 1e9, 1.0);
+	if (f->mcf > 0)
+		printf("  %-28s %10.4f %10.2f %11.2fx   (into never-touched memory: the fresh restore's ceiling)\n",
+		       "  the same, fresh buffers", f->mcf, total / f->mcf / 1e9, f->mcf / mc);
 	if (mct > 0)
 		printf("  %-28s %10.4f %10.2f %11.2fx\n", "memcpy, all cores", mct, total / mct / 1e9, mct / mc);
+	if (f->mcf_cpu > 0)
+		printf("CPU seconds per GB into fresh buffers: restore %.3f (the ranks' processes), memcpy %.3f: %.2fx\n",
+		       f->med[CPU_FRESH] / (total / 1e9), f->mcf_cpu / (total / 1e9), f->med[CPU_FRESH] / f->mcf_cpu);
 	if (ts < 0)
 		printf("  %-28s %10s\n", tlabel, "unavailable");
 	else
@@ -687,6 +744,7 @@ int cmd_bench_snapshot(int argc, char **argv)
 	F.cores = sysconf(_SC_NPROCESSORS_ONLN);
 	F.mc = bench_memcpy(F.total, A.iters);
 	F.mct = bench_memcpy_mt(F.total, A.iters, F.cores > 64 ? 64 : (int)F.cores);
+	F.mcf = bench_memcpy_fresh(F.total, A.iters, &F.mcf_cpu);
 	F.ts = bench_torch(store, F.total, A.iters);
 	remove_store(store);
 	free((void *)A.data.tile);

@@ -173,8 +173,8 @@ def lib():
                     raise OSError(f"SNAP_LIBRARY={c} does not load: {e}") from None
                 errors.append(f"{c}: {e}")
                 continue
-            if not hasattr(h, "snap_describe_size"):
-                errors.append(f"{c}: too old (no snap_describe_size: before LIBSNAP_0.4)")
+            if not hasattr(h, "snap_prepare"):
+                errors.append(f"{c}: too old (no snap_prepare: before LIBSNAP_0.5)")
                 continue
             h._snap_path = c
             _bind(h)
@@ -195,6 +195,7 @@ def _bind(h):
         "snap_parse_size": (ctypes.c_int, [ctypes.c_char_p, P(ctypes.c_uint64)]),
         "snap_open": (ctypes.c_int, [P(SnapConfig), P(ctx_p)]),
         "snap_register_size": (ctypes.c_int, [ctx_p, P(SnapRegion), ctypes.c_size_t]),
+        "snap_prepare": (ctypes.c_int, [ctx_p]),
         "snap_save": (ctypes.c_int, [ctx_p, ctypes.c_uint64]),
         "snap_save_on_stream": (ctypes.c_int, [ctx_p, ctypes.c_uint64, ctypes.c_void_p]),
         "snap_fence": (ctypes.c_int, [ctx_p]),
@@ -362,6 +363,9 @@ class Context:
         for d in range(len(shape)):
             r.shape[d], r.global_shape[d], r.shard_offset[d] = shape[d], gs[d], off[d]
         self.check(self.L.snap_register_size(self.h, ctypes.byref(r), ctypes.sizeof(r)), f"register {name!r}")
+
+    def prepare(self):
+        return self.check(self.L.snap_prepare(self.h), "prepare")
 
     def save(self, step, stream=None):
         if stream is None:

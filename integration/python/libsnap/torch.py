@@ -165,6 +165,9 @@ class Checkpointer(_Plan, _Restore):
             self._hook = self._model.register_forward_pre_hook(lambda m, inp: me() is not None and me().fence())
         self._atexit = lambda: me() is not None and me().close()
         atexit.register(self._atexit)
+        self._prepared = False     # the layout was sent ahead (prepare()), or a save or restore sent it
+        if self._state_known():
+            self._prepare_ahead()
 
     # ---- the fence in the optimizer's step --------------------------------
 
@@ -178,7 +181,16 @@ class Checkpointer(_Plan, _Restore):
             c = me()
             if c is not None and c._ctx is not None:
                 c.fence()
-            return orig(*args, **kwargs)
+            out = orig(*args, **kwargs)
+            c = me()
+            if c is not None and c._ctx is not None and not c._prepared:
+                # Once, after the first step: it created the optimizer's
+                # state (Adam's moments), so the layout is known now, a
+                # training step before the first save needs it.
+                c._prepared = True
+                if not c._frozen and c._state_known():
+                    c._prepare_ahead()
+            return out
 
         if getattr(orig, "_with_counter", False):   # an LR scheduler's wrapper: keep its marker
             step._with_counter = True
@@ -227,6 +239,46 @@ class Checkpointer(_Plan, _Restore):
         self._frozen = False
         self._keys = None
 
+    def _state_known(self):
+        """Whether the optimizer's state exists for every parameter it
+        steps (or is taken whole through its state_dict()): the layout the
+        first save registers is then the one of now."""
+        if self._okind == "generic":
+            return True
+        st = self._opt.state
+        return all(st.get(p) for g in self._opt.param_groups for p in g["params"])
+
+    def prepare(self):
+        """Register the layout of now and send it to snapsmp ahead of the
+        first save (snap_prepare): the daemon reserves this rank's slot
+        files, and in a mesh maps them and makes the parity files, while
+        training runs, so the first save and its protect find them ready.
+        Called by the constructor when the optimizer's state already exists
+        and otherwise after the optimizer's first step() (where an error is
+        left for the first save to raise); a save whose layout differs
+        registers again, as always. Raises what the first save would: an
+        UnsupportedError for state a snapshot would miss, SnapError
+        (SNAP_ENOSPC) when the layout does not fit the daemon's budget."""
+        self._check_open()
+        if self._frozen:
+            return
+        entries, keys, _ = self._plan()
+        if self._keys != keys:
+            self._register(entries)
+        self._ctx.prepare()
+        self._prepared = True
+
+    def _prepare_ahead(self):
+        """prepare() where the Checkpointer calls it itself. What it raises
+        (a refused optimizer state, SNAP_ENOSPC) the first save raises too:
+        it plans and sends the layout again. So the error comes where it
+        did without the prepare, from save(), not from the constructor or
+        from inside the optimizer's step()."""
+        try:
+            self.prepare()
+        except Exception:
+            pass
+
     def _stream(self):
         return torch.cuda.current_stream().cuda_stream if self._cuda else None
 
@@ -270,7 +322,7 @@ class Checkpointer(_Plan, _Restore):
                 written[e.name] = (e.buf, e.payload)
             elif e.fill is not None:
                 e.tensor.copy_(e.fill)
-        self._frozen = True
+        self._frozen = self._prepared = True
         self._ctx.save(step, self._stream())
         self._last = step
 
