@@ -18,6 +18,7 @@
  *   5. if that step is newer than the job's protected step, every node
  *      calls mesh_protect for it (same decision everywhere: same data).
  */
+#include <dirent.h>
 #include <errno.h>
 #include <inttypes.h>
 #include <signal.h>
@@ -566,11 +567,21 @@ static void *mesh_main(void *arg)
 
 /* [lock held] Count parity files (and any other non-record ec file) in the
  * budget: they are store memory too. */
+/* Every job directory's parity, not only the store's jobs': a lost node's
+ * store knows no job yet when its captured files' generation was rebuilt
+ * (they live under <job>/files, which the store's scan does not list). */
 static void account_parity(struct snap_mesh *mesh)
 {
 	struct snap_store *s = mesh->store;
-	for (struct store_job *j = s->jobs; j; j = j->next)
-		s->mem_used += mesh_ec_bytes(s->root, j->name) + mesh_cap_parity_bytes(s->root, j->name);
+	DIR *d = opendir(s->root);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (!snap_job_name_ok(e->d_name))
+			continue;
+		s->mem_used += mesh_ec_bytes(s->root, e->d_name) + mesh_cap_parity_bytes(s->root, e->d_name);
+	}
+	if (d)
+		closedir(d);
 }
 
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,

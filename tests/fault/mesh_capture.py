@@ -268,10 +268,9 @@ def main():
             fail(f"quiet: {len(lost)} lost nodes but the log shows another number of rebuilds; see {mesh.log}")
         # The lost nodes' namespaces came back: a generation follows. The
         # survivors kept their spare across the relaunch and reuse it,
-        # resized to this generation's parity, within the budget. (A lost
-        # node's count is not checked here: the start counts the parity of
-        # the store's jobs only, and a lost node's store has no job yet
-        # when the rebuilt generation's parity file is counted.)
+        # resized to this generation's parity, within the budget; a lost
+        # node counts its rebuilt generation's parity too (the start counts
+        # every job directory's parity, not only the store's jobs).
         if not waiter.until(lambda: all(parity_files_of(mesh.text(), a.nodes)), limit=120):
             fail(f"quiet: no generation after the relaunch on every node; see {mesh.log}")
         for n, how in enumerate(parity_files_of(mesh.text(), a.nodes)):
@@ -280,7 +279,7 @@ def main():
                      f"not the spare it kept ({spares[n]} bytes); see {mesh.log}")
             # the kept generation became the spare; a generation under way
             # (its log line comes once the budget counts it) is waited for
-            if n not in lost and not waiter.until(lambda: budget_wrong(n, True) is None, limit=60):
+            if not waiter.until(lambda: budget_wrong(n, True) is None, limit=60):
                 fail(f"quiet, after the relaunch: {budget_wrong(n, True)}")
         print(f"quiet: lost nodes {lost}, every node reads its {len(before[0]['names'])} files back", flush=True)
 
