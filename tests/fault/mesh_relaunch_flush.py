@@ -158,6 +158,8 @@ def main():
             if "(level: disk)" not in mesh.text():
                 fail(f"final: the ranks did not restore from the disk; see {mesh.log}")
             mesh.kill()
+            if mesh.sanitizer_errors():
+                fail(f"final: a sanitizer report in {mesh.log}")
         if not kills and not failures:
             fail(f"no trial struck inside the relaunch's flush (seed {seed}): raise --trials")
     finally:
