@@ -33,6 +33,7 @@
 
 #include "base/log.h"
 #include "mesh/mesh_int.h"
+#include "snap/io.h"
 #include "snap/smp_config.h"
 
 int snap_mesh_parse_ec(const char *s, int *k, int *m, char *err, size_t errlen)
@@ -613,6 +614,17 @@ int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned 
 	pthread_mutex_lock(&mesh->mu);
 	(*store)->mesh = 1;
 	account_parity(mesh);
+	/* What is persisted already, before the rounds report it: the first
+	 * round decides whether a relaunch's step is flushed (meshflush.c), and
+	 * must not write again a step the flush directory holds. */
+	for (struct store_job *sj = (*store)->jobs; mesh->flusher && sj; sj = sj->next) {
+		struct snap_io_err e = { 0 };
+		uint64_t step;
+		if (snap_io_newest_step(mesh->flush_dir, sj->name, &step, &e) == 0) {
+			sj->has_persisted = 1;
+			sj->persisted = step;
+		}
+	}
 	for (struct mjob *j = mesh->jobs; j; j = j->next)
 		if (j->has_prot)
 			mesh_pin_protected(mesh, j, j->prot);

@@ -49,6 +49,7 @@ struct mjob {
 	uint64_t fl_step;
 	uint32_t fl_world;
 	int fl_want;                  /* a node asked for a flush: start one when idle */
+	int fl_relaunch;              /* the relaunch rebuilt prot: flush it unless persisted (meshflush.c) */
 	unsigned since_flush;         /* protected steps since the last flush began */
 	int fl_counted;               /* since_flush has counted fl_last_prot */
 	uint64_t fl_last_prot;

@@ -8,7 +8,8 @@
  * Every decision here is taken by every node from the same gathered data, so
  * the nodes move through the same states in the same round:
  *   idle    -> writing  when a node asked (SIGUSR1, SIGTERM, --flush-interval,
- *                       FLUSH) or --flush-every protected steps went by, and
+ *                       FLUSH), --flush-every protected steps went by, or a
+ *                       relaunch just rebuilt the step (first round), and
  *                       the newest protected step is newer than the persisted
  *                       one. Each node pins its ranks' slots of that step and
  *                       hands them to its flush thread (node_only: rank files,
@@ -235,7 +236,11 @@ static int advance(struct snap_mesh *mesh, struct mjob *j, int wanted)
 	if (j->fl_busy)
 		return 1;
 	int newer = j->has_prot && (!j->has_persisted || j->prot > j->persisted);
-	int due = j->fl_want || (mesh->flush_every && j->since_flush >= mesh->flush_every);
+	int due = j->fl_want || j->fl_relaunch || (mesh->flush_every && j->since_flush >= mesh->flush_every);
+	if (j->fl_relaunch && newer && mesh->rank == 0)
+		mesh_say(mesh, "job %s: step %" PRIu64 " the relaunch restored is not persisted: flushing it now",
+			 j->name, j->prot);
+	j->fl_relaunch = 0;   /* decided once, in the first round: every node alike */
 	if (!newer || !due) {
 		if (j->fl_want && !newer) {
 			j->fl_want = 0;   /* nothing newer than the persisted step is protected */

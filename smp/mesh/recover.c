@@ -283,6 +283,10 @@ int mesh_recover(struct snap_mesh *mesh)
 		drop_except(mesh, j->name, 1, best);
 		j->has_prot = 1;
 		j->prot = best;
+		/* The relaunch is when the job is least protected: its step goes to
+		 * disk from the first rounds on, beside the restores it does not
+		 * hold up (the flush thread reads the slots; meshflush.c). */
+		j->fl_relaunch = mesh->flusher != NULL;
 		/* The slowest node's time and the CPU the whole mesh spent on it
 		 * (what a benchmark compares with the cores it had). */
 		MPI_Allreduce(&cost[0], &most[0], 1, MPI_DOUBLE, MPI_MAX, mesh->world);

@@ -4,7 +4,7 @@
  * side by side in one run with the limits `snapbench ec` measures.
  *
  *   snapbench mesh [--k K] [--m M] [--lost L] [--nodes N] [--size BYTES] [--steps S] [--dir D]
- *                  [--warm-wait] [--first-after MS] [--json]
+ *                  [--warm-wait] [--first-after MS] [--keep-log] [--json]
  *
  * `mpiexec -np N snapsmp --ec K+M`, one store per simulated node under D
  * (default /dev/shm), and one trainer process per node (rank = node, a
@@ -66,7 +66,7 @@
 static void usage(FILE *f)
 {
 	fprintf(f, "usage: snapbench mesh [--k K] [--m M] [--lost L] [--nodes N] [--size BYTES] [--steps S] [--dir D]\n"
-		   "                      [--warm-wait] [--first-after MS] [--json]\n"
+		   "                      [--warm-wait] [--first-after MS] [--keep-log] [--json]\n"
 		   "Erasure coding through the real daemons: mpiexec -np N snapsmp --ec K+M on this host, one\n"
 		   "trainer per node saving BYTES per step, then the mesh SIGKILLed, L nodes' stores deleted and\n"
 		   "rebuilt at relaunch (twice: trainers started once the mesh serves, then beside it, as\n"
@@ -83,6 +83,8 @@ static void usage(FILE *f)
 		   "  --warm-wait  step 1 only once every node logged its files ready ahead of the first protect\n"
 		   "             (a job whose first step outlasts that warm-up); default: as soon as the fill is done\n"
 		   "  --first-after MS  step 1 no earlier than MS ms after the trainers sent their layout\n"
+		   "  --keep-log keep the daemons' log (named on stderr) after a successful run: its time stamps\n"
+		   "             split a relaunch into MPI start, rebuild, serving and the trainers' restores\n"
 		   "  --json     one JSON line instead of the table\n"
 		   "snapsmp is found beside snapbench (or $SNAPSMP), mpiexec is $MPIEXEC or on PATH.\n",
 		SLOTS + 2, SLOTS + 1);
@@ -377,7 +379,7 @@ static void report_text(const struct mesh *ms, uint64_t size, int steps, const s
 }
 
 struct mesh_args {
-	int k, m, nodes, steps, json, lost, warm, first_ms;
+	int k, m, nodes, steps, json, lost, warm, first_ms, keep_log;
 	uint64_t size;
 	const char *dir;
 };
@@ -398,6 +400,7 @@ static int mesh_parse(int argc, char **argv, struct mesh_args *a)
 		CLI_OPT_STR("dir", 0, &a->dir),
 		CLI_OPT_FLAG("warm-wait", 0, &a->warm),
 		CLI_OPT_INT("first-after", 0, &a->first_ms, 0, 3600000),
+		CLI_OPT_FLAG("keep-log", 0, &a->keep_log),
 	};
 	const struct cli c = BENCH_CLI("mesh", usage, 1);
 	int rc = cli_parse(&c, argc, argv, opts, sizeof(opts) / sizeof(opts[0]), NULL);
@@ -476,7 +479,10 @@ int cmd_bench_mesh(int argc, char **argv)
 		bm_fail("the daemons' log is kept: %s", ms.log);
 		return SB_FAIL;
 	}
-	unlink(ms.log);
+	if (a.keep_log)
+		fprintf(stderr, "snapbench mesh: the daemons' log is kept: %s\n", ms.log);
+	else
+		unlink(ms.log);
 	if (library(&ms, a.size, &R))
 		return SB_FAIL;
 	struct summary S;
