@@ -11,9 +11,9 @@
  *
  * The scrub runs on the event loop's thread, a slice per poll round (at
  * most SCRUB_SLICE_MS worth of the rate at a time), reading each chunk
- * through the slot file's mapping under a SIGBUS guard (heal.c: a file
- * truncated under a mapping raises SIGBUS; pread cost five times the CRC's
- * CPU time). The mappings are kept from pass to pass (store/slotmap.c):
+ * through the slot file's mapping under a SIGBUS guard (base/busguard.c: a
+ * file truncated under a mapping raises SIGBUS; pread cost five times the
+ * CRC's CPU time). The mappings are kept from pass to pass (store/slotmap.c):
  * with 4 KiB pages, mapping each chunk afresh spent over twice the CRC's
  * time filling and tearing down page tables. Slots being written are
  * skipped. On a mesh (--ec) a bad chunk is repaired from
@@ -73,6 +73,9 @@ struct smp_scrub *smp_scrub_new(struct smp *m)
 	sc->rate = m->cfg->scrub_rate;
 	smp_heal_guard_init();
 	sc->fd = -1;
+	/* The page tables fill as the rate reads the pages, a slice at a time,
+	 * not a whole slot's at once on the thread that serves the trainers. */
+	sc->maps.lazy = 1;
 	sc->slot = UINT32_MAX;   /* before the first */
 	sc->last_ns = snap_now_ns();
 	smp_say(m, "scrub: verifying committed slots at %.1f MiB/s (--scrub-rate)", sc->rate / 1048576.0);

@@ -93,7 +93,7 @@ const void *snap_slotmap_get(struct snap_slotmaps *mm, const char *path, uint64_
 	if ((uint64_t)st.st_size < len)
 		errno = EINVAL;   /* mapping past the end would SIGBUS on first read */
 	else
-		p = mmap(NULL, len, PROT_READ, MAP_SHARED | MAP_POPULATE, fd, 0);
+		p = mmap(NULL, len, PROT_READ, MAP_SHARED | (mm->lazy ? 0 : MAP_POPULATE), fd, 0);
 	close(fd);
 	if (p == MAP_FAILED) {
 		snap_fmt(err, errlen, "cannot map %llu bytes of slot file %s: %s", (unsigned long long)len, path,

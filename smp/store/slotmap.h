@@ -22,10 +22,13 @@ struct snap_slotmaps {
 	struct snap_slotmap *v;
 	unsigned n, cap;
 	int last;                     /* snap_slotmap_last */
+	int lazy;                     /* map without MAP_POPULATE: the page tables fill as the pages
+	                                 are read (a reader on the event loop must not stall on a big
+	                                 slot's whole page tables at once) */
 };
 
-/* The first len bytes of slot file path, mapped read-only (MAP_POPULATE)
- * the first time and kept while path names the same file; NULL with err
+/* The first len bytes of slot file path, mapped read-only (MAP_POPULATE
+ * unless mm->lazy) the first time and kept while path names the same file; NULL with err
  * set when it cannot be opened, is shorter than len or cannot be mapped.
  * A file truncated behind the mapping raises SIGBUS on the lost pages: a
  * reader that does not pin the slot reads under a guard (heal/heal.c). */
