@@ -451,8 +451,12 @@ def scenario_preempt(run):
     say(f"requeued and held; newest persisted step {newest}; every node store removed; released")
     run.slurm("scontrol", "release", jobid)
     # slurmctld delays a requeued batch job's start (BeginTime); an
-    # operator's preemption drill need not wait for it.
-    run.slurm("scontrol", "update", f"jobid={jobid}", "StartTime=now")
+    # operator's preemption drill need not wait for all of it, but the start
+    # must fall in a later second than the requeue: slurmd revokes the job's
+    # credential at the requeue, to the second, and a start within that
+    # second is killed ("Killing non-startable batch JobId=1: Job credential
+    # revoked", seen once under ASan).
+    run.slurm("scontrol", "update", f"jobid={jobid}", "StartTime=now+2")
     run.wait_job_gone(jobid, limit=150)
     state = run.job_state(jobid)
     check(state == ("COMPLETED", "0:0"), f"the requeued job ended {state}")
