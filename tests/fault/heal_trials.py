@@ -253,19 +253,25 @@ def scrub_truncated_checks(pristine):
     slots = pristine[2]
     store, flush, rdir = fresh_copy(pristine, "scrubtrunc")
     log = os.path.join(BASE, "scrubtrunc.log")
-    p = start_smp(store, flush, "--scrub-rate", "4M", "--log", log)
+    prom = os.path.join(BASE, "scrubtrunc.prom")
+    p = start_smp(store, flush, "--scrub-rate", "4M", "--log", log, "--metrics-file", prom, "--metrics-interval", "1")
     path = os.path.join(rdir, f"slot-{slots[STEPS]}")
     good = open(path, "rb").read()
     text = lambda: open(log).read() if os.path.exists(log) else ""
-    # The scrub's pass count is the event (STATUS; it logs no line per pass), asked
-    # until it moves; the deadline is for a hang only.
-    deadline = time.monotonic() + 60
-    while (status_json(store).get("scrub_passes") or 0) < 1 and p.poll() is None and time.monotonic() < deadline:
-        time.sleep(0.02)
-    os.truncate(path, 8192)
+
+    def passes():
+        try:
+            m = re.search(r"^libsnap_scrub_passes_total\S* (\S+)$", open(prom).read(), re.M)
+        except FileNotFoundError:
+            return 0
+        return float(m.group(1)) if m else 0
+    # The event: a whole pass done (the metrics file's rewrite wakes the
+    # waiter); 60 s is for a hang only.
     done = re.compile(rf"step {STEPS} \(scrub\): slot file was truncated[^\n]*?\d+ bad chunks repaired from the flush")
     w = Waiter()
     try:
+        w.until(lambda: passes() >= 1 or p.poll() is not None, 60, dirs=lambda: [BASE], procs=[p])
+        os.truncate(path, 8192)
         ok = w.until(lambda: done.search(text()) or p.poll() is not None, 60, dirs=lambda: [BASE], procs=[p])
     finally:
         w.close()

@@ -23,14 +23,13 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 import torch
 
 import libsnap.torch as lt
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
-from events import wait_socket  # noqa: E402
+from events import Waiter, wait_socket  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 store = f"/dev/shm/snaptest-prepare-{os.getpid()}"
@@ -64,14 +63,15 @@ def metric(name, job):
 
 
 def wait_metric(name, job, smp):
-    """The counter once the metrics file (rewritten every second) has it."""
-    end = time.monotonic() + DEADLINE
-    while time.monotonic() < end and smp.poll() is None:
-        v = metric(name, job)
-        if v is not None:
-            return v
-        time.sleep(0.05)
-    return None
+    """The counter once the metrics file has it: each rewrite (a rename into
+    /dev/shm) wakes the waiter; DEADLINE is for a hang only."""
+    w = Waiter()
+    try:
+        v = w.until(lambda: metric(name, job) is not None or smp.poll() is not None, DEADLINE,
+                    dirs=lambda: [os.path.dirname(prom)], procs=[smp])
+    finally:
+        w.close()
+    return metric(name, job) if v else None
 
 
 def model_opt():
