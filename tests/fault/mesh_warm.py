@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """Warm from the first step: a job's files are ready before its first protect
-(smp/mesh/meshwarm.c, slots.c), within the budget, and gone with the job.
+(smp/mesh/meshwarm.c, warmworker.c, slots.c), within the budget, and gone with the job.
 
 A 2+1 mesh of 3 nodes, one rank per node (integration/trainer --prepare: the
 layout is sent before the first step, then the trainer waits on a FIFO).
