@@ -458,10 +458,10 @@ static void snapshot_json(const struct snap_args *a, const struct snapshot_figur
 	printf("\"bytes\":%" PRIu64 ",\"ranks\":%d,\"codec\":\"%s\",\"save_block_s\":%.6g,\"commit_s\":%.6g,"
 	       "\"restore_s\":%.6g,\"restore_new_ctx_s\":%.6g,\"restore_new_ctx_verify_first_s\":%.6g,"
 	       "\"restore_fresh_buffers_s\":%.6g,\"store_read_s\":%.6g,\"memcpy_s\":%.6g,"
-	       "\"memcpy_all_cores_s\":%.6g,\"store_hugepages\":%s,\"torch_save_s\":", f->total, a->ranks, a->codec,
+	       "\"memcpy_all_cores_s\":%.6g,\"store_hugepages\":%s,", f->total, a->ranks, a->codec,
 	       m[0], m[1], m[2], m[3], m[5], m[4], m[6], f->mc, f->mct, f->huge == 1 ? "true" : "false");
-	printf("\"memcpy_fresh_s\":%.6g,\"restore_fresh_cpu_s_per_gb\":%.6g,\"memcpy_fresh_cpu_s_per_gb\":%.6g,",
-	       f->mcf, m[CPU_FRESH] / (f->total / 1e9), f->mcf_cpu / (f->total / 1e9));
+	printf("\"memcpy_fresh_s\":%.6g,\"restore_fresh_cpu_s_per_gb\":%.6g,\"memcpy_fresh_cpu_s_per_gb\":%.6g,"
+	       "\"torch_save_s\":", f->mcf, m[CPU_FRESH] / (f->total / 1e9), f->mcf_cpu / (f->total / 1e9));
 	f->ts < 0 ? printf("null}\n") : printf("%.6g}\n", f->ts);
 }
 
