@@ -98,6 +98,18 @@ static int map_touch(struct wreq *r)
 	return 0;
 }
 
+/* [mu held] Queued request r, done outside the lock (by the worker, or by
+ * the mesh thread that would otherwise wait for it). */
+static void run(struct mesh_warm *w, struct wreq *r)
+{
+	r->state = Q_RUNNING;
+	pthread_mutex_unlock(&w->mu);
+	int e = map_touch(r);
+	pthread_mutex_lock(&w->mu);
+	r->err_no = e;
+	r->state = Q_DONE;
+}
+
 static void *worker(void *arg)
 {
 	struct mesh_warm *w = arg;
@@ -113,12 +125,7 @@ static void *worker(void *arg)
 			pthread_cond_wait(&w->cv, &w->mu);
 			continue;
 		}
-		r->state = Q_RUNNING;
-		pthread_mutex_unlock(&w->mu);
-		int e = map_touch(r);
-		pthread_mutex_lock(&w->mu);
-		r->err_no = e;
-		r->state = Q_DONE;
+		run(w, r);
 		pthread_cond_broadcast(&w->done);
 	}
 	pthread_mutex_unlock(&w->mu);
@@ -228,12 +235,7 @@ void mesh_warm_wait(struct mesh_warm *w, const char *path, const char *job, int 
 		while (r && (r->state == Q_DONE || !settles(r, path, job, kind)))
 			r = r->next;
 		if (r && r->state == Q_QUEUED) {
-			r->state = Q_RUNNING;
-			pthread_mutex_unlock(&w->mu);
-			int e = map_touch(r);
-			pthread_mutex_lock(&w->mu);
-			r->err_no = e;
-			r->state = Q_DONE;
+			run(w, r);
 		} else if (r) {
 			while (r->state != Q_DONE)
 				pthread_cond_wait(&w->done, &w->mu);
