@@ -23,15 +23,23 @@ static int track_read(int fd, const char *abs)
 	return fd;
 }
 
+/* The data file of a file this process writes at abs, into buf; "" when
+ * there is none. */
+static void writing_data(const char *abs, char *buf, size_t cap)
+{
+	pthread_mutex_lock(&plf_tab_mu);
+	struct pl_file *w = plf_find_writing(abs);
+	buf[0] = '\0';
+	if (w)
+		snprintf(buf, cap, "%s", w->data);
+	pthread_mutex_unlock(&plf_tab_mu);
+}
+
 /* Copy the current bytes of abs (a file this process writes, a committed one, a real one) into wfd. */
 static int copy_current(const char *abs, int wfd)
 {
-	pthread_mutex_lock(&plf_tab_mu);
-	struct pl_file *cur = plf_find_writing(abs);
-	char cp[PATH_MAX] = "";
-	if (cur)
-		snprintf(cp, sizeof(cp), "%s", cur->data);
-	pthread_mutex_unlock(&plf_tab_mu);
+	char cp[PATH_MAX];
+	writing_data(abs, cp, sizeof(cp));
 	int src = cp[0] ? pl_real.openat(AT_FDCWD, cp, O_RDONLY | O_CLOEXEC) : plf_open_committed(abs, O_RDONLY | O_CLOEXEC);
 	if (src == -2)
 		src = pl_real.openat(AT_FDCWD, abs, O_RDONLY | O_CLOEXEC);
@@ -113,12 +121,8 @@ int pl_open(int dirfd, const char *path, int flags, mode_t mode, int *handled)
 	if ((flags & O_DIRECTORY) || !writing_) {
 		if (!(flags & O_DIRECTORY)) {
 			/* A file this process is writing, then the store, then the real file. */
-			pthread_mutex_lock(&plf_tab_mu);
-			struct pl_file *w = plf_find_writing(abs);
-			char dp[PATH_MAX] = "";
-			if (w)
-				snprintf(dp, sizeof(dp), "%s", w->data);
-			pthread_mutex_unlock(&plf_tab_mu);
+			char dp[PATH_MAX];
+			writing_data(abs, dp, sizeof(dp));
 			if (dp[0])
 				return pl_real.openat(AT_FDCWD, dp, flags & ~(O_CREAT | O_EXCL));
 			int fd = plf_open_committed(abs, flags);

@@ -36,41 +36,22 @@
  * relaunch without a kept step removes them), and every round drops a pool
  * mapping whose file is gone, as store/slotmap.c does for slots.
  *
- * Threads: the mesh thread owns struct mesh_warm's job list and the pool;
- * the worker sees only its queue (mu).
+ * This file is the plan (mesh thread): which files, at what length, within
+ * the budget, and taking what the worker (warmworker.c) made ready.
  */
-#include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/resource.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
-#include "base/busguard.h"
 #include "mesh/mesh_int.h"
+#include "mesh/meshwarm.h"
 #include "base/metrics.h"
 #include "snap/store.h"
-
-enum { W_SLOT, W_PARITY, W_PROT, W_SPARE };   /* what a request is */
-enum { Q_QUEUED, Q_RUNNING, Q_DONE };
-
-struct wreq {
-	int kind, state, err_no;
-	uint64_t len, step;       /* W_PROT: the protected step whose parity it is */
-	unsigned idx;             /* W_PARITY: the pool file's number */
-	void *addr;
-	dev_t dev;
-	ino_t ino;
-	char job[SNAP_JOB_MAX + 1];
-	char path[SNAP_FILE_MAX];
-	struct wreq *next;
-};
 
 struct wpool {
 	void *map;
@@ -93,146 +74,12 @@ struct wjob {
 	struct wjob *next;
 };
 
-struct mesh_warm {
-	pthread_mutex_t mu;
-	pthread_cond_t cv, done;
-	pthread_t th;
-	int started, stop;
-	struct wreq *q;           /* [mu] queued, running and done requests */
-	struct wjob *jobs;        /* mesh thread */
-};
-
-/* ---- the worker ---- */
-
-#define PAGE 4096u
-
-struct touch {
-	volatile uint8_t *b;
-	uint64_t len;
-	int write;
-};
-
-static void touch_pages(void *arg)
-{
-	struct touch *t = arg;
-	uint8_t sum = 0;
-	for (uint64_t o = 0; o < t->len; o += PAGE) {
-		uint8_t v = t->b[o];
-		if (t->write)
-			t->b[o] = v;
-		sum ^= v;
-	}
-	(void)sum;
-}
-
-static int map_touch(struct wreq *r)
-{
-	int rw = r->kind != W_SLOT, fd;
-	if (r->kind == W_PARITY) {
-		fd = open(r->path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-		if (fd >= 0 && (ftruncate(fd, (off_t)r->len) != 0 || (errno = posix_fallocate(fd, 0, (off_t)r->len)) != 0)) {
-			int e = errno;
-			close(fd);
-			unlink(r->path);
-			return e;
-		}
-	} else {
-		fd = open(r->path, (rw ? O_RDWR : O_RDONLY) | O_CLOEXEC | O_NOFOLLOW);
-	}
-	struct stat st;
-	if (fd < 0 || fstat(fd, &st) != 0) {
-		int e = errno;
-		if (fd >= 0)
-			close(fd);
-		return e;
-	}
-	if (r->kind != W_PARITY && r->kind != W_SLOT)
-		r->len = (uint64_t)st.st_size;
-	if (!S_ISREG(st.st_mode) || (uint64_t)st.st_size < r->len || !r->len) {
-		close(fd);
-		return EINVAL;
-	}
-	/* Only a file whose pages are all there: a page of a hole, read on a
-	 * full tmpfs (a reservation that ran out of space), is allocated by the
-	 * fault, and its ENOSPC is a SIGBUS that would kill the daemon. */
-	if ((uint64_t)st.st_blocks * 512 < r->len) {
-		close(fd);
-		return ENOSPC;
-	}
-	void *p = mmap(NULL, r->len, PROT_READ | (rw ? PROT_WRITE : 0), MAP_SHARED | MAP_POPULATE, fd, 0);
-	close(fd);
-	if (p == MAP_FAILED)
-		return errno;
-	/* The first touch through this mapping is what costs (a trap per page on
-	 * a shadow-paged VM, even after MAP_POPULATE): pay it here. A new pool
-	 * file is the worker's alone until the mesh thread takes it, so its
-	 * pages are touched for writing, as the encode will (a byte written back
-	 * as it was read). Every other file is only read: a protect may be
-	 * writing into a spare or kept parity file at this very moment, and a
-	 * byte written back from before its write would undo it. */
-	/* Under the SIGBUS guard: a file cut behind the daemon's back (a damaged
-	 * store) loses its pages under the mapping, and the touch would kill
-	 * the daemon. Such a file is not warmed; a protect or repair meets it. */
-	struct touch t = { p, r->len, r->kind == W_PARITY };
-	if (smp_bus_guarded(touch_pages, &t) == -1) {
-		munmap(p, r->len);
-		return EIO;
-	}
-	r->addr = p;
-	r->dev = st.st_dev;
-	r->ino = st.st_ino;
-	return 0;
-}
-
-static void *worker(void *arg)
-{
-	struct mesh_warm *w = arg;
-	/* Behind the trainers, the poll thread and the protects: what it does
-	 * is ahead of time by definition. */
-	setpriority(PRIO_PROCESS, (id_t)syscall(SYS_gettid), 10);
-	pthread_mutex_lock(&w->mu);
-	while (!w->stop) {
-		struct wreq *r = w->q;
-		while (r && r->state != Q_QUEUED)
-			r = r->next;
-		if (!r) {
-			pthread_cond_wait(&w->cv, &w->mu);
-			continue;
-		}
-		r->state = Q_RUNNING;
-		pthread_mutex_unlock(&w->mu);
-		int e = map_touch(r);
-		pthread_mutex_lock(&w->mu);
-		r->err_no = e;
-		r->state = Q_DONE;
-		pthread_cond_broadcast(&w->done);
-	}
-	pthread_mutex_unlock(&w->mu);
-	return NULL;
-}
-
 static struct mesh_warm *warm_get(struct snap_mesh *mesh)
 {
-	if (mesh->warm)
-		return mesh->warm;
-	struct mesh_warm *w = calloc(1, sizeof(*w));
-	if (!w)
-		return NULL;
-	pthread_mutex_init(&w->mu, NULL);
-	pthread_cond_init(&w->cv, NULL);
-	pthread_cond_init(&w->done, NULL);
-	if (pthread_create(&w->th, NULL, worker, w) != 0) {
-		pthread_cond_destroy(&w->done);
-		pthread_cond_destroy(&w->cv);
-		pthread_mutex_destroy(&w->mu);
-		free(w);
-		return NULL;
-	}
-	w->started = 1;
-	return mesh->warm = w;
+	if (!mesh->warm)
+		mesh->warm = mesh_warm_start();
+	return mesh->warm;
 }
-
-/* ---- the mesh thread ---- */
 
 static void uncount(struct snap_mesh *mesh, uint64_t n)
 {
@@ -282,41 +129,6 @@ static struct wjob *wjob_get(struct snap_mesh *mesh, struct mesh_warm *w, const 
 	return j;
 }
 
-static int pending(struct mesh_warm *w, const char *path)
-{
-	int found = 0;
-	pthread_mutex_lock(&w->mu);
-	for (struct wreq *r = w->q; r && !found; r = r->next)
-		found = !strcmp(r->path, path);
-	pthread_mutex_unlock(&w->mu);
-	return found;
-}
-
-static int queue(struct mesh_warm *w, int kind, const char *job, const char *path, uint64_t len, uint64_t step,
-		 unsigned idx)
-{
-	size_t jl = strlen(job), pl = strlen(path);
-	if (jl >= sizeof(((struct wreq *)0)->job) || pl >= sizeof(((struct wreq *)0)->path))
-		return -1;   /* a cut path would name another file: not made ahead */
-	struct wreq *r = calloc(1, sizeof(*r));
-	if (!r)
-		return -1;
-	r->kind = kind;
-	r->len = len;
-	r->step = step;
-	r->idx = idx;
-	memcpy(r->job, job, jl + 1);
-	memcpy(r->path, path, pl + 1);
-	pthread_mutex_lock(&w->mu);
-	struct wreq **t = &w->q;
-	while (*t)
-		t = &(*t)->next;
-	*t = r;
-	pthread_cond_signal(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-	return 0;
-}
-
 static void pool_drop(struct snap_mesh *mesh, struct wjob *j, unsigned i, int remove)
 {
 	struct wpool *p = &j->pool[i];
@@ -341,22 +153,7 @@ static unsigned parity_files(struct snap_mesh *mesh, struct mesh_warm *w, const 
 	snprintf(spare, sizeof(spare), "%s/%s", dir, MESH_SPARE_PARITY);
 	if ((j && j->spare_map) || stat(spare, &st) == 0)
 		n++;
-	pthread_mutex_lock(&w->mu);
-	for (struct wreq *r = w->q; r; r = r->next)
-		n += r->kind == W_PARITY && !strcmp(r->job, wj->name);
-	pthread_mutex_unlock(&w->mu);
-	return n;
-}
-
-/* Requests of job not taken yet, of any kind. */
-static int pending_job(struct mesh_warm *w, const char *job)
-{
-	int n = 0;
-	pthread_mutex_lock(&w->mu);
-	for (struct wreq *r = w->q; r; r = r->next)
-		n += !strcmp(r->job, job);
-	pthread_mutex_unlock(&w->mu);
-	return n;
+	return n + mesh_warm_queued(w, wj->name, W_PARITY);
 }
 
 /* Whether r's path still names the file the worker mapped, at its length: a
@@ -372,13 +169,7 @@ static int same_file(const struct wreq *r)
 static void adopt(struct snap_mesh *mesh, struct mesh_warm *w)
 {
 	for (;;) {
-		pthread_mutex_lock(&w->mu);
-		struct wreq **pp = &w->q, *r;
-		while ((r = *pp) && r->state != Q_DONE)
-			pp = &r->next;
-		if (r)
-			*pp = r->next;
-		pthread_mutex_unlock(&w->mu);
+		struct wreq *r = mesh_warm_done(w);
 		if (!r)
 			return;
 		struct wjob *wj = wjob_get(mesh, w, r->job);
@@ -546,7 +337,7 @@ static void fill_pool(struct snap_mesh *mesh, struct mesh_warm *w, struct wjob *
 		int taken = 0;
 		for (unsigned i = 0; i < wj->npool; i++)
 			taken |= !strcmp(wj->pool[i].path, path);
-		if (taken || pending(w, path))
+		if (taken || mesh_warm_pending(w, path))
 			continue;
 		if (mesh_mkdirs(mesh->store->root, wj->name, -1))
 			return;
@@ -559,7 +350,7 @@ static void fill_pool(struct snap_mesh *mesh, struct mesh_warm *w, struct wjob *
 			wj->no_budget = 1;
 			return;
 		}
-		if (queue(w, W_PARITY, wj->name, path, want, 0, idx) != 0) {
+		if (mesh_warm_queue(w, W_PARITY, wj->name, path, want, 0, idx) != 0) {
 			ahead(mesh, -1, want);
 			return;
 		}
@@ -577,12 +368,12 @@ static void map_kept(struct snap_mesh *mesh, struct mesh_warm *w)
 			continue;
 		if (j->has_prot && !j->par_map &&
 		    mesh_ec_path(mesh->store->root, j->name, j->prot, "parity", p, sizeof(p)) == 0 && stat(p, &st) == 0 &&
-		    st.st_size > 0 && !pending(w, p))
-			queue(w, W_PROT, j->name, p, 0, j->prot, 0);
+		    st.st_size > 0 && !mesh_warm_pending(w, p))
+			mesh_warm_queue(w, W_PROT, j->name, p, 0, j->prot, 0);
 		if (!j->spare_map && mesh_ec_path(mesh->store->root, j->name, 0, NULL, dir, sizeof(dir)) == 0) {
 			snprintf(p, sizeof(p), "%s/%s", dir, MESH_SPARE_PARITY);
-			if (stat(p, &st) == 0 && st.st_size > 0 && !pending(w, p))
-				queue(w, W_SPARE, j->name, p, 0, 0, 0);
+			if (stat(p, &st) == 0 && st.st_size > 0 && !mesh_warm_pending(w, p))
+				mesh_warm_queue(w, W_SPARE, j->name, p, 0, 0, 0);
 		}
 	}
 }
@@ -590,37 +381,9 @@ static void map_kept(struct snap_mesh *mesh, struct mesh_warm *w)
 /* A request for path (kind, or any kind when path is given) finished: done
  * here when the worker has not started it, waited for when it has. Then
  * every finished request is taken (adopt). */
-/* Whether r is what settle() waits for: the request for path, or (path
- * NULL) job's requests of that kind. */
-static int settles(const struct wreq *r, const char *path, const char *job, int kind)
-{
-	if (path)
-		return strcmp(r->path, path) == 0;
-	return r->kind == kind && job && strcmp(r->job, job) == 0;
-}
-
 static void settle(struct snap_mesh *mesh, struct mesh_warm *w, const char *path, const char *job, int kind)
 {
-	for (;;) {
-		pthread_mutex_lock(&w->mu);
-		struct wreq *r = w->q;
-		while (r && (r->state == Q_DONE || !settles(r, path, job, kind)))
-			r = r->next;
-		if (r && r->state == Q_QUEUED) {
-			r->state = Q_RUNNING;
-			pthread_mutex_unlock(&w->mu);
-			int e = map_touch(r);
-			pthread_mutex_lock(&w->mu);
-			r->err_no = e;
-			r->state = Q_DONE;
-		} else if (r) {
-			while (r->state != Q_DONE)
-				pthread_cond_wait(&w->done, &w->mu);
-		}
-		pthread_mutex_unlock(&w->mu);
-		if (!r)
-			break;
-	}
+	mesh_warm_wait(w, path, job, kind);
 	adopt(mesh, w);
 }
 
@@ -656,8 +419,8 @@ void mesh_warm_round(struct snap_mesh *mesh)
 		if (snap_slotmap_has(&mesh->maps, c[i].path, c[i].len))
 			continue;
 		unready[c[i].job]++;
-		if (!pending(w, c[i].path))
-			queue(w, W_SLOT, names[c[i].job], c[i].path, c[i].len, 0, 0);
+		if (!mesh_warm_pending(w, c[i].path))
+			mesh_warm_queue(w, W_SLOT, names[c[i].job], c[i].path, c[i].len, 0, 0);
 	}
 	for (unsigned i = 0; i < nj; i++) {
 		struct wjob *wj = data[i] ? wjob_get(mesh, w, names[i]) : NULL;
@@ -668,7 +431,7 @@ void mesh_warm_round(struct snap_mesh *mesh)
 		/* Said once, when nothing is left to do for the job's first
 		 * protects here: what a job's first step has to cover. */
 		struct mjob *mj = mesh_job_find(mesh, wj->name);
-		int first = !(mj && mj->has_prot), left = pending_job(w, wj->name);
+		int first = !(mj && mj->has_prot), left = mesh_warm_pending_job(w, wj->name);
 		if (!wj->said_ready && !unready[i] && !left && (!first || wj->no_budget || files >= MESH_WARM_MAX)) {
 			wj->said_ready = 1;
 			mesh_say(mesh, "job %s: ready ahead of its first protects: %u slot file(s) faulted in, %u parity "
@@ -710,7 +473,7 @@ int mesh_warm_take_parity(struct snap_mesh *mesh, const char *job, uint64_t plen
 		/* Longer than wanted (the manifests' bound, or this node holds
 		 * less than another of the group): cut to size, keeping the
 		 * pages in front. */
-		uint64_t keep = (plen + PAGE - 1) / PAGE * PAGE;
+		uint64_t keep = (plen + MESH_WARM_PAGE - 1) / MESH_WARM_PAGE * MESH_WARM_PAGE;
 		if (p->len > plen && truncate(to, (off_t)plen) != 0) {
 			pool_drop(mesh, wj, i, 0);
 			unlink(to);
@@ -732,19 +495,7 @@ void mesh_warm_free(struct snap_mesh *mesh)
 	struct mesh_warm *w = mesh->warm;
 	if (!w)
 		return;
-	pthread_mutex_lock(&w->mu);
-	w->stop = 1;
-	pthread_cond_broadcast(&w->cv);
-	pthread_mutex_unlock(&w->mu);
-	if (w->started)
-		pthread_join(w->th, NULL);
-	while (w->q) {
-		struct wreq *r = w->q;
-		w->q = r->next;
-		if (r->state == Q_DONE && !r->err_no && r->addr)
-			munmap(r->addr, r->len);
-		free(r);
-	}
+	mesh_warm_stop(w);
 	while (w->jobs) {
 		struct wjob *j = w->jobs;
 		w->jobs = j->next;
@@ -752,9 +503,6 @@ void mesh_warm_free(struct snap_mesh *mesh)
 			munmap(j->pool[i].map, j->pool[i].len);
 		free(j);
 	}
-	pthread_cond_destroy(&w->done);
-	pthread_cond_destroy(&w->cv);
-	pthread_mutex_destroy(&w->mu);
-	free(w);
+	mesh_warm_destroy(w);
 	mesh->warm = NULL;
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 # SPDX-License-Identifier: BSD-3-Clause
 """Warm from the first step: a job's files are ready before its first protect
-(smp/mesh/meshwarm.c, slots.c), within the budget, and gone with the job.
+(smp/mesh/meshwarm.c, warmworker.c, slots.c), within the budget, and gone with the job.
 
 A 2+1 mesh of 3 nodes, one rank per node (integration/trainer --prepare: the
 layout is sent before the first step, then the trainer waits on a FIFO).
@@ -40,17 +40,12 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, budget_mismatch, daemon_status, mapped_store_files, restored_of, setup  # noqa: E402
 from mesh_trials import start_trainers  # noqa: E402
+from promfile import prom_value  # noqa: E402
 
 
 def metric(path, name, job):
     """A counter's value for job in one node's metrics file, or None."""
-    try:
-        with open(path) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    m = re.search(rf'^{name}{{job="{job}"[^}}]*}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
+    return prom_value(path, name, f'job="{job}"')
 
 
 def main():

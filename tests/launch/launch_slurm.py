@@ -55,6 +55,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, "..", "fault"))
 from events import Waiter  # noqa: E402
+from promfile import prom_value  # noqa: E402
 import slurm_cluster  # noqa: E402
 
 NODES, PPN, EC = 4, 2, "3+1"
@@ -393,13 +394,7 @@ def scenario_node_failure(run):
     mfile = os.path.join(mdir, "snapsmp1.prom")
 
     def metric(name):
-        try:
-            with open(mfile) as f:
-                text = f.read()
-        except FileNotFoundError:
-            return None
-        m = re.search(rf'^{name}{{job="{JOB}",node="n2",mesh_node="1"}} (\S+)$', text, re.M)
-        return float(m.group(1)) if m else None
+        return prom_value(mfile, name, f'job="{JOB}",node="n2",mesh_node="1"')
     run.w.watch(mdir)
     run.until(lambda: metric("libsnap_protected_step") == got and (metric("libsnap_rebuilt_chunks_total") or 0) > 0,
               "n2's metrics file to show the rebuild", limit=60, procs=[mesh])

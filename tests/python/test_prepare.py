@@ -18,7 +18,6 @@ Each save is then committed (latest() is its step).
 usage: test_prepare.py BUILD_DIR
 """
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -30,6 +29,7 @@ import libsnap.torch as lt
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 from events import Waiter, wait_socket  # noqa: E402
+from promfile import prom_value  # noqa: E402
 
 build = os.path.abspath(sys.argv[1])
 store = f"/dev/shm/snaptest-prepare-{os.getpid()}"
@@ -53,13 +53,7 @@ def reserved_lines(job):
 
 
 def metric(name, job):
-    try:
-        with open(prom) as f:
-            text = f.read()
-    except FileNotFoundError:
-        return None
-    m = re.search(rf'^{name}{{job="{job}"[^}}]*}} (\S+)$', text, re.M)
-    return float(m.group(1)) if m else None
+    return prom_value(prom, name, f'job="{job}"')
 
 
 def wait_metric(name, job, smp):

@@ -3,7 +3,8 @@
  * Manifest, layout, wire header and config parsing, fed good and bad input:
  * every truncation of a manifest, random byte flips, headers that lie about
  * lengths, and malformed SNAP_* variables (the client's, and snapsmp's own
- * settings in smp/include/snap/smp_config.h).
+ * settings in smp/include/snap/smp_config.h), and the STATUS reply as
+ * snapsmp writes it (smp/requests.c), from this and older daemons.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "snap/proto.h"
 #include "snap/manifest.h"
 #include "snap/codec.h"
+#include "snap/status.h"
 #include "snap/wire.h"
 
 /* Three regions: raw f32 (3 chunks), raw bf16 (1), lossy f32 (2 frames). */
@@ -537,6 +539,71 @@ static void test_crc(void)
 	}
 }
 
+/* A STATUS reply in the daemon's order (smp/requests.c), cut after `fields`
+ * of its 15 fields (older daemons send 6, 7 or 14). */
+static struct snap_wbuf status_reply(int fields, const char *last)
+{
+	struct snap_wbuf w = { 0 };
+	snap_put_u64(&w, 1ull << 40);   /* mem_limit */
+	snap_put_u64(&w, 3ull << 30);   /* mem_used */
+	snap_put_u32(&w, 3);        /* slots */
+	snap_put_u32(&w, 4242);     /* pid */
+	snap_put_u64(&w, 1ull << 30);
+	snap_put_u32(&w, 2);        /* pinners */
+	if (fields > 6)
+		snap_put_u32(&w, 5);    /* reserving */
+	if (fields > 7) {
+		for (uint64_t i = 0; i < 5; i++)
+			snap_put_u64(&w, 10 + i);
+		snap_put_str(&w, last);
+	}
+	if (fields > 14)
+		snap_put_u64(&w, 9);    /* damaged_files */
+	return w;
+}
+
+static void test_status_reply(void)
+{
+	struct snap_status st;
+	struct snap_wbuf w = status_reply(15, "job a step 7: chunk 3 beyond repair");
+	CHECK_RC(snap_status_decode(w.p, w.len, &st), 0);
+	CHECK(st.mem_limit == 1ull << 40 && st.mem_used == 3ull << 30 && st.slots == 3 && st.pid == 4242);
+	CHECK(st.pinned == 1ull << 30 && st.pinners == 2 && st.reserving == 5 && st.has_heal && st.has_files);
+	CHECK(st.repaired_chunks == 10 && st.damaged_steps == 11 && st.scrubbed_bytes == 12 && st.scrub_passes == 13);
+	CHECK(st.scrub_rate == 14 && st.damaged_files == 9 && !strcmp(st.last_damage, "job a step 7: chunk 3 beyond repair"));
+	/* every cut inside a field is malformed, and leaves nothing behind */
+	for (size_t cut = 0; cut < w.len; cut++) {
+		int whole = cut == 36 || cut == 40 || cut == w.len - 8;   /* the ends older daemons send */
+		CHECK_RC(snap_status_decode(w.p, cut, &st), whole ? 0 : -1);
+		if (!whole)
+			CHECK(st.mem_limit == 0 && st.pid == 0 && !st.has_heal);
+	}
+	snap_wbuf_free(&w);
+
+	/* older daemons: no reserving, no self-healing counters, no damaged_files */
+	w = status_reply(6, "none");
+	CHECK_RC(snap_status_decode(w.p, w.len, &st), 0);
+	CHECK(st.pinners == 2 && st.reserving == 0 && !st.has_heal && !st.has_files);
+	snap_wbuf_free(&w);
+	w = status_reply(7, "none");
+	CHECK_RC(snap_status_decode(w.p, w.len, &st), 0);
+	CHECK(st.reserving == 5 && !st.has_heal && !st.has_files);
+	snap_wbuf_free(&w);
+	w = status_reply(14, "none");
+	CHECK_RC(snap_status_decode(w.p, w.len, &st), 0);
+	CHECK(st.has_heal && !st.has_files && st.scrubbed_bytes == 12 && !strcmp(st.last_damage, "none"));
+	snap_wbuf_free(&w);
+
+	/* a control character in the damage line is refused */
+	w = status_reply(15, "bad\nline");
+	CHECK_RC(snap_status_decode(w.p, w.len, &st), -1);
+	snap_wbuf_free(&w);
+
+	/* no daemon on the socket */
+	CHECK_RC(snap_status_ask("/nonexistent/smp.sock", 100, &st), -1);
+	CHECK(st.mem_limit == 0 && !st.has_heal);
+}
+
 int main(void)
 {
 	test_crc();
@@ -547,5 +614,6 @@ int main(void)
 	test_wire_header();
 	test_config();
 	test_smp_config();
+	test_status_reply();
 	return check_done("test_formats");
 }

@@ -41,9 +41,8 @@
 #include "bench_proc.h"
 #include "bench_util.h"
 #include "snap/base.h"
-#include "snap/buf.h"
 #include "snap/snap.h"
-#include "snap/wire.h"
+#include "snap/status.h"
 #include "snapbench.h"
 
 #define MAX_ROUNDS 32
@@ -96,37 +95,11 @@ static void stop_smp(pid_t p)
 /* The daemon's scrubbed_bytes: 0, or -1 when it does not answer. */
 static int scrubbed(const struct sb *b, uint64_t *bytes)
 {
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	memcpy(a.sun_path, b->sock, strlen(b->sock) + 1);   /* checked to fit at the start */
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-	    snap_wire_send(s, SNAP_MSG_STATUS, 0, NULL, 0, -1) != 0) {
-		if (s >= 0)
-			close(s);
+	struct snap_status st;
+	if (snap_status_ask(b->sock, 5000, &st) != 0 || !st.has_heal)
 		return -1;
-	}
-	struct snap_msg_hdr h;
-	void *p = NULL;
-	int rc = snap_wire_recv(s, &h, &p, NULL, 5000);
-	close(s);
-	if (rc || h.status != 0) {
-		free(p);
-		return -1;
-	}
-	struct snap_rbuf r;
-	snap_rbuf_init(&r, p, h.len);
-	snap_get_u64(&r);   /* mem_limit, mem_used, slots, pid, pinned, pinners, reserving */
-	snap_get_u64(&r);
-	snap_get_u32(&r);
-	snap_get_u32(&r);
-	snap_get_u64(&r);
-	snap_get_u32(&r);
-	snap_get_u32(&r);
-	snap_get_u64(&r);   /* repaired_chunks, damaged_steps */
-	snap_get_u64(&r);
-	*bytes = snap_get_u64(&r);
-	free(p);
-	return r.bad ? -1 : 0;
+	*bytes = st.scrubbed_bytes;
+	return 0;
 }
 
 /* CPU seconds (user + system) process p has used. */

@@ -14,8 +14,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
-#include <sys/socket.h>
-#include <sys/un.h>
 #include <unistd.h>
 
 #include "snap/base.h"
@@ -24,8 +22,8 @@
 #include "progress.h"
 #include "snap/io.h"
 #include "snaptool.h"
+#include "snap/status.h"
 #include "snap/store.h"
-#include "snap/wire.h"
 
 /* Distinct committed steps of a job, newest first. */
 static size_t job_steps(const struct snap_store *s, const struct store_job *j, uint64_t *out, size_t cap)
@@ -68,66 +66,16 @@ static uint32_t step_ranks(struct snap_store *s, struct store_job *j, uint64_t s
 	return n;
 }
 
-/* Ask the store's running snapsmp for its budget: 0, or -1 when none answers. */
+/* The store's running snapsmp (its state, or all zero when none answers)
+ * and the damage the store recorded. */
 struct daemon_view {
-	uint64_t limit, used, pinned;
-	uint32_t slots, pid, pinners;
-	uint32_t reserving;       /* slot files still being reserved */
-	int heal;                 /* the self-healing counters came (newer daemons) */
-	uint64_t repaired_chunks, damaged_steps, scrubbed_bytes, scrub_passes, scrub_rate;
-	char last_damage[768];
-	int has_files;            /* damaged_files came (newer daemons) */
-	uint64_t damaged_files;
+	struct snap_status st;
 	/* Damage beyond repair as the store recorded it (snap/damage.h): there
 	 * with or without a daemon, across its restarts. */
 	struct snap_damage dmg[SNAP_DAMAGE_KEEP];
 	int ndmg;
 	char last_rec[1024];
 };
-
-static int daemon_budget(const char *sock_path, struct daemon_view *v)
-{
-	struct sockaddr_un a = { .sun_family = AF_UNIX };
-	if (strlen(sock_path) >= sizeof(a.sun_path))
-		return -1;
-	memcpy(a.sun_path, sock_path, strlen(sock_path) + 1);
-	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-	if (s < 0 || connect(s, (struct sockaddr *)&a, sizeof(a)) != 0 ||
-	    snap_wire_send(s, SNAP_MSG_STATUS, 0, NULL, 0, -1) != 0) {
-		if (s >= 0)
-			close(s);
-		return -1;
-	}
-	struct snap_msg_hdr h;
-	void *p = NULL;
-	int rc = snap_wire_recv(s, &h, &p, NULL, 2000);
-	close(s);
-	if (rc || h.type != (SNAP_MSG_STATUS | SNAP_MSG_REPLY) || h.status != 0) {
-		free(p);
-		return -1;
-	}
-	struct snap_rbuf r;
-	snap_rbuf_init(&r, p, h.len);
-	v->limit = snap_get_u64(&r);
-	v->used = snap_get_u64(&r);
-	v->slots = snap_get_u32(&r);
-	v->pid = snap_get_u32(&r);
-	v->pinned = snap_get_u64(&r);
-	v->pinners = snap_get_u32(&r);
-	v->reserving = snap_rbuf_left(&r) ? snap_get_u32(&r) : 0;   /* older daemons do not send it */
-	if ((v->heal = snap_rbuf_left(&r) != 0)) {
-		v->repaired_chunks = snap_get_u64(&r);
-		v->damaged_steps = snap_get_u64(&r);
-		v->scrubbed_bytes = snap_get_u64(&r);
-		v->scrub_passes = snap_get_u64(&r);
-		v->scrub_rate = snap_get_u64(&r);
-		snap_get_str(&r, v->last_damage, sizeof(v->last_damage));
-		if ((v->has_files = snap_rbuf_left(&r) != 0))
-			v->damaged_files = snap_get_u64(&r);
-	}
-	free(p);
-	return r.bad ? -1 : 0;
-}
 
 static const char status_usage[] =
 	"usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
@@ -149,29 +97,30 @@ static void status_json_head(const struct snap_store *s, const struct daemon_vie
 	printf("{\"store\":");
 	st_json_str(s->root);
 	printf(",\"mem_used\":%" PRIu64 ",\"mem_limit\":", s->mem_used);
-	live ? printf("%" PRIu64, d->limit) : printf("null");
+	live ? printf("%" PRIu64, d->st.mem_limit) : printf("null");
 	printf(",\"daemon_mem_used\":");
-	live ? printf("%" PRIu64, d->used) : printf("null");
+	live ? printf("%" PRIu64, d->st.mem_used) : printf("null");
 	printf(",\"daemon_pid\":");
-	live ? printf("%u", d->pid) : printf("null");
+	live ? printf("%u", d->st.pid) : printf("null");
 	printf(",\"pinned\":");
-	live ? printf("%" PRIu64, d->pinned) : printf("null");
+	live ? printf("%" PRIu64, d->st.pinned) : printf("null");
 	printf(",\"pinned_by\":");
-	live ? printf("%u", d->pinners) : printf("null");
+	live ? printf("%u", d->st.pinners) : printf("null");
 	printf(",\"daemon_reserving\":");
-	live ? printf("%u", d->reserving) : printf("null");
+	live ? printf("%u", d->st.reserving) : printf("null");
 	/* Self-healing (docs/self-healing.md): null when no daemon (or an older one) answers. */
 	const char *heal[] = { "repaired_chunks", "damaged_steps", "scrubbed_bytes", "scrub_passes", "scrub_rate" };
-	const uint64_t hv[] = { d->repaired_chunks, d->damaged_steps, d->scrubbed_bytes, d->scrub_passes, d->scrub_rate };
+	const uint64_t hv[] = { d->st.repaired_chunks, d->st.damaged_steps, d->st.scrubbed_bytes, d->st.scrub_passes,
+				d->st.scrub_rate };
 	for (int i = 0; i < 5; i++)
-		d->heal ? printf(",\"%s\":%" PRIu64, heal[i], hv[i]) : printf(",\"%s\":null", heal[i]);
+		d->st.has_heal ? printf(",\"%s\":%" PRIu64, heal[i], hv[i]) : printf(",\"%s\":null", heal[i]);
 	printf(",\"damaged_files\":");
-	d->has_files ? printf("%" PRIu64, d->damaged_files) : printf("null");
+	d->st.has_files ? printf("%" PRIu64, d->st.damaged_files) : printf("null");
 	/* The reason outlives the daemon: the store's record when none answers. */
 	printf(",\"last_damage\":");
-	if (d->heal && strcmp(d->last_damage, "none"))
-		st_json_str(d->last_damage);
-	else if (!d->heal && d->ndmg)
+	if (d->st.has_heal && strcmp(d->st.last_damage, "none"))
+		st_json_str(d->st.last_damage);
+	else if (!d->st.has_heal && d->ndmg)
 		st_json_str(d->last_rec);
 	else
 		printf("null");
@@ -198,23 +147,23 @@ static void status_text_head(const struct opts *o, const struct snap_store *s, c
 		return;
 	}
 	printf("store %s: %.1f MiB in slot files, %.1f MiB counted by snapsmp (pid %u) against its budget of "
-	       "%.1f MiB (--mem-limit)\n", s->root, s->mem_used / 1048576.0, d->used / 1048576.0, d->pid,
-	       d->limit / 1048576.0);
+	       "%.1f MiB (--mem-limit)\n", s->root, s->mem_used / 1048576.0, d->st.mem_used / 1048576.0, d->st.pid,
+	       d->st.mem_limit / 1048576.0);
 	/* What trainers pin is the slots themselves, registered with CUDA
 	 * (plus a table of frame lengths each): inside the budget above. */
 	printf("pinned for GPU copies by %u connected process%s: %.1f MiB (their slots, registered with CUDA)\n",
-	       d->pinners, d->pinners == 1 ? "" : "es", d->pinned / 1048576.0);
+	       d->st.pinners, d->st.pinners == 1 ? "" : "es", d->st.pinned / 1048576.0);
 	/* The scrub's running counts are --json's: this text stays the same from call to call. */
-	if (d->heal) {
+	if (d->st.has_heal) {
 		printf("self-healing: %" PRIu64 " chunks repaired, %" PRIu64 " steps damaged beyond repair",
-		       d->repaired_chunks, d->damaged_steps);
-		if (d->has_files)
-			printf(", %" PRIu64 " captured files damaged", d->damaged_files);
+		       d->st.repaired_chunks, d->st.damaged_steps);
+		if (d->st.has_files)
+			printf(", %" PRIu64 " captured files damaged", d->st.damaged_files);
 		printf("; scrub ");
-		d->scrub_rate ? printf("at %.1f MiB/s (--scrub-rate)\n", d->scrub_rate / 1048576.0)
+		d->st.scrub_rate ? printf("at %.1f MiB/s (--scrub-rate)\n", d->st.scrub_rate / 1048576.0)
 			      : printf("off (--scrub-rate 0)\n");
-		if (strcmp(d->last_damage, "none"))
-			printf("last damage beyond repair: %s\n", d->last_damage);
+		if (strcmp(d->st.last_damage, "none"))
+			printf("last damage beyond repair: %s\n", d->st.last_damage);
 	} else if (d->ndmg) {
 		printf("last damage beyond repair (recorded in the store): %s\n", d->last_rec);
 	}
@@ -286,14 +235,14 @@ int cmd_status(int argc, char **argv)
 		return rc;
 	/* The budget is the running daemon's (--mem-limit), not our default. */
 	static struct daemon_view d;
-	int live = daemon_budget(o.cfg.client.socket, &d) == 0;
+	int live = snap_status_ask(o.cfg.client.socket, 2000, &d.st) == 0;
 	if ((d.ndmg = snap_damage_load(s->root, d.dmg, SNAP_DAMAGE_KEEP)) > 0)
 		snap_damage_line(&d.dmg[d.ndmg - 1], d.last_rec, sizeof(d.last_rec));
 	else
 		d.ndmg = 0;
 	if (live)
-		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", d.pid,
-			   o.cfg.client.socket, d.used / 1048576.0, d.limit / 1048576.0, d.slots);
+		st_verbose(&o, "snapsmp pid %u answers on %s: %.1f of %.1f MiB used, %u slots per rank", d.st.pid,
+			   o.cfg.client.socket, d.st.mem_used / 1048576.0, d.st.mem_limit / 1048576.0, d.st.slots);
 	else
 		st_verbose(&o, "no snapsmp answers on %s", o.cfg.client.socket);
 	if (o.json)
