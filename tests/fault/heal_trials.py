@@ -179,9 +179,9 @@ def trial(rng, n, pristine):
                         f"{what}\n{log[-1500:]}")
         return "failed"
     # The store's manifest of the newest step discarded at the restart: the
-    # restore never met that step; the daemon says what it passed over.
-    passed_over = f"step {STEPS} was persisted but neither the node store nor" in log
-    if got < STEPS and "fell back to step" not in out and not (case == "both-man" and passed_over):
+    # restore never met that step; snapsmp's reply says it passed it over,
+    # and the trainer's message names both steps.
+    if got < STEPS and (f"fell back to step {got}: " not in out or f"step {STEPS} " not in out):
         failures.append(f"fell back without saying so: {what}")
     if got < STEPS:
         return "fallback"
@@ -209,6 +209,48 @@ def status_json(store):
     p = subprocess.run([tool, "status", "--store", store, "--json"], env=env(store), capture_output=True, text=True,
                        timeout=60)
     return json.loads(p.stdout)
+
+
+def passed_over_checks(pristine):
+    """The newest step's store manifest damaged, so the scan of a restarted
+    snapsmp discards it: with its flushed copy damaged too (a flipped bit in
+    the flushed MANIFEST, or the MANIFEST deleted) the trainer restores the
+    older step and is told it fell back from the newest, naming both steps;
+    with the flushed copy intact the newest is restored from it, and no
+    fallback is reported."""
+    slots = pristine[2]
+    for flushed in ("flip", "delete", "intact"):
+        store, flush, rdir = fresh_copy(pristine, f"over-{flushed}")
+        flip_at(os.path.join(rdir, f"slot-{slots[STEPS]}.man"), 40)
+        fman = os.path.join(flush, "j", f"step-{STEPS}", "MANIFEST")
+        if flushed == "flip":
+            flip_at(fman, os.path.getsize(fman) // 2)
+        elif flushed == "delete":
+            os.unlink(fman)
+        p = start_smp(store, flush)
+        r = subprocess.run([TRAINER, "--resume", "--steps", str(STEPS), "--bytes", SIZE], env=env(store),
+                           capture_output=True, text=True, timeout=120)
+        log = stop_smp(p)
+        out = r.stdout + r.stderr
+        m = re.search(r"restored step (\d+)", r.stdout)
+        got = int(m.group(1)) if m else None
+        what = f"passed over ({flushed} flushed MANIFEST): rc {r.returncode} {out.strip()!r}"
+        if "discarding" not in log:
+            failures.append(f"{what}: the restarted snapsmp did not discard the damaged manifest: {log[-1500:]}")
+        elif r.returncode != 0 or "MISMATCH" in out:
+            failures.append(what)
+        elif flushed == "intact":
+            if got != STEPS or "fell back" in out:
+                failures.append(f"{what}: expected step {STEPS} from the flush, no fallback reported")
+            else:
+                print(f"passed over: store manifest of step {STEPS} discarded, its flush intact: step {STEPS} "
+                      "restored, no fallback reported")
+        elif got != STEPS - 1 or not re.search(rf"fell back to step {STEPS - 1}: step {STEPS} was persisted but "
+                                               r"neither the node store nor \S+ holds it whole", out):
+            failures.append(f"{what}: expected step {STEPS - 1}, reported as a fallback from step {STEPS}")
+        else:
+            print(f"passed over: store manifest and flushed MANIFEST ({flushed}) of step {STEPS} damaged: "
+                  f"{[ln for ln in out.splitlines() if 'fell back' in ln][0]}")
 
 
 def scrub_checks(pristine):
@@ -407,6 +449,7 @@ def main():
         for n in range(args.trials):
             k = trial(rng, n, pristine)
             tally[k] = tally.get(k, 0) + 1
+        passed_over_checks(pristine)
         scrub_checks(pristine)
         scrub_truncated_checks(pristine)
         scrub_maps_check(pristine)
