@@ -29,7 +29,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 from damage import damage_file
 from events import Waiter, wait_socket
@@ -288,6 +287,15 @@ def scrub_checks(pristine):
           f"status: repaired_chunks={st.get('repaired_chunks')} damaged_steps={st.get('damaged_steps')}")
 
 
+def scrub_passes(prom):
+    """The daemon's pass count, from its metrics file (0 before the first write)."""
+    try:
+        m = re.search(r"^libsnap_scrub_passes_total\S* (\S+)$", open(prom).read(), re.M)
+    except FileNotFoundError:
+        return 0
+    return float(m.group(1)) if m else 0
+
+
 def scrub_truncated_checks(pristine):
     """A slot file truncated behind the scrub's kept mapping (after a whole
     pass mapped it): the scrub reads the lost pages under its SIGBUS guard,
@@ -301,12 +309,7 @@ def scrub_truncated_checks(pristine):
     good = open(path, "rb").read()
     text = lambda: open(log).read() if os.path.exists(log) else ""
 
-    def passes():
-        try:
-            m = re.search(r"^libsnap_scrub_passes_total\S* (\S+)$", open(prom).read(), re.M)
-        except FileNotFoundError:
-            return 0
-        return float(m.group(1)) if m else 0
+    passes = lambda: scrub_passes(prom)
     # The event: a whole pass done (the metrics file's rewrite wakes the
     # waiter); 60 s is for a hang only.
     done = re.compile(rf"step {STEPS} \(scrub\): slot file was truncated[^\n]*?\d+ bad chunks repaired from the flush")
@@ -356,23 +359,23 @@ def scrub_maps_check(pristine):
     """The scrub keeps each committed slot file's mapping from one pass to the
     next (smp/store/slotmap.c: mapping each chunk afresh cost most of its time
     on 4 KiB pages), and drops the mapping of a file replaced behind its back,
-    so the old file's pages are not held (event: the daemon's pass count;
-    one generous deadline for a hang)."""
+    so the old file's pages are not held (event: the metrics file's rewrite
+    with a higher pass count; one generous deadline for a hang)."""
     slots = pristine[2]
     store, flush, rdir = fresh_copy(pristine, "maps")
-    p = start_smp(store, flush, "--scrub-rate", "64M")
+    prom = os.path.join(BASE, "maps.prom")
+    p = start_smp(store, flush, "--scrub-rate", "64M", "--metrics-file", prom, "--metrics-interval", "1")
     path = os.path.join(rdir, f"slot-{slots[STEPS]}")
+    w = Waiter()
 
     def maps():
         with open(f"/proc/{p.pid}/maps") as f:
             return [ln.rstrip("\n") for ln in f if rdir in ln]
 
     def after_passes(n):
-        st = status_json(store)
-        target, deadline = (st.get("scrub_passes") or 0) + n, time.monotonic() + 60
-        while (st.get("scrub_passes") or 0) < target and time.monotonic() < deadline and p.poll() is None:
-            st = status_json(store)
-        return (st.get("scrub_passes") or 0) >= target
+        target = scrub_passes(prom) + n
+        return bool(w.until(lambda: scrub_passes(prom) >= target or p.poll() is not None, 60,
+                            dirs=lambda: [BASE], procs=[p])) and p.poll() is None
 
     try:
         seen = []
@@ -391,13 +394,18 @@ def scrub_maps_check(pristine):
             f.write(data)
         os.replace(path + ".new", path)
         os.unlink(os.path.join(rdir, f"slot-{slots[3]}"))
-        deadline, stale = time.monotonic() + 30, None
-        while time.monotonic() < deadline and p.poll() is None:
-            stale = [ln for ln in maps() if "(deleted)" in ln]
-            if not stale and after_passes(1) and sum(ln.endswith(path) for ln in maps()) == 1:
+        # Each look after a pass (the sweep runs once a second, the metrics
+        # file is rewritten once a second): a few passes, not a spin.
+        stale, now = None, None
+        for _ in range(10):
+            if not after_passes(1):
                 break
-        now = sum(ln.endswith(path) for ln in maps())
+            stale = [ln for ln in maps() if "(deleted)" in ln]
+            now = sum(ln.endswith(path) for ln in maps())
+            if not stale and now == 1:
+                break
     finally:
+        w.close()
         stop_smp(p)
     if seen != [1, 1, 1]:
         failures.append(f"scrub maps: slot file {path} mapped {seen} times after each of 3 passes (expected once, "
