@@ -303,7 +303,11 @@ struct snap_region_info {
  * SNAP_STEP_LATEST passed over a newer step no level holds whole (its store
  * manifest discarded as damaged, its flushed copy damaged too), snap_errmsg()
  * says so after the success ("restore would fall back to step M: step N
- * ..."; "" otherwise), as snap_restore() of it would.
+ * ..."; "" otherwise), as snap_restore() of it would. SNAP_ESTATE when the
+ * newest step is a persisted one newer than the node store's (the store
+ * discarded its damaged manifest) and this context registered no layout
+ * yet: snapsmp loads it only into a registered layout (read it from the
+ * HDF5 files, register it, then snap_restore(SNAP_STEP_LATEST)).
  * snap_describe_size: `size` is the caller's sizeof(struct snap_region_info),
  * the stride of regions[].
  */
