@@ -182,6 +182,8 @@ def trial(rng, n, pristine):
     # and the trainer's message names both steps.
     if got < STEPS and (f"fell back to step {got}: " not in out or f"step {STEPS} " not in out):
         failures.append(f"fell back without saying so: {what}")
+    if got == STEPS and "fell back" in out:
+        failures.append(f"restored the newest step but reported a fallback: {what}")
     if got < STEPS:
         return "fallback"
     return "repaired" if "repaired" in out else "intact"
