@@ -249,9 +249,10 @@ static int passed_over(struct smp *m, struct conn *c, uint64_t got, uint64_t *ov
  * store's `latest` (passed_over() then says whether a newer step on disk
  * is damaged too; a load that fails counts as damage), SNAP_ESTATE when
  * the disk's step is whole but the rank registered no layout to load it
- * with (not EPROTO: that closes the connection the layout comes on). Only with that evidence: a newer step on
- * disk is otherwise one of a timeline a restore of an older step abandoned
- * (the flush keeps no generation), and the store's newest is the job's.
+ * with (not EPROTO: that closes the connection the layout comes on). Only
+ * with that evidence: a newer step on disk is otherwise one of a timeline
+ * a restore of an older step abandoned (the flush keeps no generation),
+ * and the store's newest is the job's.
  */
 static int newer_on_disk(struct smp *m, struct conn *c, uint64_t latest, uint32_t *slot, char *err)
 {
