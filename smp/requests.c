@@ -207,49 +207,90 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	return rc;
 }
 
+/* Damaged manifests the store's scan at start discarded, over the job's ranks. */
+static uint32_t discarded_manifests(const struct store_job *j)
+{
+	uint32_t n = 0;
+	for (uint32_t r = 0; r < j->nranks; r++)
+		n += j->ranks[r] ? j->ranks[r]->discarded : 0;
+	return n;
+}
+
+/*
+ * A SNAP_STEP_LATEST that resolved to step `got` on one node with a flush
+ * directory, after the scan at start discarded a damaged store manifest:
+ * when the flush shows a newer step (sealed, or its MANIFEST lost) that no
+ * level holds whole, the restore passed over it, and the trainer is told
+ * (the RESTORE reply's note; snap_restore() says it fell back): the store
+ * lost the step and nothing on its side would otherwise ever meet it.
+ * 1 with *over and why set.
+ */
+static int passed_over(struct smp *m, struct conn *c, uint64_t got, uint64_t *over, char *why)
+{
+	uint64_t sealed = 0;
+	if (m->mesh || !m->cfg->flush_dir[0] || !discarded_manifests(c->job))
+		return 0;
+	if (!(snap_io_sealed_step(m->cfg->flush_dir, c->job->name, &sealed) && sealed > got) &&
+	    !snap_io_lost_step(m->cfg->flush_dir, c->job->name, got, &sealed))
+		return 0;
+	*over = sealed;
+	snap_fmt(why, SMP_ERRLEN, "step %" PRIu64 " was persisted but neither the node store nor %s holds it whole "
+		 "(the store's manifest of it was discarded as damaged when snapsmp started)", sealed, m->cfg->flush_dir);
+	smp_logf(&m->log, SMP_LOG_WARN, "job %s rank %u: %s; restoring step %" PRIu64, c->job->name, c->rank->rank, why,
+		 got);
+	return 1;
+}
+
 /*
  * One node with a flush directory: the flush may hold a newer step than the
  * store, when the store lost it (its manifest damaged and discarded by the
  * scan at start). SNAP_STEP_LATEST is the newest step some level holds
  * whole: 1 when the disk's newer step was loaded into *slot, 0 to use the
- * store's `latest` (a newer step on disk that is damaged too is logged).
- * Only with that evidence: a newer step on disk is otherwise one of a
- * timeline a restore of an older step abandoned (the flush keeps no
- * generation), and the store's newest is the job's.
+ * store's `latest` (passed_over() then says whether a newer step on disk
+ * is damaged too; a load that fails counts as damage), SNAP_ESTATE when
+ * the disk's step is whole but the rank registered no layout to load it
+ * with (not EPROTO: that closes the connection the layout comes on). Only
+ * with that evidence: a newer step on disk is otherwise one of a timeline
+ * a restore of an older step abandoned (the flush keeps no generation),
+ * and the store's newest is the job's.
  */
 static int newer_on_disk(struct smp *m, struct conn *c, uint64_t latest, uint32_t *slot, char *err)
 {
 	struct store_job *j = c->job;
-	uint64_t disk = 0, sealed = 0;
+	uint64_t disk = 0;
 	size_t bad = 0;
 	struct snap_io_err e = { 0 };
-	uint32_t discarded = 0;
-	for (uint32_t r = 0; r < j->nranks; r++)
-		discarded += j->ranks[r] ? j->ranks[r]->discarded : 0;
-	if (m->mesh || !m->cfg->flush_dir[0] || !discarded)
+	if (m->mesh || !m->cfg->flush_dir[0] || !discarded_manifests(j))
 		return 0;
-	if (snap_io_newest_step(m->cfg->flush_dir, j->name, &disk, &e) == 0 && disk > latest &&
-	    snap_io_verify_step(m->cfg->flush_dir, j->name, disk, &bad, &e) == 0 &&
-	    snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, SMP_ERRLEN) == 0) {
-		if (c->rank->slots[*slot].step > latest) {
-			smp_say(m, "job %s rank %u: restoring persisted step %" PRIu64 " from %s (level: disk): the node "
-				"store's newest is step %" PRIu64, j->name, c->rank->rank, c->rank->slots[*slot].step,
-				m->cfg->flush_dir, latest);
-			return 1;
-		}
-		return 0;   /* the disk's choice is older after all: the store's stands */
+	if (snap_io_newest_step(m->cfg->flush_dir, j->name, &disk, &e) || disk <= latest ||
+	    snap_io_verify_step(m->cfg->flush_dir, j->name, disk, &bad, &e))
+		return 0;
+	if (!c->rank->has_layout) {
+		/* a describe before any REGISTER (libsnap.torch reads the layout
+		 * from the HDF5 files on this answer, as with an empty store) */
+		snap_fmt(err, SMP_ERRLEN, "job %s rank %u: persisted step %" PRIu64 " in %s is newer than the node store's "
+			 "newest (%" PRIu64 ": a newer manifest was discarded as damaged); REGISTER its layout first so "
+			 "that snapsmp can load it", j->name, c->rank->rank, disk, m->cfg->flush_dir, latest);
+		return SNAP_ESTATE;
 	}
-	if ((snap_io_sealed_step(m->cfg->flush_dir, j->name, &sealed) && sealed > latest) ||
-	    snap_io_lost_step(m->cfg->flush_dir, j->name, latest, &sealed))
-		smp_logf(&m->log, SMP_LOG_WARN, "job %s rank %u: step %" PRIu64 " was persisted but neither the node store "
-			 "nor %s holds it whole; restoring step %" PRIu64, j->name, c->rank->rank, sealed,
-			 m->cfg->flush_dir, latest);
-	return 0;
+	if (snap_rehydrate(m->cfg, m->store, j, c->rank, c, slot, err, SMP_ERRLEN))
+		return 0;
+	if (c->rank->slots[*slot].step > latest) {
+		smp_say(m, "job %s rank %u: restoring persisted step %" PRIu64 " from %s (level: disk): the node "
+			"store's newest is step %" PRIu64, j->name, c->rank->rank, c->rank->slots[*slot].step,
+			m->cfg->flush_dir, latest);
+		return 1;
+	}
+	return 0;   /* the disk's choice is older after all: the store's stands */
 }
 
-/* A step is restorable only when every rank of its world committed it. */
-static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *slot, char *err)
+/* A step is restorable only when every rank of its world committed it.
+ * *over: a newer step SNAP_STEP_LATEST passed over (why says why), else
+ * SNAP_STEP_LATEST. */
+static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *slot, uint64_t *over, char *why,
+			char *err)
 {
+	*over = SNAP_STEP_LATEST;
 	uint64_t latest;
 	struct store_job *j = c->job;
 	/* A job the relaunch could not rebuild falls back to disk, if any. */
@@ -272,6 +313,8 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 				smp_say(m, "job %s rank %u: restoring persisted step %" PRIu64 " from %s (level: disk)%s", j->name,
 				    c->rank->rank, c->rank->slots[*slot].step, m->cfg->flush_dir,
 				    lost ? ", the mesh could not rebuild it" : ", nothing restorable in memory");
+			if (rc == 0)
+				passed_over(m, c, c->rank->slots[*slot].step, over, why);
 			if (rc != SNAP_ENOENT)
 				return rc ? rc : snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, SMP_ERRLEN);
 			if (lost) {
@@ -288,9 +331,13 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 				 m->store->root);
 			return SNAP_ENOENT;
 		}
-		if (newer_on_disk(m, c, latest, slot, err))
+		int rc = newer_on_disk(m, c, latest, slot, err);
+		if (rc < 0)
+			return rc;
+		if (rc)
 			return snap_store_rewind(m->store, j, 1, c->rank->slots[*slot].step, err, SMP_ERRLEN);
 		want = latest;
+		passed_over(m, c, latest, over, why);
 	}
 	struct store_slot *sl = snap_store_find(m->store, c->rank, want, slot);
 	if (!sl) {
@@ -330,7 +377,9 @@ static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		return SNAP_EPROTO;
 	}
 	uint32_t slot;
-	int rc = pick_restore(m, c, want, &slot, err);
+	uint64_t over;
+	char why[SMP_ERRLEN];
+	int rc = pick_restore(m, c, want, &slot, &over, why, err);
 	if (rc)
 		return rc;
 	rc = snap_store_open_slot(m->store, c->job, c->rank, slot, err, SMP_ERRLEN);
@@ -338,6 +387,11 @@ static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		return rc;
 	*fd = rc;
 	snap_put_bytes(out, c->rank->slots[slot].man_bytes, c->rank->slots[slot].man_len);
+	if (over != SNAP_STEP_LATEST) {
+		/* the note after the manifest (whose header says its own length) */
+		snap_put_u64(out, over);
+		snap_put_str(out, why);
+	}
 	return 0;
 }
 

@@ -267,7 +267,36 @@ static void run_restore_phase(snap_ctx *ctx, int phase)
  * the newest step; both pass within an encode or an agreement round, so it
  * is retried until timeout_ms.
  */
-static int ask_restore(snap_ctx *ctx, uint64_t step, void **rep, uint32_t *rlen, int *fd, const char *what)
+/* A newer step snapsmp's SNAP_STEP_LATEST passed over (the RESTORE reply's
+ * note after the manifest), SNAP_STEP_LATEST when none. */
+struct restore_note {
+	uint64_t over;
+	char why[SNAP_CLIENT_ERRLEN];
+};
+
+/* Split the reply: the manifest (its header says its length) and the note. */
+static int split_note(snap_ctx *ctx, const void *rep, uint32_t *rlen, struct restore_note *note, const char *what)
+{
+	note->over = SNAP_STEP_LATEST;
+	note->why[0] = 0;
+	struct snap_rbuf r;
+	snap_rbuf_init(&r, rep, *rlen);
+	(void)snap_get_bytes(&r, 16);   /* magic, version, CRC */
+	uint64_t total = snap_get_u64(&r);
+	if (r.bad || total >= *rlen)
+		return 0;   /* no note (a short or bad manifest: the decode says what is wrong) */
+	snap_rbuf_init(&r, (const uint8_t *)rep + total, *rlen - (uint32_t)total);
+	note->over = snap_get_u64(&r);
+	snap_get_str(&r, note->why, sizeof(note->why));
+	if (r.bad || snap_rbuf_left(&r) || note->over == SNAP_STEP_LATEST)
+		return snap_fail(ctx, SNAP_EPROTO, "%s: malformed RESTORE reply (%u bytes after the manifest)", what,
+				 *rlen - (uint32_t)total);
+	*rlen = (uint32_t)total;
+	return 0;
+}
+
+static int ask_restore(snap_ctx *ctx, uint64_t step, void **rep, uint32_t *rlen, int *fd, struct restore_note *note,
+		       const char *what)
 {
 	struct snap_wbuf w = { 0 };
 	snap_put_u64(&w, step);
@@ -286,6 +315,13 @@ static int ask_restore(snap_ctx *ctx, uint64_t step, void **rep, uint32_t *rlen,
 		delay_us = delay_us < 16000 ? delay_us * 2 : delay_us;
 	}
 	snap_wbuf_free(&w);
+	if (rc == 0 && (rc = split_note(ctx, *rep, rlen, note, what))) {
+		free(*rep);
+		*rep = NULL;
+		if (*fd >= 0)
+			close(*fd);
+		*fd = -1;
+	}
 	return rc;
 }
 
@@ -350,12 +386,13 @@ static int alloc_bounce(snap_ctx *ctx)
  * manifest, once one came (else left alone); *touched: set once a
  * registered byte was written, by this pass or (as given) an earlier one.
  */
-static int restore_once(snap_ctx *ctx, uint64_t step, uint64_t *restored, uint64_t *tried, int *touched)
+static int restore_once(snap_ctx *ctx, uint64_t step, uint64_t *restored, uint64_t *tried, int *touched,
+			struct restore_note *note)
 {
 	void *rep;
 	uint32_t rlen;
 	int fd = -1;
-	int rc = ask_restore(ctx, step, &rep, &rlen, &fd, "restore");
+	int rc = ask_restore(ctx, step, &rep, &rlen, &fd, note, "restore");
 	if (rc)
 		return rc;
 	struct snap_manifest man;
@@ -522,17 +559,23 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 		return rc;
 	if ((rc = snap_freeze(ctx)) || (rc = snap_ensure_connected(ctx)))
 		return rc;
-	uint64_t want = step, got = 0, repaired_step = 0, newest_bad = SNAP_STEP_LATEST;
+	uint64_t want = step, got = 0, repaired_step = 0, newest_bad = SNAP_STEP_LATEST, over = SNAP_STEP_LATEST;
 	int have_repaired = 0, reread = 0;
 	uint64_t reread_step = 0;
 	uint32_t repaired = 0;
 	int touched = 0;
-	char note[SNAP_CLIENT_ERRLEN] = "", first[SNAP_CLIENT_ERRLEN] = "";
+	char note[SNAP_CLIENT_ERRLEN] = "", first[SNAP_CLIENT_ERRLEN] = "", over_why[SNAP_CLIENT_ERRLEN] = "";
 	/* Each withdrawal removes a step, each repair is tried once a step. */
 	for (unsigned tries = 0;; tries++) {
 		uint64_t tried = want;
 		ctx->err[0] = 0;
-		rc = restore_once(ctx, want, &got, &tried, &touched);
+		struct restore_note rn = { SNAP_STEP_LATEST, "" };
+		rc = restore_once(ctx, want, &got, &tried, &touched, &rn);
+		if (rn.over != SNAP_STEP_LATEST && over == SNAP_STEP_LATEST) {
+			/* The newest step snapsmp passed over before this loop met any. */
+			over = rn.over;
+			snprintf(over_why, sizeof(over_why), "%s", rn.why);
+		}
 		if (rc == 0)
 			break;
 		char why[SNAP_CLIENT_ERRLEN];
@@ -593,9 +636,10 @@ int snap_restore(snap_ctx *ctx, uint64_t step, uint64_t *restored)
 	}
 	if (restored)
 		*restored = got;
-	if (newest_bad != SNAP_STEP_LATEST) {
-		snap_fmt(ctx->err, sizeof(ctx->err), "restore fell back to step %" PRIu64 ": %s%s%s", got, first,
-			 repaired ? "; " : "", repaired ? note : "");
+	if (newest_bad != SNAP_STEP_LATEST || over != SNAP_STEP_LATEST) {
+		/* over is newer than any step this loop met: it comes first */
+		snap_fmt(ctx->err, sizeof(ctx->err), "restore fell back to step %" PRIu64 ": %s%s%s%s%s", got, over_why,
+			 over_why[0] && first[0] ? "; " : "", first, repaired ? "; " : "", repaired ? note : "");
 	} else if (repaired || reread) {
 		snap_fmt(ctx->err, sizeof(ctx->err), "%s", note);
 	} else {
@@ -647,7 +691,8 @@ int snap_describe_size(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct 
 	void *rep;
 	uint32_t rlen;
 	int fd = -1;
-	rc = ask_restore(ctx, step, &rep, &rlen, &fd, "describe");
+	struct restore_note note;
+	rc = ask_restore(ctx, step, &rep, &rlen, &fd, &note, "describe");
 	if (fd >= 0)
 		close(fd);   /* only the manifest is wanted */
 	if (rc)
@@ -668,6 +713,11 @@ int snap_describe_size(snap_ctx *ctx, uint64_t step, uint64_t *step_out, struct 
 		*nregions = lay->nregions;
 		if (step_out)
 			*step_out = man.step;
+		if (note.over != SNAP_STEP_LATEST)   /* what a restore of it would say */
+			snap_fmt(ctx->err, sizeof(ctx->err), "restore would fall back to step %" PRIu64 ": %s", man.step,
+				 note.why);
+		else
+			ctx->err[0] = 0;
 		if (cap < lay->nregions)
 			rc = snap_fail(ctx, SNAP_EOVERFLOW, "describe of step %" PRIu64 ": it has %u regions, room for %u",
 				  man.step, lay->nregions, cap);

@@ -67,9 +67,17 @@ struct smp_heal;
  * that copy's chunk has the recorded CRC32C; otherwise the file is marked
  * damaged (h, and the store's damage record). Returns the bytes read;
  * *wrapped when the cursor passed the last file (the next call starts a
- * new pass); *seen counts the files checked whole. f may be NULL.
+ * new pass); *seen counts the files checked whole. The data files are read
+ * through the mappings mm keeps (see below). f may be NULL.
  */
-uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, uint8_t *buf, size_t bufsize, int64_t budget,
-			  uint64_t deadline_ns, int *wrapped, unsigned *seen);
+struct snap_slotmaps;
+uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, struct snap_slotmaps *mm, uint8_t *buf,
+			  size_t bufsize, int64_t budget, uint64_t deadline_ns, int *wrapped, unsigned *seen);
+/* The data files' mappings snap_files_scrub keeps (mm may be NULL: none
+ * kept): at most FILES_SCRUB_MAPS files and FILES_SCRUB_MAP_BYTES bytes,
+ * plus the one the cursor is in (store/slotmap.c, the cap). */
+#define FILES_SCRUB_MAPS 256
+#define FILES_SCRUB_MAP_BYTES (1ull << 30)
+void snap_files_scrub_maps_init(struct snap_slotmaps *mm);
 
 #endif

@@ -12,11 +12,20 @@
  * it. Removing it would let readers fall back to the real file, which may
  * be an older version: wrong bytes served silently.
  *
+ * The data files are read through mappings kept from pass to pass
+ * (store/slotmap.c, as the slots are: mapping each chunk afresh spent more
+ * than the CRC filling and tearing down page tables), up to a cap: a job
+ * may hold thousands of captured files, and each mapping is a VMA (the
+ * kernel's vm.max_map_count is 65530 by default) and 2 MiB of page tables
+ * per GiB read. The reads run under the SIGBUS guard: a data file
+ * truncated behind the daemon's back loses pages under the mapping.
+ *
  * Runs on the poll thread, which alone changes the namespace lists; the
  * flush thread only reads them and marks states, which this does not read.
  */
 #include "files/files_int.h"
 #include "heal/repair.h"
+#include "store/slotmap.h"
 
 /* The file under the cursor, moving on to the next job's files as needed:
  * NULL (and *wrapped) past the last job. */
@@ -133,8 +142,53 @@ static void on_bad(struct snap_files *f, struct fjob *j, struct fent *e, uint32_
 	smp_heal_damage(h, f->store, j->name, what, how);
 }
 
-uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, uint8_t *buf, size_t bufsize, int64_t budget,
-			  uint64_t deadline_ns, int *wrapped, unsigned *seen)
+void snap_files_scrub_maps_init(struct snap_slotmaps *mm)
+{
+	*mm = (struct snap_slotmaps){ .lazy = 1, .max_maps = FILES_SCRUB_MAPS, .max_bytes = FILES_SCRUB_MAP_BYTES };
+}
+
+/* The path of e's data file (for its mapping): 0, or -1 when too long. */
+static int data_path(const struct fjob *j, const struct fent *e, char *out, size_t cap)
+{
+	char name[17];
+	snap_fman_data_name(e->id, name);
+	return snprintf(out, cap, "%s/data/%s", j->dir, name) >= (int)cap ? -1 : 0;
+}
+
+/* Chunk k (len bytes at off) of e, checked: 1 good, 0 bad. Through the
+ * kept mapping of its data file (*map, looked up once per file and call),
+ * else read from *fd (opened when first needed). */
+static int chunk_ok(struct snap_files *f, struct fjob *j, struct fent *e, uint32_t k, uint64_t off, size_t len,
+		    struct snap_slotmaps *mm, const uint8_t **map, int *fd, uint8_t *buf, size_t bufsize,
+		    uint64_t *read)
+{
+	char path[SNAP_FILE_MAX + 32], err[SNAP_FILE_MAX + 128];
+	uint32_t crc = 0;
+	int rc = -2;
+	if (!*map && mm && *fd < 0 && data_path(j, e, path, sizeof(path)) == 0)
+		*map = snap_slotmap_get(mm, path, e->size, err, sizeof(err));
+	if (*map && (rc = smp_heal_crc_mapped(*map + off, len, &crc)) == 0)
+		*read += len;
+	if (rc == -1) {
+		/* SIGBUS: pages lost under the mapping (the file was cut short) */
+		snap_store_logf(f->store, "scrub: captured file %s (job %s): its data file lost pages under the scrub's "
+				"mapping (truncated?)", e->path, j->name);
+		return 0;
+	}
+	if (rc == -2) {   /* not mapped (shorter than committed, unmappable), or no guard */
+		if (*fd < 0) {
+			char name[17];
+			snap_fman_data_name(e->id, name);
+			*fd = openat(j->datafd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+		}
+		if (*fd < 0 || crc_of(*fd, off, len, buf, bufsize, &crc, read))
+			return 0;
+	}
+	return crc == e->man.crc[k];
+}
+
+uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, struct snap_slotmaps *mm, uint8_t *buf,
+			  size_t bufsize, int64_t budget, uint64_t deadline_ns, int *wrapped, unsigned *seen)
 {
 	*wrapped = 0;
 	if (!f) {
@@ -143,7 +197,8 @@ uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, uint8_t *buf
 	}
 	uint64_t read = 0;
 	int fd = -1;
-	uint64_t fd_id = 0;
+	const uint8_t *map = NULL;
+	const struct fent *cur = NULL;   /* the file fd or map is of */
 	while ((int64_t)read < budget && snap_now_ns() < deadline_ns) {
 		struct fent *e = cursor(f, wrapped);
 		if (!e)
@@ -155,19 +210,18 @@ uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, uint8_t *buf
 			(*seen)++;
 			continue;
 		}
-		if (fd < 0 || fd_id != e->id) {
+		if (cur != e) {
 			if (fd >= 0)
 				close(fd);
-			char name[17];
-			snap_fman_data_name(e->id, name);
-			fd = openat(j->datafd, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-			fd_id = e->id;
+			fd = -1;
+			map = NULL;
+			cur = e;
 		}
-		uint32_t k = f->scrub_chunk, crc = 0;
+		uint32_t k = f->scrub_chunk;
 		uint64_t off = (uint64_t)k * e->man.chunk;
 		size_t len = e->size - off < e->man.chunk ? (size_t)(e->size - off) : e->man.chunk;
 		uint64_t before = read;
-		int ok = fd >= 0 && crc_of(fd, off, len, buf, bufsize, &crc, &read) == 0 && crc == e->man.crc[k];
+		int ok = chunk_ok(f, j, e, k, off, len, mm, &map, &fd, buf, bufsize, &read);
 		if (read == before)
 			read += 4096;   /* an unreadable chunk still costs something */
 		f->scrub_chunk++;
@@ -175,6 +229,11 @@ uint64_t snap_files_scrub(struct snap_files *f, struct smp_heal *h, uint8_t *buf
 			if (fd >= 0)
 				close(fd);
 			fd = -1;
+			map = NULL;
+			cur = NULL;
+			char path[SNAP_FILE_MAX + 32];
+			if (mm && data_path(j, e, path, sizeof(path)) == 0)
+				snap_slotmap_drop(mm, path);   /* read afresh after the repair */
 			on_bad(f, j, e, k, h);
 		}
 	}

@@ -15,7 +15,8 @@
  * file truncated under a mapping raises SIGBUS; pread cost five times the
  * CRC's CPU time). The mappings are kept from pass to pass (store/slotmap.c):
  * with 4 KiB pages, mapping each chunk afresh spent over twice the CRC's
- * time filling and tearing down page tables. Slots being written are
+ * time filling and tearing down page tables (the captured files' too, up
+ * to a cap: filescrub.c). Slots being written are
  * skipped. On a mesh (--ec) a bad chunk is repaired from
  * the mesh's parity first and the node's parity pieces are checked too
  * (meshscrub.c).
@@ -50,6 +51,7 @@ struct smp_scrub {
 	const uint8_t *map;            /* the cursor's slot file, kept mapped (maps) */
 	uint64_t maplen;
 	struct snap_slotmaps maps;
+	struct snap_slotmaps fmaps;    /* the captured files' data, kept mapped up to a cap (filescrub.c) */
 	uint64_t swept_ns;
 	uint8_t *buf;
 	unsigned seen;                 /* committed slots and captured files checked in this pass */
@@ -76,6 +78,7 @@ struct smp_scrub *smp_scrub_new(struct smp *m)
 	/* The page tables fill as the rate reads the pages, a slice at a time,
 	 * not a whole slot's at once on the thread that serves the trainers. */
 	sc->maps.lazy = 1;
+	snap_files_scrub_maps_init(&sc->fmaps);
 	sc->slot = UINT32_MAX;   /* before the first */
 	sc->last_ns = snap_now_ns();
 	smp_say(m, "scrub: verifying committed slots at %.1f MiB/s (--scrub-rate)", sc->rate / 1048576.0);
@@ -89,6 +92,7 @@ void smp_scrub_free(struct smp_scrub *sc)
 	if (sc->fd >= 0)
 		close(sc->fd);
 	snap_slotmaps_free(&sc->maps);
+	snap_slotmaps_free(&sc->fmaps);
 	free(sc->buf);
 	free(sc);
 }
@@ -212,6 +216,7 @@ void smp_scrub_tick(struct smp *m)
 		sc->swept_ns = now;
 		sc->map = NULL;   /* looked up again: the sweep may drop it */
 		snap_slotmaps_sweep(&sc->maps);
+		snap_slotmaps_sweep(&sc->fmaps);
 	}
 }
 
@@ -219,8 +224,8 @@ void smp_scrub_tick(struct smp *m)
 static int files_turn(struct smp *m, struct smp_scrub *sc, uint64_t deadline)
 {
 	int wrapped = 0;
-	uint64_t got = snap_files_scrub(m->files, &m->heal, sc->buf, SCRUB_BUF, sc->credit, deadline, &wrapped,
-					&sc->seen);
+	uint64_t got = snap_files_scrub(m->files, &m->heal, &sc->fmaps, sc->buf, SCRUB_BUF, sc->credit, deadline,
+					&wrapped, &sc->seen);
 	sc->credit -= (int64_t)got;
 	m->heal.scrubbed_bytes += got;
 	if (!wrapped)

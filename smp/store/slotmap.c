@@ -20,6 +20,15 @@
  * mesh sweeps every round, the scrub every second, so a deleted slot
  * file's pages outlive the store's count of them by at most that long.
  *
+ * A cap (max_maps, max_bytes) bounds what a reader of many files keeps
+ * (the scrub of captured files: a job may hold thousands): the mappings
+ * made while there is room are kept, and a mapping over the cap is kept
+ * only until the next one over it (the spill). A reader that goes round
+ * the same files in the same order, as the scrub does, then finds the
+ * first files of its round mapped every pass and maps each of the others
+ * once a pass, not once a chunk; dropping the least recently used instead
+ * would unmap every file just before its next turn.
+ *
  * One thread uses a struct snap_slotmaps; it needs no lock.
  */
 #include <errno.h>
@@ -41,6 +50,8 @@ static int same_file(const struct snap_slotmap *e, const struct stat *st)
 static void drop(struct snap_slotmaps *mm, unsigned i)
 {
 	munmap(mm->v[i].addr, mm->v[i].len);
+	if (!mm->v[i].spill)
+		mm->bytes -= mm->v[i].len;
 	free(mm->v[i].path);
 	mm->v[i] = mm->v[--mm->n];
 }
@@ -48,6 +59,15 @@ static void drop(struct snap_slotmaps *mm, unsigned i)
 /* Add a mapping to the list: 0, or -1 out of memory (the caller unmaps). */
 static int keep(struct snap_slotmaps *mm, const char *path, dev_t dev, ino_t ino, uint64_t len, void *addr, int warm)
 {
+	unsigned kept = mm->n;
+	for (unsigned i = 0; i < mm->n; i++)
+		kept -= mm->v[i].spill;
+	int spill = (mm->max_maps && kept >= mm->max_maps) || (mm->max_bytes && len > mm->max_bytes - mm->bytes);
+	for (unsigned i = 0; spill && i < mm->n; i++)
+		if (mm->v[i].spill) {
+			drop(mm, i);   /* the one over the cap before this */
+			break;
+		}
 	char *dup = strdup(path);
 	if (dup && mm->n == mm->cap) {
 		unsigned cap = mm->cap ? 2 * mm->cap : 16;
@@ -61,7 +81,9 @@ static int keep(struct snap_slotmaps *mm, const char *path, dev_t dev, ino_t ino
 		free(dup);
 		return -1;
 	}
-	mm->v[mm->n++] = (struct snap_slotmap){ dup, dev, ino, len, addr, warm };
+	mm->v[mm->n++] = (struct snap_slotmap){ dup, dev, ino, len, addr, warm, spill };
+	if (!spill)
+		mm->bytes += len;
 	return 0;
 }
 

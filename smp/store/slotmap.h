@@ -17,6 +17,7 @@ struct snap_slotmap {
 	uint64_t len;
 	void *addr;
 	int warm;                     /* faulted in ahead (mesh/meshwarm.c), not read yet */
+	int spill;                    /* over the cap: kept only until the next mapping over it */
 };
 struct snap_slotmaps {
 	struct snap_slotmap *v;
@@ -25,6 +26,9 @@ struct snap_slotmaps {
 	int lazy;                     /* map without MAP_POPULATE: the page tables fill as the pages
 	                                 are read (a reader on the event loop must not stall on a big
 	                                 slot's whole page tables at once) */
+	unsigned max_maps;            /* the cap (0: none): at most max_maps mappings of at most */
+	uint64_t max_bytes;           /* max_bytes in all are kept, plus one over it (see slotmap.c) */
+	uint64_t bytes;               /* mapped by the kept ones (not the spill) */
 };
 
 /* The first len bytes of slot file path, mapped read-only (MAP_POPULATE

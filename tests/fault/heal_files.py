@@ -12,11 +12,21 @@ store's bytes equal the written ones again, a preloaded reader reads them),
 the second is marked damaged: a preloaded reader gets EIO and a message
 naming the chunk, never its bytes, and snaptool status counts it and says
 why, also with no daemon running and after a restart (the store's damage
-record). Usage: heal_files.py --build BUILD [--asan-runtime SO]."""
+record).
+
+Then the scrub's kept mappings of the captured files' data (filescrub.c):
+with more files than the cap (FILES_SCRUB_MAPS, smp/files/files.h), the
+daemon never maps more than the cap plus one of them (counted in
+/proc/PID/maps after each of three passes, waiting on the metrics file's
+rewrite), the same files stay mapped from pass to pass; a kept file
+truncated and another replaced behind the daemon (a bit flipped in the
+new copy) are both repaired from their flushed copies, and the daemon
+lives. Usage: heal_files.py --build BUILD [--asan-runtime SO]."""
 import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -54,14 +64,14 @@ def env(preload):
     return e
 
 
-def start_smp(rate):
+def start_smp(rate, *extra):
     # A SIGKILLed daemon leaves its socket file behind: gone first, so that
     # the wait below is for this daemon's bind, not the old file.
     try:
         os.unlink(os.path.join(STORE, "smp.sock"))
     except FileNotFoundError:
         pass
-    p = subprocess.Popen([SMP, "--store", STORE, "--scrub-rate", rate, "--log", LOG], stderr=subprocess.PIPE,
+    p = subprocess.Popen([SMP, "--store", STORE, "--scrub-rate", rate, "--log", LOG, *extra], stderr=subprocess.PIPE,
                          text=True, env=env(False))
     if not wait_socket(STORE, p):
         raise RuntimeError(f"snapsmp did not start: {p.communicate()[1]}")
@@ -164,9 +174,87 @@ def main():
           f"damaged (EIO to readers, counted, recorded across a restart); {len(failures)} failures")
 
 
+MAPS_CAP = 256          # FILES_SCRUB_MAPS (smp/files/files.h)
+
+
+def maps_checks():
+    for d in (BASE, DISK):
+        shutil.rmtree(d, ignore_errors=True)
+        os.makedirs(d)
+    n = MAPS_CAP + 44
+    prom = f"{BASE}/smp.prom"
+    p = start_smp("64M", "--metrics-file", prom, "--metrics-interval", "1")
+    datadir = f"{STORE}/hf/files/data/"
+
+    def mapped():
+        """(the data files mapped, the number of their mappings)"""
+        with open(f"/proc/{p.pid}/maps") as f:
+            lines = [ln.split()[-1] for ln in f if datadir in ln]
+        return set(lines), len(lines)
+
+    def passes():
+        try:
+            m = re.search(r"^libsnap_scrub_passes_total\S* (\S+)$", open(prom).read(), re.M)
+        except FileNotFoundError:
+            return 0
+        return float(m.group(1)) if m else 0
+
+    w = Waiter()
+    try:
+        code = ("import os, sys\nd = sys.argv[1]\nfor i in range(int(sys.argv[2])):\n"
+                " open(f'{d}/f{i:04d}.bin', 'wb').write(os.urandom(8192))")
+        r = preloaded(code, DISK, str(n))
+        if not check(r.returncode == 0, f"the preloaded writer of {n} files: {r.returncode} {r.stderr}"):
+            return
+        names = [f"{DISK}/f{i:04d}.bin" for i in range(n)]
+        # The events: a pass done (the metrics file's rewrite wakes the waiter); 120 s for a hang only.
+        seen = []
+        for _ in range(3):
+            target = passes() + 1
+            if not w.until(lambda: passes() >= target or p.poll() is not None, 120, dirs=lambda: [BASE], procs=[p]) \
+                    or p.poll() is not None:
+                break
+            seen.append(mapped())
+        counts = [c for _, c in seen]
+        check(len(seen) == 3 and all(MAPS_CAP <= c <= MAPS_CAP + 1 for c in counts) and
+              all(c == len(paths) for paths, c in seen),
+              f"{n} captured files: the scrub keeps {MAPS_CAP} data files mapped (+ the one under its cursor), each "
+              f"once: {counts} mappings after each of 3 passes ({len(seen)} passes seen)")
+        kept = seen[0][0] & seen[-1][0] if seen else set()
+        check(len(kept) >= MAPS_CAP, f"the same data files stay mapped from pass to pass: {len(kept)} of "
+              f"{MAPS_CAP} kept")
+        by_data = {data_file(x): x for x in names}
+        victims = sorted(x for x in kept if x in by_data)[:2]
+        if not check(len(victims) == 2, f"two kept data files to damage: {victims}"):
+            return
+        cut, replaced = by_data[victims[0]], by_data[victims[1]]
+        if not wait_log(p, lambda t: all(f"flushed captured file {x}" in t for x in (cut, replaced)),
+                        "both files flushed"):
+            return
+        good = {x: open(data_file(x), "rb").read() for x in (cut, replaced)}
+        os.truncate(data_file(cut), 4096)
+        b = bytearray(good[replaced])
+        b[100] ^= 0x10
+        open(data_file(replaced) + ".new", "wb").write(b)
+        os.replace(data_file(replaced) + ".new", data_file(replaced))
+        if not wait_log(p, lambda t: all(f"captured file {x} (job hf): chunk 0 repaired from its flushed copy" in t
+                                         for x in (cut, replaced)), "both kept files repaired"):
+            return
+        check(all(open(data_file(x), "rb").read() == good[x] for x in (cut, replaced)),
+              "the truncated and the replaced data files hold the committed bytes again")
+        check(p.poll() is None, "the daemon lives")
+        print(f"captured files: {n} files, {counts} data files mapped after each of 3 passes (cap {MAPS_CAP} + 1), "
+              f"{len(kept)} kept across them; a kept file truncated and another replaced behind the scrub both "
+              "repaired from their flushed copies")
+    finally:
+        w.close()
+        stop_smp(p)
+
+
 if __name__ == "__main__":
     try:
         main()
+        maps_checks()
     finally:
         shutil.rmtree(BASE, ignore_errors=True)
         shutil.rmtree(DISK, ignore_errors=True)

@@ -29,7 +29,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 
 from damage import damage_file
 from events import Waiter, wait_socket
@@ -179,10 +178,12 @@ def trial(rng, n, pristine):
                         f"{what}\n{log[-1500:]}")
         return "failed"
     # The store's manifest of the newest step discarded at the restart: the
-    # restore never met that step; the daemon says what it passed over.
-    passed_over = f"step {STEPS} was persisted but neither the node store nor" in log
-    if got < STEPS and "fell back to step" not in out and not (case == "both-man" and passed_over):
+    # restore never met that step; snapsmp's reply says it passed it over,
+    # and the trainer's message names both steps.
+    if got < STEPS and (f"fell back to step {got}: " not in out or f"step {STEPS} " not in out):
         failures.append(f"fell back without saying so: {what}")
+    if got == STEPS and "fell back" in out:
+        failures.append(f"restored the newest step but reported a fallback: {what}")
     if got < STEPS:
         return "fallback"
     return "repaired" if "repaired" in out else "intact"
@@ -209,6 +210,48 @@ def status_json(store):
     p = subprocess.run([tool, "status", "--store", store, "--json"], env=env(store), capture_output=True, text=True,
                        timeout=60)
     return json.loads(p.stdout)
+
+
+def passed_over_checks(pristine):
+    """The newest step's store manifest damaged, so the scan of a restarted
+    snapsmp discards it: with its flushed copy damaged too (a flipped bit in
+    the flushed MANIFEST, or the MANIFEST deleted) the trainer restores the
+    older step and is told it fell back from the newest, naming both steps;
+    with the flushed copy intact the newest is restored from it, and no
+    fallback is reported."""
+    slots = pristine[2]
+    for flushed in ("flip", "delete", "intact"):
+        store, flush, rdir = fresh_copy(pristine, f"over-{flushed}")
+        flip_at(os.path.join(rdir, f"slot-{slots[STEPS]}.man"), 40)
+        fman = os.path.join(flush, "j", f"step-{STEPS}", "MANIFEST")
+        if flushed == "flip":
+            flip_at(fman, os.path.getsize(fman) // 2)
+        elif flushed == "delete":
+            os.unlink(fman)
+        p = start_smp(store, flush)
+        r = subprocess.run([TRAINER, "--resume", "--steps", str(STEPS), "--bytes", SIZE], env=env(store),
+                           capture_output=True, text=True, timeout=120)
+        log = stop_smp(p)
+        out = r.stdout + r.stderr
+        m = re.search(r"restored step (\d+)", r.stdout)
+        got = int(m.group(1)) if m else None
+        what = f"passed over ({flushed} flushed MANIFEST): rc {r.returncode} {out.strip()!r}"
+        if "discarding" not in log:
+            failures.append(f"{what}: the restarted snapsmp did not discard the damaged manifest: {log[-1500:]}")
+        elif r.returncode != 0 or "MISMATCH" in out:
+            failures.append(what)
+        elif flushed == "intact":
+            if got != STEPS or "fell back" in out:
+                failures.append(f"{what}: expected step {STEPS} from the flush, no fallback reported")
+            else:
+                print(f"passed over: store manifest of step {STEPS} discarded, its flush intact: step {STEPS} "
+                      "restored, no fallback reported")
+        elif got != STEPS - 1 or not re.search(rf"fell back to step {STEPS - 1}: step {STEPS} was persisted but "
+                                               r"neither the node store nor \S+ holds it whole", out):
+            failures.append(f"{what}: expected step {STEPS - 1}, reported as a fallback from step {STEPS}")
+        else:
+            print(f"passed over: store manifest and flushed MANIFEST ({flushed}) of step {STEPS} damaged: "
+                  f"{[ln for ln in out.splitlines() if 'fell back' in ln][0]}")
 
 
 def scrub_checks(pristine):
@@ -246,6 +289,15 @@ def scrub_checks(pristine):
           f"status: repaired_chunks={st.get('repaired_chunks')} damaged_steps={st.get('damaged_steps')}")
 
 
+def scrub_passes(prom):
+    """The daemon's pass count, from its metrics file (0 before the first write)."""
+    try:
+        m = re.search(r"^libsnap_scrub_passes_total\S* (\S+)$", open(prom).read(), re.M)
+    except FileNotFoundError:
+        return 0
+    return float(m.group(1)) if m else 0
+
+
 def scrub_truncated_checks(pristine):
     """A slot file truncated behind the scrub's kept mapping (after a whole
     pass mapped it): the scrub reads the lost pages under its SIGBUS guard,
@@ -259,12 +311,7 @@ def scrub_truncated_checks(pristine):
     good = open(path, "rb").read()
     text = lambda: open(log).read() if os.path.exists(log) else ""
 
-    def passes():
-        try:
-            m = re.search(r"^libsnap_scrub_passes_total\S* (\S+)$", open(prom).read(), re.M)
-        except FileNotFoundError:
-            return 0
-        return float(m.group(1)) if m else 0
+    passes = lambda: scrub_passes(prom)
     # The event: a whole pass done (the metrics file's rewrite wakes the
     # waiter); 60 s is for a hang only.
     done = re.compile(rf"step {STEPS} \(scrub\): slot file was truncated[^\n]*?\d+ bad chunks repaired from the flush")
@@ -314,23 +361,23 @@ def scrub_maps_check(pristine):
     """The scrub keeps each committed slot file's mapping from one pass to the
     next (smp/store/slotmap.c: mapping each chunk afresh cost most of its time
     on 4 KiB pages), and drops the mapping of a file replaced behind its back,
-    so the old file's pages are not held (event: the daemon's pass count;
-    one generous deadline for a hang)."""
+    so the old file's pages are not held (event: the metrics file's rewrite
+    with a higher pass count; one generous deadline for a hang)."""
     slots = pristine[2]
     store, flush, rdir = fresh_copy(pristine, "maps")
-    p = start_smp(store, flush, "--scrub-rate", "64M")
+    prom = os.path.join(BASE, "maps.prom")
+    p = start_smp(store, flush, "--scrub-rate", "64M", "--metrics-file", prom, "--metrics-interval", "1")
     path = os.path.join(rdir, f"slot-{slots[STEPS]}")
+    w = Waiter()
 
     def maps():
         with open(f"/proc/{p.pid}/maps") as f:
             return [ln.rstrip("\n") for ln in f if rdir in ln]
 
     def after_passes(n):
-        st = status_json(store)
-        target, deadline = (st.get("scrub_passes") or 0) + n, time.monotonic() + 60
-        while (st.get("scrub_passes") or 0) < target and time.monotonic() < deadline and p.poll() is None:
-            st = status_json(store)
-        return (st.get("scrub_passes") or 0) >= target
+        target = scrub_passes(prom) + n
+        return bool(w.until(lambda: scrub_passes(prom) >= target or p.poll() is not None, 60,
+                            dirs=lambda: [BASE], procs=[p])) and p.poll() is None
 
     try:
         seen = []
@@ -349,13 +396,18 @@ def scrub_maps_check(pristine):
             f.write(data)
         os.replace(path + ".new", path)
         os.unlink(os.path.join(rdir, f"slot-{slots[3]}"))
-        deadline, stale = time.monotonic() + 30, None
-        while time.monotonic() < deadline and p.poll() is None:
-            stale = [ln for ln in maps() if "(deleted)" in ln]
-            if not stale and after_passes(1) and sum(ln.endswith(path) for ln in maps()) == 1:
+        # Each look after a pass (the sweep runs once a second, the metrics
+        # file is rewritten once a second): a few passes, not a spin.
+        stale, now = None, None
+        for _ in range(10):
+            if not after_passes(1):
                 break
-        now = sum(ln.endswith(path) for ln in maps())
+            stale = [ln for ln in maps() if "(deleted)" in ln]
+            now = sum(ln.endswith(path) for ln in maps())
+            if not stale and now == 1:
+                break
     finally:
+        w.close()
         stop_smp(p)
     if seen != [1, 1, 1]:
         failures.append(f"scrub maps: slot file {path} mapped {seen} times after each of 3 passes (expected once, "
@@ -407,6 +459,7 @@ def main():
         for n in range(args.trials):
             k = trial(rng, n, pristine)
             tally[k] = tally.get(k, 0) + 1
+        passed_over_checks(pristine)
         scrub_checks(pristine)
         scrub_truncated_checks(pristine)
         scrub_maps_check(pristine)

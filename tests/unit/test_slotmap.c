@@ -10,7 +10,11 @@
  *     the others; drop and free leave nothing mapped (ASan: nothing leaks);
  *   - a file truncated behind a kept (lazily filled) mapping: the guarded CRC over the lost
  *     pages returns -1 instead of the SIGBUS killing the process, and a
- *     CRC over pages still there is the file's.
+ *     CRC over pages still there is the file's;
+ *   - the cap (max_maps, max_bytes): over a round of more files than it
+ *     allows, the first ones are kept (KEPT on the next round), each of the
+ *     others mapped once a round (COLD), and this process never maps more
+ *     than the cap plus one of them (counted in /proc/self/maps).
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -118,6 +122,72 @@ static void truncated_behind(void)
 	unlink(a);
 }
 
+/* Mappings of files under dir in /proc/self/maps. */
+static int mapped_here(void)
+{
+	FILE *f = fopen("/proc/self/maps", "r");
+	char line[512];
+	int n = 0;
+	while (f && fgets(line, sizeof(line), f))
+		n += strstr(line, dir) != NULL;
+	if (f)
+		fclose(f);
+	return n;
+}
+
+/* One round over nfiles files, two chunks each (as the scrub reads them):
+ * the number of COLD gets, and the most mappings seen at once. */
+static int round_of(struct snap_slotmaps *mm, int nfiles, int *most)
+{
+	int cold = 0;
+	for (int i = 0; i < nfiles; i++) {
+		char path[128], err[256];
+		snprintf(path, sizeof(path), "%s/file-%d", dir, i);
+		for (int k = 0; k < 2; k++) {
+			const uint8_t *p = snap_slotmap_get(mm, path, LEN, err, sizeof(err));
+			CHECK(p && p[LEN - 1] == (uint8_t)((LEN - 1) * 31 + (uint64_t)i));
+			cold += snap_slotmap_last(mm) == SNAP_SLOTMAP_COLD;
+		}
+		int now = mapped_here();
+		*most = now > *most ? now : *most;
+	}
+	return cold;
+}
+
+static void capped(void)
+{
+	enum { NFILES = 12, CAP = 4 };
+	for (int i = 0; i < NFILES; i++) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/file-%d", dir, i);
+		write_file(path, LEN, i);
+	}
+	/* by count, then by bytes (3 files' worth) */
+	for (int by_bytes = 0; by_bytes < 2; by_bytes++) {
+		struct snap_slotmaps mm = { .lazy = 1 };
+		if (by_bytes)
+			mm.max_bytes = 3 * (uint64_t)LEN + LEN / 2;
+		else
+			mm.max_maps = CAP;
+		int keep = by_bytes ? 3 : CAP, most = 0;
+		int cold1 = round_of(&mm, NFILES, &most), cold2 = round_of(&mm, NFILES, &most);
+		if (cold1 != NFILES || cold2 != NFILES - keep || most > keep + 1 || mm.n > (unsigned)keep + 1 ||
+		    mm.bytes > (uint64_t)keep * LEN) {
+			fprintf(stderr, "cap by %s: %d then %d files mapped afresh (want %d, %d), at most %d mapped "
+				"(cap %d + 1), %u kept, %llu bytes\n", by_bytes ? "bytes" : "count", cold1, cold2, NFILES,
+				NFILES - keep, most, keep, mm.n, (unsigned long long)mm.bytes);
+			CHECK(0);
+		}
+		snap_slotmaps_free(&mm);
+		CHECK(mapped_here() == 0);
+	}
+	for (int i = 0; i < NFILES; i++) {
+		char path[128];
+		snprintf(path, sizeof(path), "%s/file-%d", dir, i);
+		unlink(path);
+	}
+}
+
 int main(void)
 {
 	snprintf(dir, sizeof(dir), "/dev/shm/snap-slotmap-%d", (int)getpid());
@@ -128,6 +198,7 @@ int main(void)
 	kept_and_replaced();
 	smp_heal_guard_init();
 	truncated_behind();
+	capped();
 	rmdir(dir);
 	return check_done("test_slotmap");
 }

@@ -389,7 +389,11 @@ class Context:
         return s.value
 
     def describe(self, step=STEP_LATEST):
-        """(step, [region dicts]) or None when nothing is restorable."""
+        """(step, [region dicts]) or None when nothing is restorable. After
+        it, `note` is what a restore of that step would say (a newer step
+        snapsmp passed over: "restore would fall back to step M: step N ..."),
+        else ""."""
+        self.note = ""
         n = ctypes.c_uint32()
         got = ctypes.c_uint64()
         for _ in range(4):   # the step may change between the two calls
@@ -402,6 +406,7 @@ class Context:
             if rc == EOVERFLOW:
                 continue
             self.check(rc, "")   # snapsmp's message names the step
+            self.note = self.errmsg()
             return got.value, [info_dict(arr[i]) for i in range(n.value)]
         self.check(rc, "describe")
 

@@ -6,6 +6,7 @@ and put the restored values where they belong. Collective under
 torch.distributed: every rank restores the same step (libsnap.torch)."""
 import pickle
 import random
+import re
 import warnings
 
 import numpy as np
@@ -62,12 +63,21 @@ class _Restore:
         step that one rank cannot restore (a chunk no level holds intact,
         docs/self-healing.md) is given up by all ranks together, and all of
         them restore the next older one; `fell_back_from` then names the
-        steps given up. An explicit step never falls back."""
+        steps given up. So does a newer step snapsmp passed over (its store
+        manifest discarded as damaged at snapsmp's start, its flushed copy
+        damaged too), with a RuntimeWarning saying why. An explicit step
+        never falls back."""
         self._check_open()
         self.fell_back_from = []
+        self._passed = None
         while True:
             got = self._restore_once(step)
             if not isinstance(got, tuple):
+                if got is not None and self._passed is not None and self._passed[0] > got:
+                    # newer than any step this loop gave up: first in the list
+                    self.fell_back_from.insert(0, self._passed[0])
+                    warnings.warn(f"restore fell back to step {got}: {self._passed[1]}", RuntimeWarning,
+                                  stacklevel=2)
                 return got
             # ("damaged", p): snapsmp withdrew rank r's copy of p, so the newest
             # restorable step is now an older one, the same on every rank.
@@ -120,7 +130,24 @@ class _Restore:
         if step is None:
             mem = self._ctx.latest()
             if mem is not None:
-                found = self._ctx.describe(mem)
+                # The newest step, as snapsmp's SNAP_STEP_LATEST picks it: a
+                # persisted step newer than the store's (the store discarded
+                # its damaged manifest) is loaded by the restore of the
+                # latest, after the layout read from its HDF5 files is
+                # registered; a newer step no level holds whole is passed
+                # over, and the note says so.
+                try:
+                    found = self._ctx.describe()
+                except SnapError as e:
+                    if e.code != C.ESTATE or "REGISTER" not in str(e):
+                        raise
+                    disk = self._disk_layout(None)
+                    if disk is None:
+                        raise
+                    return disk
+                m = re.match(r"restore would fall back to step \d+: (step (\d+) .*)", self._ctx.note or "")
+                if m and self._passed is None:
+                    self._passed = (int(m.group(2)), m.group(1))
                 return None if found is None else (found[0], found[1], False)
             disk = self._disk_layout(None)
             if disk is not None:

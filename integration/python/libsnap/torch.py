@@ -150,6 +150,7 @@ class Checkpointer(_Plan, _Restore):
         self._frozen = False       # the context has saved or restored: layout fixed
         self._last = None
         self.fell_back_from = []   # steps the last restore() gave up (damaged beyond repair)
+        self._passed = None        # (step, why): a newer step the last restore() passed over (snapsmp said)
         self._relayouts = 0
         self._accounted = None     # the optimizer layout last checked against its state_dict()
         self._cache = None         # (layout, its tensor entries, ...) of the last plan: _plan()

@@ -241,8 +241,12 @@ SNAP_API int snap_latest(snap_ctx *ctx, uint64_t *step);
  * level holds intact is withdrawn. SNAP_STEP_LATEST then means the newest
  * step that restores: the next older one, every registered byte written
  * again, and *restored says which. An explicit step never falls back: it
- * fails with SNAP_ECORRUPT ("no level holds a good copy"). After a success
- * that repaired chunks or fell back, snap_errmsg() says so ("" otherwise);
+ * fails with SNAP_ECORRUPT ("no level holds a good copy"). A newer step
+ * snapsmp passed over before this call met it (its store manifest was
+ * discarded as damaged when snapsmp started and its flushed copy is damaged
+ * too) is a fallback as well. After a success that repaired chunks or fell
+ * back, snap_errmsg() says so ("restore fell back to step M: step N ...";
+ * "" otherwise);
  * a failure after a fallback says what state the memory is in.
  * *restored (may be NULL) receives the step restored. No fence is needed
  * first: it waits for the previous save itself, as snap_wait() does (copy
@@ -295,7 +299,15 @@ struct snap_region_info {
  * regions, and regions[0..cap-1] their descriptions in slot order. With
  * cap < *nregions the call fills cap of them and returns SNAP_EOVERFLOW:
  * call again with room for *nregions (cap 0 and regions NULL to ask).
- * Checksums are not verified here; snap_restore() does that.
+ * Checksums are not verified here; snap_restore() does that. When
+ * SNAP_STEP_LATEST passed over a newer step no level holds whole (its store
+ * manifest discarded as damaged, its flushed copy damaged too), snap_errmsg()
+ * says so after the success ("restore would fall back to step M: step N
+ * ..."; "" otherwise), as snap_restore() of it would. SNAP_ESTATE when the
+ * newest step is a persisted one newer than the node store's (the store
+ * discarded its damaged manifest) and this context registered no layout
+ * yet: snapsmp loads it only into a registered layout (read it from the
+ * HDF5 files, register it, then snap_restore(SNAP_STEP_LATEST)).
  * snap_describe_size: `size` is the caller's sizeof(struct snap_region_info),
  * the stride of regions[].
  */

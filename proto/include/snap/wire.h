@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #define SNAP_WIRE_MAGIC 0x50414E53u     /* "SNAP" little-endian */
-#define SNAP_WIRE_VERSION 3           /* 2: layouts carry codec bounds, COMMIT chunk lengths; 3: COMMIT and STATUS the pinned bytes */
+#define SNAP_WIRE_VERSION 4           /* 2: codec bounds, chunk lengths; 3: pinned bytes; 4: RESTORE's note */
 #define SNAP_WIRE_HDR 16
 #define SNAP_WIRE_MAX (64u << 20)
 
