@@ -83,9 +83,14 @@ int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size
  * then 1 (ticket back to 0). A restore of the newest step uses it: the view
  * of a round that began before the trainers' last commits lags behind them,
  * and ranks told different "newest" steps by successive rounds restored
- * different steps.
+ * different steps. After a relaunch, while the mesh thread rebuilds other
+ * nodes, the view seeded with the relaunch's step is fresh (no round runs
+ * until the rebuild ends) until a rank here commits a newer step.
  */
-int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket);
+int snap_mesh_view_fresh(struct snap_mesh *mesh, const char *job, uint64_t *ticket);
+/* [lock held] A rank of job served here restored (committed 0) or committed
+ * step (committed 1): the relaunch's restores and seeded view follow it. */
+void snap_mesh_rank_active(struct snap_mesh *mesh, const char *job, uint32_t rank, int committed, uint64_t step);
 /* [lock held] 1 when the last agreement found `step` globally complete. */
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
 /* [lock held] 1 and *step: the job's newest step whose parity every node

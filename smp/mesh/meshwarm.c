@@ -393,8 +393,29 @@ void mesh_warm_settle_slot(struct snap_mesh *mesh, const char *path)
 		settle(mesh, mesh->warm, path, NULL, 0);
 }
 
+/* After a relaunch the warm-up waits until the relaunch's restores here
+ * ended: every rank whose slot of the relaunch's step this node holds has
+ * restored, or committed a step since (snap_mesh_rank_active). Its page
+ * faults and writes would share the node's memory bandwidth and cores with
+ * those restores; the first protect needs all ranks' commits anyway. */
+static int relaunch_restoring(struct snap_mesh *mesh)
+{
+	pthread_mutex_lock(&mesh->mu);
+	unsigned left = mesh->rl_left;
+	pthread_mutex_unlock(&mesh->mu);
+	if (left)
+		return 1;
+	if (!mesh->rl_said) {
+		mesh->rl_said = 1;
+		mesh_say(mesh, "relaunch restores ended here; warm-up of the next protect starts");
+	}
+	return 0;
+}
+
 void mesh_warm_round(struct snap_mesh *mesh)
 {
+	if (relaunch_restoring(mesh))
+		return;
 	struct mesh_warm *w = warm_get(mesh);
 	if (!w)
 		return;   /* no thread: the protects do it all, as before */
