@@ -11,8 +11,9 @@
  *     step (store->mesh, job->mesh_latest: LATEST, RESTORE and retention);
  *   - it erasure-codes the newest globally complete step across each group
  *     (protect.c) and agrees when every group has its parity in place;
- *   - at start, before serving, it rebuilds lost or corrupt stores from the
- *     survivors (recover.c).
+ *   - at start it rebuilds lost or corrupt stores from the survivors
+ *     (recover.c): a node that lost data before it serves, the others on
+ *     the mesh thread while they serve.
  *
  * Concurrency: one mutex (snap_mesh_lock) guards the store. The poll thread
  * holds it while it handles events; the mesh thread takes it only to read
@@ -45,10 +46,13 @@ int snap_mesh_rank(const struct snap_mesh *mesh);
 int snap_mesh_size(const struct snap_mesh *mesh);
 
 /*
- * [collective] With the store open and locked: rebuild what the relaunch
- * lost (may close and reopen *store), agree on the first global view, then
- * start the mesh thread. A job that cannot be rebuilt is not an error here:
- * it is marked lost (see snap_mesh_job_error) and the rest is served.
+ * [collective] With the store open and locked: plan the relaunch's
+ * rebuild, seed the view with its steps, then either rebuild here (a node
+ * whose copy is not intact: may close and reopen *store) and agree on the
+ * first global view, or leave both to the mesh thread, which runs them
+ * before its rounds while the caller serves; then start the mesh thread.
+ * A job that cannot be rebuilt is not an error here: it is marked lost
+ * (see snap_mesh_job_error) and the rest is served.
  */
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
 		    int quiet, char *err, size_t errlen);

@@ -137,6 +137,7 @@ struct snap_mesh {
 	uint64_t ec_counted;          /* ec bytes in mem_used before that rebuild */
 	unsigned rl_left;             /* [mu] pinned ranks not yet restored/committed: the warm-up waits */
 	int rl_said;                  /* mesh thread: the end of the relaunch's restores was logged */
+	uint64_t rl_t0;               /* mesh thread: the first warm round after the relaunch */
 };
 
 /* ---- meshutil.c (and log.c) ---- */

@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Relaunch recovery (crash-only mesh). Runs once at start, on the main
- * thread, before anything is served, on every node at once:
+ * Relaunch recovery (crash-only mesh), on every node at once, in two parts:
  *
+ *   mesh_recover_plan (main thread, before anything is served):
  *   1. each node lists its valid records (<job>/ec/step-<g>.rec that unpack
  *      and describe this node's group and index); a missing or corrupt
  *      record makes the node "lost" for that step;
  *   2. the lists are gathered; per job, the chosen step is the newest one
- *      that every group can rebuild (at most m members without a record);
+ *      that every group can rebuild (at most m members without a record).
+ *      A node whose store lacks a slot its record lists, or that lacks the
+ *      record, must rebuild before it serves; the others serve at once
+ *      (mesh.c: snap_mesh_start).
+ *
+ *   mesh_recover_run (the main thread of a node that rebuilds before it
+ *   serves, the mesh thread of one that serves meanwhile; same order of
+ *   collectives everywhere):
  *   3. every node runs snap_ec_rebuild for it: survivors pass their files
  *      mapped (chunks whose CRC fails are rewritten, a missing manifest
  *      reads as zeros and comes back), lost nodes get their slot files,
