@@ -11,10 +11,14 @@ node on this machine, rank r on node r, real trainers). Event-driven:
            the rebuild cannot end while it is stopped. The survivors' ranks
            must restore S, verified bit-exact by the trainer, while L's log has
            not said its rebuild is done and L has no socket. Then L resumes,
-           finishes its rebuild, and its rank restores S bit-exact.
-  kill:    the same relaunch, survivors' ranks restoring at once, and the
-           whole mesh SIGKILLed at a random moment within the window the
-           overlap trial measured (survivors serving -> L rebuilt). Each
+           finishes its rebuild, and its rank restores S bit-exact. The
+           warm-up of the next protect waits on each node until its
+           relaunched ranks restored: node L does not log the end of its
+           relaunch restores before its rank restored; every node logs it.
+  kill:    the same relaunch, node L held in its rebuild again, the
+           survivors' ranks restoring, and the whole mesh SIGKILLed at a
+           random moment within the time the overlap trial's restores took
+           (trainers started -> every survivor's rank restored). Each
            rank either restored S bit-exact (trainer exit 0) or failed with a
            clear error (exit 1, its message); never a mismatch (exit 3).
            A relaunch after it restores S bit-exact on every rank.
@@ -24,7 +28,6 @@ usage: mesh_overlap.py --build DIR [--shape 2+2] [--nodes 4] [--trials 4] [--see
 import argparse
 import os
 import random
-import re
 import shutil
 import signal
 import sys
@@ -43,7 +46,7 @@ def main():
     ap.add_argument("--build", required=True)
     ap.add_argument("--shape", default="2+2")
     ap.add_argument("--nodes", type=int, default=4)
-    ap.add_argument("--bytes", default="8M")
+    ap.add_argument("--bytes", default="32M")
     ap.add_argument("--trials", type=int, default=4)
     ap.add_argument("--seed", type=int, default=None)
     ap.add_argument("--mpiexec", default=shutil.which("mpiexec") or "mpiexec")
@@ -85,8 +88,31 @@ def main():
         return waiter.until(lambda: socks(survivors) or mesh.proc.poll() is not None, limit=120,
                             procs=[mesh.proc]) and socks(survivors)
 
-    def run_ranks(tag, ranks, limit=300):
+    def relaunch_held(tag, tries=5):
+        """relaunch_losing, then node `lost` stopped inside its rebuild: its pid,
+        or None when every try's rebuild ended before the stop could land."""
+        for i in range(tries):
+            if not relaunch_losing(f"{tag}-{i}"):
+                raise RuntimeError(f"the survivors did not serve; see {mesh.log}")
+            pid = daemons(mesh).get(lost)
+            if pid is None:
+                raise RuntimeError("no daemon of the lost node")
+            os.kill(pid, signal.SIGSTOP)
+            if not node_said(lost, DONE) and not socks([lost]):
+                return pid
+            os.kill(pid, signal.SIGCONT)
+            print(f"{tag}: try {i}: the rebuild ended before node {lost} was stopped; again", flush=True)
+        return None
+
+    def run_ranks(tag, ranks, limit=300, timed=None):
+        """Trainers of ranks to the end: rank -> (exit, step restored, stderr).
+        timed (a list): gets the time from their start to every rank's restore."""
+        t0 = time.monotonic()
         procs = start_trainers(a, mesh, logdir, tag, step, ranks=ranks)
+        if timed is not None:
+            waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and restored_of(log) is not None
+                                     for p, log, _ in procs), limit, procs=[p for p, _, _ in procs])
+            timed.append(time.monotonic() - t0)
         out = {}
         for r, (p, log, err) in zip(ranks, procs):
             p.wait(timeout=limit)
@@ -105,52 +131,44 @@ def main():
             raise RuntimeError("no protected step")
 
         # ---- overlap: survivors restore while node `lost` is held in its rebuild ----
-        if not relaunch_losing("overlap"):
-            raise RuntimeError(f"the survivors did not serve; see {mesh.log}")
-        t_serve = time.monotonic()
-        pid = daemons(mesh).get(lost)
+        pid = relaunch_held("overlap")
         if pid is None:
-            raise RuntimeError("no daemon of the lost node")
-        os.kill(pid, signal.SIGSTOP)
-        if node_said(lost, DONE) or socks([lost]):
-            fail("the lost node finished its rebuild before the survivors served (nothing overlapped)")
-        got = run_ranks("overlap-survivors", survivors)
+            fail("the lost node finished its rebuild before it could be stopped in every try (nothing overlapped)")
+            raise RuntimeError("no overlap")
+        timed = []
+        got = run_ranks("overlap-survivors", survivors, timed=timed)
+        window = max(timed[0], 0.01)   # the survivors' trainers: start -> every one restored
         for r, (rc, res, err) in got.items():
             if rc != 0 or res != step:
                 fail(f"overlap: rank {r} on a survivor: exit {rc}, restored {res} (expected {step}): {err}")
         held = not node_said(lost, DONE) and not socks([lost])
         if not held:
-            fail("overlap: node {lost} said its rebuild was done while it was stopped")
+            fail(f"overlap: node {lost} said its rebuild was done while it was stopped")
         print(f"overlap: ranks {survivors} restored step {step} bit-exact while node {lost} was held in its "
               f"rebuild (done: {node_said(lost, DONE)}, socket: {socks([lost])})", flush=True)
         os.kill(pid, signal.SIGCONT)
         if not waiter.until(lambda: socks([lost]) and node_said(lost, DONE), limit=120, procs=[mesh.proc],
                             dirs=lambda: [mesh.root(lost)] if os.path.isdir(mesh.root(lost)) else []):
             raise RuntimeError(f"node {lost} did not finish its rebuild; see {mesh.log}")
+        # The warm-up of the next protect waits for the relaunch's restores
+        # on each node: on the rebuilt node its rank has not restored yet.
+        ENDED = "relaunch restores ended here ("
+        if node_said(lost, ENDED):
+            fail(f"node {lost} ended its relaunch restores before its rank restored")
         got = run_ranks("overlap-lost", [lost])
         rc, res, err = got[lost]
         if rc != 0 or res != step:
             fail(f"overlap: rank {lost} on the rebuilt node: exit {rc}, restored {res}: {err}")
-
-        # The window to strike in: survivors serving -> the lost node rebuilt,
-        # measured here on an unheld relaunch.
-        if not relaunch_losing("measure"):
-            raise RuntimeError(f"the survivors did not serve; see {mesh.log}")
-        t0 = time.monotonic()
-        waiter.until(lambda: node_said(lost, DONE), limit=120, procs=[mesh.proc])
-        window = max(time.monotonic() - t0, 0.01)
-        mesh.wait_recovered(mesh.log)
-        print(f"kill: survivors served {window * 1000:.0f} ms before node {lost}'s rebuild was done "
-              f"(overlap trial: {(time.monotonic() - t_serve):.1f} s in all)", flush=True)
+        if not waiter.until(lambda: all(node_said(n, ENDED) for n in range(a.nodes)), limit=120, procs=[mesh.proc]):
+            fail(f"not every node logged the end of its relaunch restores; see {mesh.log}")
 
         # ---- kill: SIGKILL of the mesh while survivors restore during the rebuild ----
         outcomes = {"restored": 0, "error": 0}
         for t in range(a.trials):
-            if not relaunch_losing(f"kill{t}"):
-                raise RuntimeError(f"the survivors did not serve; see {mesh.log}")
+            # Held in its rebuild again: the kill lands inside the overlap.
+            during = relaunch_held(f"kill{t}") is not None
             procs = start_trainers(a, mesh, logdir, f"kill{t}", step, ranks=survivors)
             strike_within(rng, window)
-            during = not node_said(lost, DONE)
             mesh.kill()
             for r, (p, log, err) in zip(survivors, procs):
                 p.wait(timeout=120)
@@ -169,9 +187,11 @@ def main():
             for r, (rc, res, err) in got.items():
                 if rc != 0 or res != step:
                     fail(f"kill {t}: after the relaunch rank {r}: exit {rc}, restored {res}: {err} (seed {seed})")
-            print(f"kill {t}: struck {'inside' if during else 'after'} the rebuild window; then every rank "
+            if not during:
+                fail(f"kill {t}: node {lost} had finished its rebuild before it was held")
+            print(f"kill {t}: struck inside the rebuild, while the survivors' ranks restored; then every rank "
                   f"restored step {step} bit-exact", flush=True)
-        print(f"kill: survivors' ranks restored {outcomes['restored']}, failed with a clear error "
+        print(f"kill: struck within {window * 1000:.0f} ms; survivors' ranks restored {outcomes['restored']}, failed with a clear error "
               f"{outcomes['error']}; no mismatch", flush=True)
         mesh.stop()
         if mesh.sanitizer_errors():
