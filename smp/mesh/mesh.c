@@ -682,11 +682,19 @@ static void after_recovery(struct snap_mesh *mesh, struct snap_store *store, int
 			sj->persisted = step;
 		}
 	}
-	/* A node serving while it verifies pins the planned step now: a
-	 * trainer's save must not take its slot from under the rebuild. */
-	for (struct mjob *j = mesh->jobs; j; j = j->next)
-		if (j->has_prot || (pin_planned && j->rl_plan && !j->lost))
-			mesh_pin_protected(mesh, j, j->has_prot ? j->prot : j->rl_step);
+	/* A node serving while it verifies takes the planned step as protected
+	 * now (the rebuild withdraws it if it fails): its slots pinned, so a
+	 * trainer's save cannot take them from under the rebuild, and a
+	 * restore that finds a chunk failing its CRC asks the parity for it
+	 * (snap_mesh_heal: answered once the rounds run, after the rebuild). */
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		if (pin_planned && j->rl_plan && !j->lost) {
+			j->has_prot = 1;
+			j->prot = j->rl_step;
+		}
+		if (j->has_prot)
+			mesh_pin_protected(mesh, j, j->prot);
+	}
 	hold_warm(mesh);
 }
 

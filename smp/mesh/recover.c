@@ -353,6 +353,7 @@ int mesh_recover_run(struct snap_mesh *mesh)
 				 best, msg);
 			/* A serving node answered from the step it seeded: no more. */
 			j->seeded = 0;
+			j->has_prot = 0;
 			struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
 			if (sj)
 				sj->mesh_has_latest = 0;
