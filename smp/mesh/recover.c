@@ -224,7 +224,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	return local;
 }
 
-/* Before serving (the budget is counted afterwards by account_parity). The
+/* Before the first round (the budget is counted afterwards by account_parity). The
  * spare parity file stays with a kept step: the next protect writes into it
  * (protect.c), and unlinking it freed its pages on the way to serving. */
 static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
