@@ -163,12 +163,16 @@ def main():
             fail(f"not every node logged the end of its relaunch restores; see {mesh.log}")
 
         # ---- kill: SIGKILL of the mesh while survivors restore during the rebuild ----
-        outcomes = {"restored": 0, "error": 0}
+        outcomes = {"restored": 0, "after": 0, "error": 0}
         for t in range(a.trials):
             # Held in its rebuild again: the kill lands inside the overlap.
             during = relaunch_held(f"kill{t}") is not None
+            nodes = list(daemons(mesh).values())   # looked up ahead: the kill is one syscall per node
             procs = start_trainers(a, mesh, logdir, f"kill{t}", step, ranks=survivors)
             strike_within(rng, window)
+            for pid in nodes:
+                os.kill(pid, signal.SIGKILL)
+            killed = time.time()
             mesh.kill()
             for r, (p, log, err) in zip(survivors, procs):
                 p.wait(timeout=120)
@@ -177,6 +181,8 @@ def main():
                     msg = f.read().strip()
                 if p.returncode == 0 and res == step:
                     outcomes["restored"] += 1
+                    # its restore ended after the kill: it read what it was handed, checked
+                    outcomes["after"] += os.path.getmtime(log) > killed
                 elif p.returncode == 1 and msg:
                     outcomes["error"] += 1
                 else:
@@ -191,7 +197,8 @@ def main():
                 fail(f"kill {t}: node {lost} had finished its rebuild before it was held")
             print(f"kill {t}: struck inside the rebuild, while the survivors' ranks restored; then every rank "
                   f"restored step {step} bit-exact", flush=True)
-        print(f"kill: struck within {window * 1000:.0f} ms; survivors' ranks restored {outcomes['restored']}, failed with a clear error "
+        print(f"kill: struck within {window * 1000:.0f} ms; survivors' ranks restored {outcomes['restored']} (of them {outcomes['after']} "
+              f"ended after the kill), failed with a clear error "
               f"{outcomes['error']}; no mismatch", flush=True)
         mesh.stop()
         if mesh.sanitizer_errors():
