@@ -30,6 +30,8 @@
  *    once per job (the first protects then create their own, as before).
  *  - after a relaunch: the kept step's parity and the spare are on disk but
  *    unmapped; the worker maps and touches them for the mesh thread to take.
+ *    After a relaunch nothing is queued until the relaunch's restores on
+ *    this node ended (relaunch_restoring).
  *
  * Files never outlive the job: the warm parity files live in <job>/ec and
  * go with it (a protect's prune keeps them as it keeps the spare; a
