@@ -202,6 +202,7 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	if (rc == 0) {
 		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u committed step %" PRIu64 " (slot %u)", c->job->name,
 			 c->rank->rank, step, slot);
+		snap_mesh_rank_active(m->mesh, c->job->name, c->rank->rank, 1, step);
 		persist_on_commit(m, c->job);
 	}
 	return rc;
@@ -297,7 +298,7 @@ static int pick_restore(struct smp *m, struct conn *c, uint64_t want, uint32_t *
 	int lost = snap_mesh_job_error(m->mesh, j->name, err, SMP_ERRLEN);
 	if (lost && (want != SNAP_STEP_LATEST || !m->cfg->flush_dir[0]))
 		return lost;
-	if (want == SNAP_STEP_LATEST && m->mesh && !snap_mesh_view_fresh(m->mesh, &c->restore_ticket)) {
+	if (want == SNAP_STEP_LATEST && m->mesh && !snap_mesh_view_fresh(m->mesh, j->name, &c->restore_ticket)) {
 		/* the client retries EBUSY: the answer comes from a view newer than this request */
 		snap_fmt(err, SMP_ERRLEN, "job %s: waiting for an agreement round newer than this restore; retry", j->name);
 		return SNAP_EBUSY;
@@ -392,6 +393,7 @@ static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		snap_put_u64(out, over);
 		snap_put_str(out, why);
 	}
+	snap_mesh_rank_active(m->mesh, c->job->name, c->rank->rank, 0, 0);
 	return 0;
 }
 

@@ -177,7 +177,7 @@ for ((attempt = 0; attempt <= restarts; attempt++)); do
 	# Relaunch both: whichever side failed first, the other may be failing
 	# too (trainers lose their daemon; a daemon's death takes the whole mesh
 	# down, as Debian's Open MPI has no fault tolerance), and a fresh mesh
-	# recovers its stores before it serves. Snapshots stay in the stores.
+	# rebuilds a lost store before that node serves. Snapshots stay in the stores.
 	if [ -n "$train_pid" ]; then stop "$train_pid" || true; fi
 	stop "$mesh_pid" || true
 	train_pid='' mesh_pid=''

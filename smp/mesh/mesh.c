@@ -153,8 +153,13 @@ int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size
 	return 0;
 }
 
-int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket)
+int snap_mesh_view_fresh(struct snap_mesh *mesh, const char *job, uint64_t *ticket)
 {
+	struct mjob *j = mesh_job_find(mesh, job);
+	if (j && j->seeded) {
+		*ticket = 0;
+		return 1;
+	}
 	if (*ticket == 0) {
 		*ticket = mesh->rounds_started + 1;
 		return 0;
@@ -163,6 +168,22 @@ int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket)
 		return 0;
 	*ticket = 0;
 	return 1;
+}
+
+void snap_mesh_rank_active(struct snap_mesh *mesh, const char *job, uint32_t rank, int committed, uint64_t step)
+{
+	struct mjob *j = mesh ? mesh_job_find(mesh, job) : NULL;
+	if (!j)
+		return;
+	/* This node's ranks commit past the seeded step: the next restore of
+	 * the newest step waits for a round's view again. */
+	if (committed && j->seeded && (!j->ncomplete || step > j->complete[0]))
+		j->seeded = 0;
+	for (uint32_t i = 0; j->rl_seen && i < j->npins; i++)
+		if (j->pins[i].rank == rank && !j->rl_seen[i]) {
+			j->rl_seen[i] = 1;
+			mesh->rl_left -= mesh->rl_left > 0;
+		}
 }
 
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step)
@@ -512,6 +533,9 @@ static int round_(struct snap_mesh *mesh, int protect)
 	pthread_mutex_lock(&mesh->mu);
 	compute_view(mesh, all, counts, displs);
 	mesh->rounds_done = number;
+	/* A round after the relaunch's rebuild: its view is the real one. */
+	for (struct mjob *j = mesh->jobs; j; j = j->next)
+		j->seeded = 0;
 	pthread_mutex_unlock(&mesh->mu);
 	free(all);
 	free(hdrs);
@@ -546,10 +570,18 @@ static int round_(struct snap_mesh *mesh, int protect)
 	return stop == 2 || (stop && !flushing);
 }
 
+static void rebuild_behind(struct snap_mesh *mesh);
+
 static void *mesh_main(void *arg)
 {
 	struct snap_mesh *mesh = arg;
 	struct timespec ts = { 0, (long)mesh->period_ms * 1000000L };
+	if (mesh->rebuild_pending) {
+		rebuild_behind(mesh);
+		round_(mesh, 0);
+	}
+	/* Tests and operators wait on it: every byte is back on every node. */
+	mesh_say(mesh, "recovery done; agreement rounds running");
 	while (!round_(mesh, 1))
 		nanosleep(&ts, NULL);
 	pthread_mutex_lock(&mesh->mu);
@@ -571,18 +603,114 @@ static void *mesh_main(void *arg)
 /* Every job directory's parity, not only the store's jobs': a lost node's
  * store knows no job yet when its captured files' generation was rebuilt
  * (they live under <job>/files, which the store's scan does not list). */
-static void account_parity(struct snap_mesh *mesh)
+static uint64_t account_parity(struct snap_mesh *mesh)
 {
 	struct snap_store *s = mesh->store;
 	DIR *d = opendir(s->root);
 	struct dirent *e;
+	uint64_t n = 0;
 	while (d && (e = readdir(d))) {
 		if (!snap_job_name_ok(e->d_name))
 			continue;
-		s->mem_used += mesh_ec_bytes(s->root, e->d_name) + mesh_cap_parity_bytes(s->root, e->d_name);
+		n += mesh_ec_bytes(s->root, e->d_name) + mesh_cap_parity_bytes(s->root, e->d_name);
 	}
 	if (d)
 		closedir(d);
+	s->mem_used += n;
+	return n;
+}
+
+/* [lock held] Before serving: the view of the round just run, with each
+ * planned job's relaunch step in it. That step is globally complete once
+ * the rebuild is done (every rank's slot is back where it was lost), and
+ * the first round after the rebuild finds the same: it is the view a
+ * restore of the newest step gets while the rebuild runs. */
+static void seed_view(struct snap_mesh *mesh)
+{
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		if (!j->rl_plan || j->lost)
+			continue;
+		unsigned i = 0;
+		while (i < j->ncomplete && j->complete[i] > j->rl_step)
+			i++;
+		if (i == j->ncomplete || j->complete[i] != j->rl_step) {
+			unsigned n = j->ncomplete < MESH_MAX_COMPLETE ? j->ncomplete + 1 : MESH_MAX_COMPLETE;
+			if (i < n) {
+				memmove(&j->complete[i + 1], &j->complete[i], (n - i - 1) * sizeof(j->complete[0]));
+				j->complete[i] = j->rl_step;
+				j->ncomplete = n;
+			}
+		}
+		struct store_job *sj = snap_store_job(mesh->store, j->name, 1);
+		if (sj && j->ncomplete) {
+			sj->mesh_has_latest = 1;
+			sj->mesh_latest = j->complete[0];
+			j->seeded = 1;
+		}
+	}
+}
+
+/* [lock held] The relaunch's restores here: every rank whose slot of a
+ * relaunch step this node holds (the pins) is waited for. */
+static void hold_warm(struct snap_mesh *mesh)
+{
+	mesh->rl_left = 0;
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		free(j->rl_seen);
+		j->rl_seen = NULL;
+		if (!j->rl_plan || j->lost || !j->npins || !(j->rl_seen = calloc(j->npins, 1)))
+			continue;
+		mesh->rl_left += j->npins;
+	}
+	mesh->rl_said = mesh->rl_left == 0;   /* nothing to wait for, nothing to say */
+}
+
+/* After the relaunch's recovery, before the first round: the budget counts
+ * the ec files, the flush knows what is persisted, the protected slots are
+ * pinned. */
+static void after_recovery(struct snap_mesh *mesh, struct snap_store *store, int pin_planned)
+{
+	mesh->ec_counted = account_parity(mesh);
+	/* What is persisted already, before the rounds report it: the first
+	 * round decides whether a relaunch's step is flushed (meshflush.c), and
+	 * must not write again a step the flush directory holds. */
+	for (struct store_job *sj = store->jobs; mesh->flusher && sj; sj = sj->next) {
+		struct snap_io_err e = { 0 };
+		uint64_t step;
+		if (snap_io_newest_step(mesh->flush_dir, sj->name, &step, &e) == 0) {
+			sj->has_persisted = 1;
+			sj->persisted = step;
+		}
+	}
+	/* A node serving while it verifies takes the planned step as protected
+	 * now (the rebuild withdraws it if it fails): its slots pinned, so a
+	 * trainer's save cannot take them from under the rebuild, and a
+	 * restore that finds a chunk failing its CRC asks the parity for it
+	 * (snap_mesh_heal: answered once the rounds run, after the rebuild). */
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		if (pin_planned && j->rl_plan && !j->lost) {
+			j->has_prot = 1;
+			j->prot = j->rl_step;
+		}
+		if (j->has_prot)
+			mesh_pin_protected(mesh, j, j->prot);
+	}
+	hold_warm(mesh);
+}
+
+/* The relaunch's rebuild on the mesh thread of a node that serves
+ * meanwhile, then the budget's count of the ec files it left. */
+static void rebuild_behind(struct snap_mesh *mesh)
+{
+	uint64_t t0 = snap_now_ns();
+	mesh_recover_run(mesh);
+	pthread_mutex_lock(&mesh->mu);
+	struct snap_store *s = mesh->store;
+	s->mem_used -= mesh->ec_counted < s->mem_used ? mesh->ec_counted : s->mem_used;
+	mesh->ec_counted = account_parity(mesh);
+	pthread_mutex_unlock(&mesh->mu);
+	mesh_say(mesh, "relaunch rebuild done here (%.1f ms, restores served meanwhile)",
+		 (double)(snap_now_ns() - t0) / 1e6);
 }
 
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
@@ -595,14 +723,31 @@ int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned 
 	char gline[256];
 	snap_ec_describe(&mesh->grp, gline, sizeof(gline));
 	mesh_say(mesh, "mesh of %d nodes, %s", mesh->size, gline);
-	int changed = mesh_recover(mesh);
-	if (changed >= 0)
-		mesh_cap_recover(mesh);   /* captured files: before files/fileopen.c opens them */
-	if (changed < 0) {
-		snap_fmt(err, errlen, "relaunch recovery failed on node %d (%s)", mesh->rank, snap_strerror(changed));
-		return changed;
+	/*
+	 * Collectives in the same order on every node: the plan (records
+	 * gathered, a step per job), a round over the stores as they are (the
+	 * view seeded with the planned steps), the captured files (before
+	 * files/fileopen.c opens them), the rebuild, the first round. A node
+	 * that has to rebuild its own copy does it all here before it serves
+	 * (its store is reopened); the others serve at once and their mesh
+	 * thread runs the rebuild and the first round before its loop.
+	 */
+	int here = mesh_recover_plan(mesh), planned = 0;
+	for (struct mjob *j = mesh->jobs; j; j = j->next)
+		planned |= j->rl_plan;
+	pthread_mutex_lock(&mesh->mu);
+	(*store)->mesh = 1;
+	pthread_mutex_unlock(&mesh->mu);
+	if (planned) {
+		round_(mesh, 0);
+		pthread_mutex_lock(&mesh->mu);
+		seed_view(mesh);
+		pthread_mutex_unlock(&mesh->mu);
 	}
-	if (changed) {
+	mesh_cap_recover(mesh);
+	if (here) {
+		uint64_t t0 = snap_now_ns();
+		mesh_recover_run(mesh);
 		/* Rescan so the rebuilt manifests become committed slots. */
 		snap_store_close(*store);
 		*store = NULL;
@@ -610,26 +755,16 @@ int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned 
 		if (rc)
 			return rc;
 		mesh->store = *store;
+		(*store)->mesh = 1;
+		mesh_say(mesh, "relaunch rebuild done here (%.1f ms, before serving: this node's copy was lost or "
+			 "incomplete)", (double)(snap_now_ns() - t0) / 1e6);
 	}
+	mesh->rebuild_pending = planned && !here;
 	pthread_mutex_lock(&mesh->mu);
-	(*store)->mesh = 1;
-	account_parity(mesh);
-	/* What is persisted already, before the rounds report it: the first
-	 * round decides whether a relaunch's step is flushed (meshflush.c), and
-	 * must not write again a step the flush directory holds. */
-	for (struct store_job *sj = (*store)->jobs; mesh->flusher && sj; sj = sj->next) {
-		struct snap_io_err e = { 0 };
-		uint64_t step;
-		if (snap_io_newest_step(mesh->flush_dir, sj->name, &step, &e) == 0) {
-			sj->has_persisted = 1;
-			sj->persisted = step;
-		}
-	}
-	for (struct mjob *j = mesh->jobs; j; j = j->next)
-		if (j->has_prot)
-			mesh_pin_protected(mesh, j, j->prot);
+	after_recovery(mesh, *store, mesh->rebuild_pending);
 	pthread_mutex_unlock(&mesh->mu);
-	round_(mesh, 0);
+	if (!mesh->rebuild_pending)
+		round_(mesh, 0);
 	if (pthread_create(&mesh->thr, NULL, mesh_main, mesh) != 0) {
 		snap_fmt(err, errlen, "cannot start the mesh thread: %s", strerror(errno));
 		return SNAP_EIO;
@@ -664,6 +799,7 @@ void snap_mesh_finalize(struct snap_mesh *mesh)
 		if (j->spare_map)
 			munmap(j->spare_map, j->spare_len);
 		free(j->pins);
+		free(j->rl_seen);
 		free(j);
 	}
 	if (mesh->group != MPI_COMM_NULL)

@@ -11,8 +11,9 @@
  *     step (store->mesh, job->mesh_latest: LATEST, RESTORE and retention);
  *   - it erasure-codes the newest globally complete step across each group
  *     (protect.c) and agrees when every group has its parity in place;
- *   - at start, before serving, it rebuilds lost or corrupt stores from the
- *     survivors (recover.c).
+ *   - at start it rebuilds lost or corrupt stores from the survivors
+ *     (recover.c): a node that lost data before it serves, the others on
+ *     the mesh thread while they serve.
  *
  * Concurrency: one mutex (snap_mesh_lock) guards the store. The poll thread
  * holds it while it handles events; the mesh thread takes it only to read
@@ -45,10 +46,13 @@ int snap_mesh_rank(const struct snap_mesh *mesh);
 int snap_mesh_size(const struct snap_mesh *mesh);
 
 /*
- * [collective] With the store open and locked: rebuild what the relaunch
- * lost (may close and reopen *store), agree on the first global view, then
- * start the mesh thread. A job that cannot be rebuilt is not an error here:
- * it is marked lost (see snap_mesh_job_error) and the rest is served.
+ * [collective] With the store open and locked: plan the relaunch's
+ * rebuild, seed the view with its steps, then either rebuild here (a node
+ * whose copy is not intact: may close and reopen *store) and agree on the
+ * first global view, or leave both to the mesh thread, which runs them
+ * before its rounds while the caller serves; then start the mesh thread.
+ * A job that cannot be rebuilt is not an error here: it is marked lost
+ * (see snap_mesh_job_error) and the rest is served.
  */
 int snap_mesh_start(struct snap_mesh *mesh, struct snap_store **store, unsigned slots, uint64_t mem_limit,
 		    int quiet, char *err, size_t errlen);
@@ -83,9 +87,14 @@ int snap_mesh_job_error(struct snap_mesh *mesh, const char *job, char *err, size
  * then 1 (ticket back to 0). A restore of the newest step uses it: the view
  * of a round that began before the trainers' last commits lags behind them,
  * and ranks told different "newest" steps by successive rounds restored
- * different steps.
+ * different steps. After a relaunch, while the mesh thread rebuilds other
+ * nodes, the view seeded with the relaunch's step is fresh (no round runs
+ * until the rebuild ends) until a rank here commits a newer step.
  */
-int snap_mesh_view_fresh(struct snap_mesh *mesh, uint64_t *ticket);
+int snap_mesh_view_fresh(struct snap_mesh *mesh, const char *job, uint64_t *ticket);
+/* [lock held] A rank of job served here restored (committed 0) or committed
+ * step (committed 1): the relaunch's restores and seeded view follow it. */
+void snap_mesh_rank_active(struct snap_mesh *mesh, const char *job, uint32_t rank, int committed, uint64_t step);
 /* [lock held] 1 when the last agreement found `step` globally complete. */
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
 /* [lock held] 1 and *step: the job's newest step whose parity every node

@@ -96,6 +96,15 @@ struct mjob {
 	unsigned ndamaged;
 	int lost;                     /* relaunch could not rebuild it */
 	char lost_msg[MESH_ERRLEN];
+	/* The relaunch (recover.c). Agreed, from the plan: */
+	int rl_plan;                  /* step rl_step is rebuilt (and verified) on every node */
+	uint64_t rl_step;
+	int rl_have;                  /* here: this node holds the record of rl_step */
+	/* [mu] here: the view seeded with rl_step answers LATEST before the
+	 * first round after the rebuild (snap_mesh_view_fresh), until a rank
+	 * commits a newer step here */
+	int seeded;
+	unsigned char *rl_seen;       /* [mu] per pin: its rank restored or committed since the start */
 	struct mjob *next;
 };
 
@@ -122,6 +131,13 @@ struct snap_mesh {
 	int efd;                      /* eventfd: flush state changed (snap_mesh_fd) */
 	struct snap_slotmaps maps;    /* mesh thread: slot files kept mapped (store/slotmap.c) */
 	struct mesh_warm *warm;       /* mesh thread: files made ready ahead (meshwarm.c) */
+	/* The relaunch (recover.c): the rebuild the mesh thread runs before its
+	 * rounds, on a node that serves meanwhile (every job's copy intact) */
+	int rebuild_pending;
+	uint64_t ec_counted;          /* ec bytes in mem_used before that rebuild */
+	unsigned rl_left;             /* [mu] pinned ranks not yet restored/committed: the warm-up waits */
+	int rl_said;                  /* mesh thread: the end of the relaunch's restores was logged */
+	uint64_t rl_t0;               /* mesh thread: the first warm round after the relaunch */
 };
 
 /* ---- meshutil.c (and log.c) ---- */
@@ -139,6 +155,18 @@ struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
  * traffic is progressed and copied (CMA) by the thread that waits on it,
  * so a protect's or rebuild's thread holds nearly all of its CPU. */
 uint64_t mesh_thread_cpu_ns(void);
+
+/* ---- recover.c: the relaunch ---- */
+
+/* [collective, before serving] Gather the records and decide each job's
+ * step (rl_plan, rl_step; lost jobs marked). Returns 1 when this node must
+ * rebuild before it serves (it lacks a record of a decided step, or its
+ * store lacks a slot the record lists), else 0. */
+int mesh_recover_plan(struct snap_mesh *mesh);
+/* [collective] Rebuild (or verify) every planned job's step, agree on the
+ * outcome, prune the other steps' ec files; sets has_prot/prot or lost
+ * under mu. Returns 1 when some job was planned. */
+int mesh_recover_run(struct snap_mesh *mesh);
 
 /* ---- meshwarm.c (mesh thread only) ---- */
 
@@ -245,8 +273,6 @@ unsigned mesh_parity_sweep(struct snap_mesh *mesh);
 /* [lock held] Pin this node's slots of step g of job j as its protected step. */
 void mesh_pin_protected(struct snap_mesh *mesh, struct mjob *j, uint64_t g);
 
-/* [collective, before serving, store locked by the caller] relaunch rebuild. */
-int mesh_recover(struct snap_mesh *mesh);
 /* [collective over the group, no lock held] The relaunch's rebuild of step
  * g of job run again while serving (every member passes its files): each
  * chunk of data or parity that fails its recorded CRC32C is decoded from

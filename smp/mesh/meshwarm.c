@@ -30,6 +30,8 @@
  *    once per job (the first protects then create their own, as before).
  *  - after a relaunch: the kept step's parity and the spare are on disk but
  *    unmapped; the worker maps and touches them for the mesh thread to take.
+ *    After a relaunch nothing is queued until the relaunch's restores on
+ *    this node ended (relaunch_restoring).
  *
  * Files never outlive the job: the warm parity files live in <job>/ec and
  * go with it (a protect's prune keeps them as it keeps the spare; a
@@ -393,8 +395,40 @@ void mesh_warm_settle_slot(struct snap_mesh *mesh, const char *path)
 		settle(mesh, mesh->warm, path, NULL, 0);
 }
 
+/* After a relaunch the warm-up waits until the relaunch's restores here
+ * ended: every rank whose slot of the relaunch's step this node holds has
+ * restored, or committed a step since (snap_mesh_rank_active). Its page
+ * faults and writes would share the node's memory bandwidth and cores with
+ * those restores; the first protect needs all ranks' commits anyway. A job
+ * whose trainers do not come back holds it MESH_WARM_HOLD_S at most (the
+ * rounds' first call starts the clock), so other jobs still get theirs. */
+#define MESH_WARM_HOLD_S 10
+static int relaunch_restoring(struct snap_mesh *mesh)
+{
+	if (mesh->rl_said)
+		return 0;
+	pthread_mutex_lock(&mesh->mu);
+	unsigned left = mesh->rl_left;
+	pthread_mutex_unlock(&mesh->mu);
+	uint64_t now = snap_now_ns();
+	if (!mesh->rl_t0)
+		mesh->rl_t0 = now;
+	if (left && now - mesh->rl_t0 < (uint64_t)MESH_WARM_HOLD_S * 1000000000ull)
+		return 1;
+	mesh->rl_said = 1;
+	if (left)
+		mesh_say(mesh, "relaunch restores: %u rank(s) here neither restored nor committed in %d s; warm-up of "
+			 "the next protect starts", left, MESH_WARM_HOLD_S);
+	else
+		mesh_say(mesh, "relaunch restores ended here (%.1f ms after the rounds began); warm-up of the next "
+			 "protect starts", (double)(now - mesh->rl_t0) / 1e6);
+	return 0;
+}
+
 void mesh_warm_round(struct snap_mesh *mesh)
 {
+	if (relaunch_restoring(mesh))
+		return;
 	struct mesh_warm *w = warm_get(mesh);
 	if (!w)
 		return;   /* no thread: the protects do it all, as before */

@@ -1,13 +1,20 @@
 /* SPDX-License-Identifier: BSD-3-Clause */
 /*
- * Relaunch recovery (crash-only mesh). Runs once at start, on the main
- * thread, before anything is served, on every node at once:
+ * Relaunch recovery (crash-only mesh), on every node at once, in two parts:
  *
+ *   mesh_recover_plan (main thread, before anything is served):
  *   1. each node lists its valid records (<job>/ec/step-<g>.rec that unpack
  *      and describe this node's group and index); a missing or corrupt
  *      record makes the node "lost" for that step;
  *   2. the lists are gathered; per job, the chosen step is the newest one
- *      that every group can rebuild (at most m members without a record);
+ *      that every group can rebuild (at most m members without a record).
+ *      A node whose store lacks a slot its record lists, or that lacks the
+ *      record, must rebuild before it serves; the others serve at once
+ *      (mesh.c: snap_mesh_start).
+ *
+ *   mesh_recover_run (the main thread of a node that rebuilds before it
+ *   serves, the mesh thread of one that serves meanwhile; same order of
+ *   collectives everywhere):
  *   3. every node runs snap_ec_rebuild for it: survivors pass their files
  *      mapped (chunks whose CRC fails are rewritten, a missing manifest
  *      reads as zeros and comes back), lost nodes get their slot files,
@@ -217,7 +224,7 @@ static int rebuild_step(struct snap_mesh *mesh, const char *job, uint64_t g, int
 	return local;
 }
 
-/* Before serving (the budget is counted afterwards by account_parity). The
+/* Before the first round (the budget is counted afterwards by account_parity). The
  * spare parity file stays with a kept step: the next protect writes into it
  * (protect.c), and unlinking it freed its pages on the way to serving. */
 static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, uint64_t keep)
@@ -226,10 +233,47 @@ static void drop_except(struct snap_mesh *mesh, const char *job, int has_keep, u
 	mesh_ec_prune(mesh->store->root, job, has_keep, keep, has_keep, &freed);
 }
 
-int mesh_recover(struct snap_mesh *mesh)
+/* Does this node's store hold, committed, every slot its record of step g
+ * lists (so the rebuild writes no manifest here and the store is not
+ * reopened)? Only chunks failing their CRC may then be rewritten, which a
+ * restore's own CRC check catches. */
+static int store_intact(struct snap_mesh *mesh, const char *job, uint64_t g)
+{
+	char rpath[SNAP_FILE_MAX];
+	mesh_ec_path(mesh->store->root, job, g, "rec", rpath, sizeof(rpath));
+	void *buf;
+	size_t blen;
+	struct snap_ec_meta *meta = NULL;
+	if (mesh_read_file(rpath, 1u << 30, &buf, &blen))
+		return 0;
+	int rc = snap_ec_meta_unpack(buf, blen, &meta, NULL, 0);
+	free(buf);
+	if (rc)
+		return 0;
+	const void *app = NULL;
+	size_t alen = 0;
+	struct mesh_slot_ent *ent = NULL;
+	uint32_t n = 0;
+	snap_ec_meta_app(meta, mesh->grp.index, &app, &alen);
+	int ok = mesh_blob_unpack(app, alen, &ent, &n) == 0;
+	struct store_job *sj = ok ? snap_store_job(mesh->store, job, 0) : NULL;
+	ok = ok && (n == 0 || sj);
+	for (uint32_t i = 0; ok && i < n; i++) {
+		struct store_rank *rk = ent[i].rank < sj->nranks ? sj->ranks[ent[i].rank] : NULL;
+		uint32_t slot;
+		struct store_slot *sl = snap_store_find(mesh->store, rk, g, &slot);
+		ok = sl && slot == ent[i].slot && sl->man_len == ent[i].man_len &&
+		     sl->man.layout.slot_bytes == ent[i].slot_bytes;
+	}
+	free(ent);
+	snap_ec_meta_free(meta);
+	return ok;
+}
+
+int mesh_recover_plan(struct snap_mesh *mesh)
 {
 	struct mesh_recs rs;
-	int changed = 0;
+	int here = 0;
 	mesh_gather_records(mesh, "", NULL, &rs);
 	const struct mesh_rec *all = rs.all;
 	int total = rs.total;
@@ -248,7 +292,6 @@ int mesh_recover(struct snap_mesh *mesh)
 				found = 1;
 			}
 		}
-		char msg[MESH_ERRLEN] = "";
 		if (!found) {
 			char why[700];
 			mesh_rebuildable(mesh, &rs, j->name, newest, why, sizeof(why));
@@ -269,31 +312,11 @@ int mesh_recover(struct snap_mesh *mesh)
 				mesh_warn(mesh, "job %s: step %" PRIu64 " cannot be rebuilt (%s); using step %" PRIu64,
 					  j->name, newest, why, best);
 		}
-		double cost[2] = { 0, 0 }, most[2];
-		int rc = rebuild_step(mesh, j->name, best, mesh_has_rec(&rs, mesh->rank, j->name, best), msg,
-				      sizeof(msg), cost);
-		changed = 1;
-		if (mesh_agree(mesh, rc, msg, sizeof(msg))) {
-			j->lost = 1;
-			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s: rebuild of step %" PRIu64 " failed: %s", j->name,
-				 best, msg);
-			mesh_warn(mesh, "%s", j->lost_msg);
-			continue;
-		}
-		drop_except(mesh, j->name, 1, best);
-		j->has_prot = 1;
-		j->prot = best;
-		/* The relaunch is when the job is least protected: its step goes to
-		 * disk from the first rounds on, beside the restores it does not
-		 * hold up (the flush thread reads the slots; meshflush.c). */
-		j->fl_relaunch = mesh->flusher != NULL;
-		/* The slowest node's time and the CPU the whole mesh spent on it
-		 * (what a benchmark compares with the cores it had). */
-		MPI_Allreduce(&cost[0], &most[0], 1, MPI_DOUBLE, MPI_MAX, mesh->world);
-		MPI_Allreduce(&cost[1], &most[1], 1, MPI_DOUBLE, MPI_SUM, mesh->world);
-		if (mesh->rank == 0)
-			mesh_say(mesh, "job %s: step %" PRIu64 " verified on every node (rebuilt where lost or corrupt;"
-				 " %.1f ms, CPU %.1f ms over the mesh)", j->name, best, most[0], most[1]);
+		j->rl_plan = 1;
+		j->rl_step = best;
+		j->rl_have = mesh_has_rec(&rs, mesh->rank, j->name, best);
+		if (!j->rl_have || !store_intact(mesh, j->name, best))
+			here = 1;
 	}
 	/* Jobs with no record on any node have no protected step: whatever is
 	 * in their ec directories (a first encode killed halfway) is garbage. */
@@ -309,6 +332,52 @@ int mesh_recover(struct snap_mesh *mesh)
 	if (d)
 		closedir(d);
 	mesh_recs_free(&rs);
+	return here;
+}
+
+int mesh_recover_run(struct snap_mesh *mesh)
+{
+	int changed = 0;
+	for (struct mjob *j = mesh->jobs; j; j = j->next) {
+		if (!j->rl_plan)
+			continue;
+		uint64_t best = j->rl_step;
+		char msg[MESH_ERRLEN] = "";
+		double cost[2] = { 0, 0 }, most[2];
+		int rc = rebuild_step(mesh, j->name, best, j->rl_have, msg, sizeof(msg), cost);
+		changed = 1;
+		if (mesh_agree(mesh, rc, msg, sizeof(msg))) {
+			pthread_mutex_lock(&mesh->mu);
+			j->lost = 1;
+			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s: rebuild of step %" PRIu64 " failed: %s", j->name,
+				 best, msg);
+			/* A serving node answered from the step it seeded: no more. */
+			j->seeded = 0;
+			j->has_prot = 0;
+			struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
+			if (sj)
+				sj->mesh_has_latest = 0;
+			pthread_mutex_unlock(&mesh->mu);
+			mesh_warn(mesh, "%s", j->lost_msg);
+			continue;
+		}
+		drop_except(mesh, j->name, 1, best);
+		pthread_mutex_lock(&mesh->mu);
+		j->has_prot = 1;
+		j->prot = best;
+		/* The relaunch is when the job is least protected: its step goes to
+		 * disk from the first rounds on, beside the restores it does not
+		 * hold up (the flush thread reads the slots; meshflush.c). */
+		j->fl_relaunch = mesh->flusher != NULL;
+		pthread_mutex_unlock(&mesh->mu);
+		/* The slowest node's time and the CPU the whole mesh spent on it
+		 * (what a benchmark compares with the cores it had). */
+		MPI_Allreduce(&cost[0], &most[0], 1, MPI_DOUBLE, MPI_MAX, mesh->world);
+		MPI_Allreduce(&cost[1], &most[1], 1, MPI_DOUBLE, MPI_SUM, mesh->world);
+		if (mesh->rank == 0)
+			mesh_say(mesh, "job %s: step %" PRIu64 " verified on every node (rebuilt where lost or corrupt;"
+				 " %.1f ms, CPU %.1f ms over the mesh)", j->name, best, most[0], most[1]);
+	}
 	return changed;
 }
 

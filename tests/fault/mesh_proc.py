@@ -13,7 +13,7 @@ import signal
 import subprocess
 import time
 
-from events import wait_socket
+from events import Waiter, wait_socket
 
 
 def mpi_jobid(pids):
@@ -54,7 +54,8 @@ class Mesh:
         t = self.text() if getattr(self, "log", None) else ""
         return "AddressSanitizer" in t or "runtime error:" in t or "LeakSanitizer" in t
 
-    def start(self, log):
+    def start(self, log, wait=True):
+        """wait False: return once mpirun runs (the caller waits on what it needs)."""
         if getattr(self, "log", None) and self.sanitizer_errors():
             raise RuntimeError(f"sanitizer report in {self.log}")
         # mpirun's session directory (PMIx stores, 8 MiB a launch) goes where
@@ -78,8 +79,28 @@ class Mesh:
             [self.a.mpiexec, "-np", str(self.a.nodes), "--oversubscribe", self.a.snapsmp, "--ec", self.a.shape,
              "--store", os.path.join(self.base, "node%n"), "--slots", "3", "--mem-limit", "256M"] + self.extra,
             env=env, stdout=self.logf, stderr=subprocess.STDOUT, start_new_session=True)
+        if not wait:
+            return
         if not wait_socket([self.root(n) for n in range(self.a.nodes)], self.proc, limit=120):
             raise RuntimeError(f"mesh did not start; see {log}")
+        # Nodes whose copy was intact serve while their mesh thread still
+        # rebuilds the others: the checks of rebuilt files wait for every
+        # node's end of the recovery (unless --quiet hides the line).
+        if "--quiet" not in self.extra and not self.wait_recovered(log):
+            raise RuntimeError(f"mesh did not finish its relaunch recovery; see {log}")
+
+    def wait_recovered(self, log, limit=120):
+        w = Waiter()
+        w.watch(os.path.dirname(log))
+
+        def done():
+            with open(log, errors="replace") as f:
+                return f.read().count("recovery done; agreement rounds running") >= self.a.nodes
+        try:
+            w.until(lambda: done() or self.proc.poll() is not None, limit, procs=[self.proc])
+        finally:
+            w.close()
+        return done()
 
     def session(self):
         """Pids in mpirun's session: Open MPI moves ranks to their own process

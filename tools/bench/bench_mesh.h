@@ -120,6 +120,7 @@ struct crew {
 	 * the next step can come before a slow one's DONE for this one */
 	struct tmsg early[2 * MAX_NODES];
 	int nearly;
+	double first_at;         /* crew_collect: bench_mono() of its first report */
 };
 
 /* One trainer per node: steps > 0 save steps 1..steps, each filled on one

@@ -248,8 +248,10 @@ int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *
 	char reported[MAX_NODES] = { 0 };
 	double t0 = bench_mono();
 	*secs = 0;
+	c->first_at = 0;
 	for (int i = 0; i < c->nearly;) {
 		if (c->early[i].what == what && c->early[i].step == s) {
+			c->first_at = c->first_at ? c->first_at : t0;   /* arrived before: no later than now */
 			got++;
 			reported[(unsigned)c->early[i].rank % MAX_NODES] = 1;
 			*secs = c->early[i].secs > *secs ? c->early[i].secs : *secs;
@@ -274,6 +276,7 @@ int crew_collect(struct crew *c, struct mesh *ms, int what, uint64_t s, double *
 				return -1;
 			}
 			if (t.what == what && t.step == s) {
+				c->first_at = c->first_at ? c->first_at : bench_mono();
 				got++;
 				reported[(unsigned)t.rank % MAX_NODES] = 1;
 				*secs = t.secs > *secs ? t.secs : *secs;
