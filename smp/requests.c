@@ -146,6 +146,19 @@ static int on_register(struct smp *m, struct conn *c, struct snap_rbuf *r, char 
 	return rc;
 }
 
+/* A save of a rank that restored while the relaunch's rebuild ran: refused
+ * by name once that rebuild failed, so that no rank trains on from a step
+ * the others cannot restore. */
+static int provisional_ok(struct smp *m, struct conn *c, char *err)
+{
+	if (!c->provisional)
+		return 0;
+	int rc = snap_mesh_restore_check(m->mesh, c->job->name, c->rank->rank, c->provisional_step, err, SMP_ERRLEN);
+	if (rc == 0)
+		c->provisional = 0;
+	return rc < 0 ? rc : 0;   /* the error is logged with the reply */
+}
+
 static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct snap_wbuf *out, int *fd, char *err)
 {
 	uint64_t step = snap_get_u64(r);
@@ -155,7 +168,10 @@ static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 	}
 	uint32_t slot;
 	uint64_t late = c->job->slots_late;
-	int rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, SMP_ERRLEN);
+	int rc = provisional_ok(m, c, err);
+	if (rc)
+		return rc;
+	rc = snap_store_acquire(m->store, c->job, c->rank, step, c, &slot, fd, err, SMP_ERRLEN);
 	if (c->job->slots_late != late) {
 		smp_metrics_add(SMP_CNT_SLOTS_LATE, c->job->name, c->job->slots_late - late);
 		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u: the save of step %" PRIu64 " reserved its slot file "
@@ -186,8 +202,13 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	for (uint32_t i = 0; i < 2 * ncrc; i++)
 		crc[i] = snap_get_u32(r);
 	c->pinned = snap_get_u64(r);
+	int rc = provisional_ok(m, c, err);
+	if (rc) {
+		free(crc);
+		return rc;
+	}
 	uint64_t t0 = smp_metrics_on() ? snap_now_ns() : 0;
-	int rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
+	rc = again ? snap_store_recommit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
 					     m->cfg->verify_commit, err, SMP_ERRLEN)
 		       : snap_store_commit(m->store, c->job, c->rank, c, slot, step, crc, crc + ncrc, ncrc,
 					   m->cfg->verify_commit, err, SMP_ERRLEN);
@@ -394,6 +415,8 @@ static int on_restore(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		snap_put_str(out, why);
 	}
 	snap_mesh_rank_active(m->mesh, c->job->name, c->rank->rank, 0, 0);
+	c->provisional = snap_mesh_restore_provisional(m->mesh, c->job->name);
+	c->provisional_step = c->rank->slots[slot].step;
 	return 0;
 }
 

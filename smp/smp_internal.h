@@ -36,6 +36,10 @@ struct conn {
 	uint32_t pid;
 	int dead;
 	uint64_t restore_ticket;       /* mesh: RESTORE of the newest step waits for a fresh view */
+	/* mesh: restored step `provisional_step` while the relaunch's rebuild
+	 * ran (snap_mesh_restore_check decides whether its saves may go on) */
+	int provisional;
+	uint64_t provisional_step;
 	/* mesh: a REPAIR waiting for the repair from parity (meshheal.c): its
 	 * ticket, step, and per rank of the job the bad chunks found before */
 	uint64_t heal_ticket, heal_step;

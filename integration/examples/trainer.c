@@ -115,11 +115,24 @@ static void logline(int fd, const char *fmt, uint64_t v)
 		perror("trainer: log");
 }
 
+/* Tests hold a trainer at a point of its run: a byte on the FIFO lets it go on. */
+static int wait_go(const char *fifo)
+{
+	char b;
+	int fd = open(fifo, O_RDONLY | O_CLOEXEC);
+	int rc = fd < 0 || read(fd, &b, 1) != 1;
+	if (rc)
+		fprintf(stderr, "trainer: %s: no go\n", fifo);
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
 static void usage(void)
 {
 	fprintf(stderr, "usage: trainer --steps N [--bytes B] [--resume | --restore-step S] [--log FILE] [--compute-us US]"
 			" [--quiet] [--times]\n"
-			"       [--prepare] [--go-fifo FIFO]\n");
+			"       [--prepare] [--go-fifo FIFO] [--then-fifo FIFO]\n");
 }
 
 /* For scripts/bench_levels.py: when a save began / was committed, in the
@@ -139,7 +152,7 @@ int main(int argc, char **argv)
 {
 	uint64_t steps = 10, bytes = 1 << 20, compute_us = 0, want = SNAP_STEP_LATEST;
 	int resume = 0, quiet = 0, times = 0, logfd = -1, prepare = 0;
-	const char *go = NULL;
+	const char *go = NULL, *then = NULL;
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--steps") && i + 1 < argc)
 			steps = strtoull(argv[++i], NULL, 10);
@@ -164,6 +177,8 @@ int main(int argc, char **argv)
 			prepare = 1;
 		else if (!strcmp(argv[i], "--go-fifo") && i + 1 < argc)   /* then wait for a byte there (tests) */
 			go = argv[++i], prepare = 1;
+		else if (!strcmp(argv[i], "--then-fifo") && i + 1 < argc)   /* after the restore (tests) */
+			then = argv[++i];
 		else if (!strcmp(argv[i], "--log") && i + 1 < argc) {
 			logfd = open(argv[++i], O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
 			if (logfd < 0) {
@@ -218,16 +233,8 @@ int main(int argc, char **argv)
 			logline(logfd, "prepared %" PRIu64 "\n", 0);
 		}
 	}
-	if (go && !exit_code) {
-		char b;
-		int fd = open(go, O_RDONLY | O_CLOEXEC);
-		if (fd < 0 || read(fd, &b, 1) != 1) {
-			fprintf(stderr, "trainer rank %d: --go-fifo %s: no go\n", cfg.rank, go);
-			exit_code = 1;
-		}
-		if (fd >= 0)
-			close(fd);
-	}
+	if (go && !exit_code && wait_go(go))
+		exit_code = 1;
 	uint64_t start = 1;
 	if (resume && !exit_code) {
 		uint64_t got;
@@ -259,6 +266,8 @@ int main(int argc, char **argv)
 		}
 	}
 
+	if (then && !exit_code && wait_go(then))
+		exit_code = 1;
 	rc = 0;
 	for (uint64_t s = start; s <= steps && !exit_code; s++) {
 		if ((rc = snap_fence(ctx)))

@@ -186,6 +186,27 @@ void snap_mesh_rank_active(struct snap_mesh *mesh, const char *job, uint32_t ran
 		}
 }
 
+int snap_mesh_restore_provisional(struct snap_mesh *mesh, const char *job)
+{
+	struct mjob *j = mesh ? mesh_job_find(mesh, job) : NULL;
+	return j && j->rl_plan && !j->rl_done;
+}
+
+int snap_mesh_restore_check(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, char *err,
+			    size_t errlen)
+{
+	struct mjob *j = mesh ? mesh_job_find(mesh, job) : NULL;
+	if (!j || !j->rl_done)
+		return j != NULL;
+	if (!j->rl_failed)
+		return 0;
+	snap_fmt(err, errlen, "job %s rank %u restored step %" PRIu64 " on node %d while the relaunch rebuilt the "
+		 "lost nodes, and that rebuild failed (%s): the job's other ranks cannot restore step %" PRIu64
+		 "; restart every rank so that they restore the same step", job, rank, step, mesh->rank, j->lost_msg,
+		 step);
+	return SNAP_ELOST;
+}
+
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step)
 {
 	for (struct mjob *j = mesh->jobs; j; j = j->next)

@@ -95,6 +95,19 @@ int snap_mesh_view_fresh(struct snap_mesh *mesh, const char *job, uint64_t *tick
 /* [lock held] A rank of job served here restored (committed 0) or committed
  * step (committed 1): the relaunch's restores and seeded view follow it. */
 void snap_mesh_rank_active(struct snap_mesh *mesh, const char *job, uint32_t rank, int committed, uint64_t step);
+/*
+ * [lock held] A restore answered here while the relaunch's rebuild still
+ * ran elsewhere is provisional: the step it gave stands only if that
+ * rebuild succeeds on every node. snap_mesh_restore_provisional says
+ * whether a restore of job answered now is (1) or not (0);
+ * snap_mesh_restore_check, for a trainer that restored provisionally and
+ * now saves, returns 1 while the outcome is pending, 0 once the rebuild
+ * succeeded, and SNAP_ELOST with err when it failed: that rank holds a step
+ * the job's other ranks cannot restore, and must not go on from it.
+ */
+int snap_mesh_restore_provisional(struct snap_mesh *mesh, const char *job);
+int snap_mesh_restore_check(struct snap_mesh *mesh, const char *job, uint32_t rank, uint64_t step, char *err,
+			    size_t errlen);
 /* [lock held] 1 when the last agreement found `step` globally complete. */
 int snap_mesh_step_complete(struct snap_mesh *mesh, const char *job, uint64_t step);
 /* [lock held] 1 and *step: the job's newest step whose parity every node

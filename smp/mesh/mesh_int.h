@@ -105,6 +105,8 @@ struct mjob {
 	 * commits a newer step here */
 	int seeded;
 	unsigned char *rl_seen;       /* [mu] per pin: its rank restored or committed since the start */
+	int rl_done;                  /* [mu] the rebuild of rl_step is agreed (rl_failed: it failed) */
+	int rl_failed;
 	struct mjob *next;
 };
 

@@ -351,8 +351,12 @@ int mesh_recover_run(struct snap_mesh *mesh)
 			j->lost = 1;
 			snap_fmt(j->lost_msg, sizeof(j->lost_msg), "job %s: rebuild of step %" PRIu64 " failed: %s", j->name,
 				 best, msg);
-			/* A serving node answered from the step it seeded: no more. */
+			/* A serving node answered from the step it seeded: no more;
+			 * the ranks it answered are refused their next save
+			 * (snap_mesh_restore_check). */
 			j->seeded = 0;
+			j->rl_done = 1;
+			j->rl_failed = 1;
 			j->has_prot = 0;
 			struct store_job *sj = snap_store_job(mesh->store, j->name, 0);
 			if (sj)
@@ -365,6 +369,7 @@ int mesh_recover_run(struct snap_mesh *mesh)
 		pthread_mutex_lock(&mesh->mu);
 		j->has_prot = 1;
 		j->prot = best;
+		j->rl_done = 1;
 		/* The relaunch is when the job is least protected: its step goes to
 		 * disk from the first rounds on, beside the restores it does not
 		 * hold up (the flush thread reads the slots; meshflush.c). */

@@ -22,6 +22,16 @@ node on this machine, rank r on node r, real trainers). Event-driven:
            rank either restored S bit-exact (trainer exit 0) or failed with a
            clear error (exit 1, its message); never a mismatch (exit 3).
            A relaunch after it restores S bit-exact on every rank.
+  failed:  node L's new store is a tmpfs too small for its part, so its
+           rebuild fails with ENOSPC once L resumes. The survivors' ranks
+           restored S while L was held (provisionally: S stands only if the
+           rebuild succeeds) and wait (--then-fifo); once the mesh logged the
+           failed rebuild they are let go, and their first save must be
+           refused, naming the restore during the rebuild and its failure:
+           no rank trains on from a step the others cannot restore. The
+           overlap trial's survivors, let go after L's rebuild succeeded,
+           saved step S+1 (the same check does not refuse them). Needs
+           mount(2) (root, as in CI): an optional case without it.
 
 usage: mesh_overlap.py --build DIR [--shape 2+2] [--nodes 4] [--trials 4] [--seed N]
 """
@@ -30,6 +40,7 @@ import os
 import random
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -37,6 +48,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter, strike_within  # noqa: E402
 from mesh_memory import daemons  # noqa: E402
 from mesh_trials import JOB, Mesh, have_record, restored_of, setup, start_trainers  # noqa: E402
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from skiprule import Skips, can_mount  # noqa: E402
 
 DONE = "relaunch rebuild done here"
 
@@ -77,10 +90,33 @@ def main():
     def socks(nodes):
         return all(os.path.exists(os.path.join(mesh.root(n), "smp.sock")) for n in nodes)
 
-    def relaunch_losing(tag):
-        """Kill, delete node `lost`'s store, relaunch without waiting; True once the survivors serve."""
+    skips = Skips()
+    mounted = []
+
+    def fifos(tag, ranks):
+        out = {}
+        for r in ranks:
+            out[r] = os.path.join(logdir, f"{tag}-then{r}")
+            os.mkfifo(out[r])
+        return out
+
+    def go(paths):
+        for p in paths.values():
+            with open(p, "w") as f:   # the trainer, past its restore, opens it for reading
+                f.write("g")
+
+    def relaunch_losing(tag, small=None):
+        """Kill, delete node `lost`'s store (small: a tmpfs of that size in its
+        place), relaunch without waiting; True once the survivors serve."""
         mesh.kill()
         shutil.rmtree(mesh.root(lost))
+        if small:
+            os.makedirs(mesh.root(lost))
+            m = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={small}", "tmpfs", mesh.root(lost)],
+                               capture_output=True, text=True)
+            if m.returncode != 0:
+                raise RuntimeError(f"mount of a {small} tmpfs on {mesh.root(lost)} failed: {m.stderr.strip()}")
+            mounted.append(mesh.root(lost))
         mesh.start(os.path.join(logdir, f"{tag}.log"), wait=False)
         waiter.watch(os.path.dirname(mesh.root(0)))
         for n in survivors:
@@ -88,11 +124,16 @@ def main():
         return waiter.until(lambda: socks(survivors) or mesh.proc.poll() is not None, limit=120,
                             procs=[mesh.proc]) and socks(survivors)
 
-    def relaunch_held(tag, tries=5):
+    def unmount():
+        while mounted:
+            subprocess.run(["umount", mounted.pop()])
+
+    def relaunch_held(tag, tries=5, small=None):
         """relaunch_losing, then node `lost` stopped inside its rebuild: its pid,
         or None when every try's rebuild ended before the stop could land."""
         for i in range(tries):
-            if not relaunch_losing(f"{tag}-{i}"):
+            unmount()
+            if not relaunch_losing(f"{tag}-{i}", small):
                 raise RuntimeError(f"the survivors did not serve; see {mesh.log}")
             pid = daemons(mesh).get(lost)
             if pid is None:
@@ -104,15 +145,23 @@ def main():
             print(f"{tag}: try {i}: the rebuild ended before node {lost} was stopped; again", flush=True)
         return None
 
-    def run_ranks(tag, ranks, limit=300, timed=None):
+    def run_ranks(tag, ranks, limit=300, timed=None, then=None, last=step):
         """Trainers of ranks to the end: rank -> (exit, step restored, stderr).
-        timed (a list): gets the time from their start to every rank's restore."""
+        timed (a list): gets the time from their start to every rank's restore.
+        then (a callable): run once every rank restored; the trainers wait
+        for it to end (--then-fifo) before they save up to step `last`."""
         t0 = time.monotonic()
-        procs = start_trainers(a, mesh, logdir, tag, step, ranks=ranks)
-        if timed is not None:
+        gos = fifos(tag, ranks) if then else {}
+        procs = start_trainers(a, mesh, logdir, tag, last, ranks=ranks,
+                               extra_of=lambda r: ["--then-fifo", gos[r]] if then else [])
+        if timed is not None or then:
             waiter.until(lambda: all(p.poll() is not None or os.path.exists(log) and restored_of(log) is not None
                                      for p, log, _ in procs), limit, procs=[p for p, _, _ in procs])
+        if timed is not None:
             timed.append(time.monotonic() - t0)
+        if then:
+            then()
+            go({r: gos[r] for r, (p, _, _) in zip(ranks, procs) if p.poll() is None})
         out = {}
         for r, (p, log, err) in zip(ranks, procs):
             p.wait(timeout=limit)
@@ -136,20 +185,28 @@ def main():
             fail("the lost node finished its rebuild before it could be stopped in every try (nothing overlapped)")
             raise RuntimeError("no overlap")
         timed = []
-        got = run_ranks("overlap-survivors", survivors, timed=timed)
+
+        def resume_lost():
+            held = not node_said(lost, DONE) and not socks([lost])
+            if not held:
+                fail(f"overlap: node {lost} said its rebuild was done while it was stopped")
+            print(f"overlap: ranks {survivors} restored step {step} bit-exact while node {lost} was held in its "
+                  f"rebuild (done: {node_said(lost, DONE)}, socket: {socks([lost])})", flush=True)
+            os.kill(pid, signal.SIGCONT)
+            if not waiter.until(lambda: socks([lost]) and node_said(lost, DONE), limit=120, procs=[mesh.proc],
+                                dirs=lambda: [mesh.root(lost)] if os.path.isdir(mesh.root(lost)) else []):
+                raise RuntimeError(f"node {lost} did not finish its rebuild; see {mesh.log}")
+
+        # The survivors' ranks restore, wait for the rebuild to end, then save step+1.
+        got = run_ranks("overlap-survivors", survivors, timed=timed, then=resume_lost, last=step + 1)
         window = max(timed[0], 0.01)   # the survivors' trainers: start -> every one restored
         for r, (rc, res, err) in got.items():
             if rc != 0 or res != step:
-                fail(f"overlap: rank {r} on a survivor: exit {rc}, restored {res} (expected {step}): {err}")
-        held = not node_said(lost, DONE) and not socks([lost])
-        if not held:
-            fail(f"overlap: node {lost} said its rebuild was done while it was stopped")
-        print(f"overlap: ranks {survivors} restored step {step} bit-exact while node {lost} was held in its "
-              f"rebuild (done: {node_said(lost, DONE)}, socket: {socks([lost])})", flush=True)
-        os.kill(pid, signal.SIGCONT)
-        if not waiter.until(lambda: socks([lost]) and node_said(lost, DONE), limit=120, procs=[mesh.proc],
-                            dirs=lambda: [mesh.root(lost)] if os.path.isdir(mesh.root(lost)) else []):
-            raise RuntimeError(f"node {lost} did not finish its rebuild; see {mesh.log}")
+                fail(f"overlap: rank {r} on a survivor: exit {rc}, restored {res} (expected {step}), then saved "
+                     f"step {step + 1} after the rebuild succeeded: {err}")
+        # What the failed trial's small store is sized from: the lost node's rebuilt part.
+        part = sum(os.path.getsize(os.path.join(d, f)) for d, _, fs in os.walk(os.path.join(mesh.root(lost), JOB))
+                   for f in fs)
         # The warm-up of the next protect waits for the relaunch's restores
         # on each node: on the rebuilt node its rank has not restored yet.
         ENDED = "relaunch restores ended here ("
@@ -200,17 +257,44 @@ def main():
         print(f"kill: struck within {window * 1000:.0f} ms; survivors' ranks restored {outcomes['restored']} (of them {outcomes['after']} "
               f"ended after the kill), failed with a clear error "
               f"{outcomes['error']}; no mismatch", flush=True)
+
+        # ---- failed: the rebuild fails after the survivors restored during it ----
+        if skips.optional("failed rebuild", "CAP_SYS_ADMIN to mount a small tmpfs (root, as in CI)", can_mount()):
+            small = f"{max(part * 3 // 5 // 1024, 256)}k"   # room for part of the lost node's files only
+            pid = relaunch_held("failed", small=small)
+            if pid is None:
+                fail(f"failed: node {lost}'s rebuild into a {small} store ended before it could be stopped")
+            else:
+                FAILED = f"rebuild of step {step} failed"
+
+                def fail_rebuild():
+                    os.kill(pid, signal.SIGCONT)
+                    if not waiter.until(lambda: FAILED in mesh.text(), limit=120, procs=[mesh.proc]):
+                        fail(f"failed: the rebuild into a {small} store did not fail; see {mesh.log}")
+
+                got = run_ranks("failed", survivors, then=fail_rebuild, last=step + 2)
+                want = [f"restored step {step} on node", "while the relaunch rebuilt the lost nodes", FAILED,
+                        "store space exhausted"]
+                before = len(failures)
+                for r, (rc, res, err) in got.items():
+                    if rc != 1 or res != step or any(w not in err for w in want):
+                        fail(f"failed: rank {r} on a survivor: exit {rc}, restored {res}; expected exit 1 after "
+                             f"restoring {step}, its save refused with {want}: {err!r}")
+                if len(failures) == before:
+                    print(f"failed: ranks {survivors} restored step {step} during a rebuild that then failed (node "
+                          f"{lost}'s store {small}); their first save was refused by name", flush=True)
         mesh.stop()
         if mesh.sanitizer_errors():
             fail(f"sanitizer report in {mesh.log}")
     finally:
         mesh.kill()
+        unmount()
     if failures:
         print(f"mesh_overlap: {len(failures)} failure(s); logs in {logdir}")
         return 1
     shutil.rmtree(base, ignore_errors=True)
     shutil.rmtree(logdir, ignore_errors=True)
-    print("mesh_overlap: OK")
+    print(f"mesh_overlap: OK ({skips.summary()})")
     return 0
 
 

@@ -97,9 +97,10 @@ def setup(a, tag):
     return base, logdir
 
 
-def start_trainers(a, mesh, logdir, tag, steps, ranks=None, extra=(), env_over=None):
+def start_trainers(a, mesh, logdir, tag, steps, ranks=None, extra=(), env_over=None, extra_of=None):
     """steps: the last step for every rank, or a dict rank -> last step.
-    extra: more trainer flags; env_over: variables to set (None: unset).
+    extra: more trainer flags (extra_of(rank): a rank's own); env_over:
+    variables to set (None: unset).
     The ranks started by one call are one launch (SNAP_LAUNCH): a rank that
     connects after its node's other ranks of the call exited joins their
     incarnation instead of starting a new one."""
@@ -119,9 +120,9 @@ def start_trainers(a, mesh, logdir, tag, steps, ranks=None, extra=(), env_over=N
         log = os.path.join(logdir, f"{tag}-r{r}.log")
         err = open(os.path.join(logdir, f"{tag}-r{r}.err"), "w")
         last = steps[r] if isinstance(steps, dict) else steps
-        procs.append((subprocess.Popen([a.trainer, "--steps", str(last), "--bytes", a.bytes, "--resume",
-                                        "--quiet", "--log", log, *extra], env=env, stdout=subprocess.DEVNULL,
-                                       stderr=err), log, err.name))
+        args = [a.trainer, "--steps", str(last), "--bytes", a.bytes, "--resume", "--quiet", "--log", log, *extra,
+                *(extra_of(r) if extra_of else ())]
+        procs.append((subprocess.Popen(args, env=env, stdout=subprocess.DEVNULL, stderr=err), log, err.name))
         err.close()
     return procs
 
