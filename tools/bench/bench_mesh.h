@@ -97,6 +97,9 @@ struct rebuilt {
 };
 
 int find_rebuilt(const struct mesh *ms, uint64_t s, struct rebuilt *out, int cap);
+/* Until every lost node logged its rebuild of step s (and node 0 its
+ * verification); how many, or -1 (said) on a timeout or a dead mesh. */
+int wait_rebuilt(struct mesh *ms, uint64_t s, struct rebuilt *out, int cap);
 /* Node 0's "verified on every node" line for step s: the CPU the whole
  * mesh spent on the rebuild, in ms (-1 when the line is not there). */
 double find_rebuild_cpu(const struct mesh *ms, uint64_t s);

@@ -371,6 +371,31 @@ int wait_protected(struct mesh *ms, uint64_t s, struct prot *lines)
 	}
 }
 
+/* Wait until every lost node logged its rebuild of step s, and node 0 the
+ * rebuild's verification: the lines come through mpirun's forwarding of the
+ * daemons' stderr, which may lag behind the sockets the nodes then bind. */
+int wait_rebuilt(struct mesh *ms, uint64_t s, struct rebuilt *out, int cap)
+{
+	double t0 = bench_mono();
+	for (;;) {
+		if (log_refresh(ms)) {
+			bm_fail("cannot read %s", ms->log);
+			return -1;
+		}
+		int n = find_rebuilt(ms, s, out, cap);
+		if (n >= ms->lost && find_rebuild_cpu(ms, s) >= 0)
+			return n;
+		if (bm_stop || !mesh_alive(ms) || bench_mono() - t0 > WAIT_S) {
+			if (!bm_stop)
+				bm_fail("%d of %d lost nodes logged their rebuild of step %" PRIu64 "%s: %s; see %s", n,
+					ms->lost, s, find_rebuild_cpu(ms, s) >= 0 ? "" : ", node 0 not its verification",
+					mesh_alive(ms) ? "timed out" : "the mesh died", ms->log);
+			return -1;
+		}
+		bm_nap_ms(2);
+	}
+}
+
 int wait_ready(struct mesh *ms)
 {
 	double t0 = bench_mono();
