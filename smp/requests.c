@@ -181,8 +181,8 @@ static int on_acquire(struct smp *m, struct conn *c, struct snap_rbuf *r, struct
 		return rc;
 	snap_put_u32(out, slot);
 	snap_put_u64(out, c->rank->layout.slot_bytes);
-	if (smp_metrics_on())
-		c->acquire_ns = snap_now_ns();
+	if (smp_metrics_on() && slot < sizeof(c->acquire_ns) / sizeof(c->acquire_ns[0]))
+		c->acquire_ns[slot] = snap_now_ns();
 	return 0;
 }
 
@@ -216,9 +216,11 @@ static int on_commit(struct smp *m, struct conn *c, struct snap_rbuf *r, int aga
 	if (rc == 0 && t0) {
 		uint64_t t1 = snap_now_ns();
 		smp_metrics_observe(SMP_HIST_COMMIT, c->job->name, (double)(t1 - t0) / 1e9);
-		if (!again && c->acquire_ns)
-			smp_metrics_observe(SMP_HIST_SAVE, c->job->name, (double)(t0 - c->acquire_ns) / 1e9);
-		c->acquire_ns = 0;
+		uint64_t *acq = slot < sizeof(c->acquire_ns) / sizeof(c->acquire_ns[0]) ? &c->acquire_ns[slot] : NULL;
+		if (!again && acq && *acq)
+			smp_metrics_observe(SMP_HIST_SAVE, c->job->name, (double)(t0 - *acq) / 1e9);
+		if (acq)
+			*acq = 0;
 	}
 	if (rc == 0) {
 		smp_logf(&m->log, SMP_LOG_DEBUG, "job %s rank %u committed step %" PRIu64 " (slot %u)", c->job->name,

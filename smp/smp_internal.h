@@ -45,7 +45,10 @@ struct conn {
 	uint64_t heal_ticket, heal_step;
 	uint32_t *heal_bad, heal_n;
 	uint64_t pinned;               /* bytes of its slots the trainer pinned (CUDA), as of its last COMMIT */
-	uint64_t acquire_ns;           /* its last ACQUIRE (--metrics-file: the save's duration) */
+	/* each slot's last ACQUIRE (--metrics-file: the save's duration), per
+	 * slot because a client acquires its next slot while the previous
+	 * save's COMMIT is still on its way (up to 64 slots, SNAP_SLOTS) */
+	uint64_t acquire_ns[64];
 	/* a FLUSH request waiting for its step to be persisted */
 	int waiting;
 	char wait_job[SNAP_JOB_MAX + 1];

@@ -202,16 +202,17 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 		return SNAP_EINVAL;
 	}
 	if (!snap_job_name_ok(cfg->job)) {
-		snap_fmt(err, errlen, "job name \"%s\" is invalid: use 1-%d of [A-Za-z0-9._-], not starting with '.'",
-			 cfg->job, SNAP_JOB_MAX);
+		snap_fmt(err, errlen, "job name \"%s\" (job, SNAP_JOB) is invalid: use 1-%d of [A-Za-z0-9._-], "
+			 "not starting with '.'", cfg->job, SNAP_JOB_MAX);
 		return SNAP_EINVAL;
 	}
 	if (cfg->store[0] != '/') {
-		snap_fmt(err, errlen, "store root \"%s\" must be an absolute path", cfg->store);
+		snap_fmt(err, errlen, "store root \"%s\" (store, SNAP_STORE) must be an absolute path", cfg->store);
 		return SNAP_EINVAL;
 	}
 	if (cfg->rank < 0 || cfg->world_size < 1 || cfg->rank >= cfg->world_size) {
-		snap_fmt(err, errlen, "rank %d is outside world size %d", cfg->rank, cfg->world_size);
+		snap_fmt(err, errlen, "rank %d is outside world size %d (rank, world_size: SNAP_RANK, SNAP_WORLD_SIZE, "
+			 "else the launcher's variables)", cfg->rank, cfg->world_size);
 		return SNAP_EINVAL;
 	}
 	const char *end = memchr(cfg->launch, 0, sizeof(cfg->launch));
@@ -232,7 +233,8 @@ int snap_config_check(const struct snap_config *cfg, char *err, size_t errlen)
 		return SNAP_EINVAL;
 	}
 	if (cfg->copy_threads < 1 || cfg->chunk_size < 4096 || cfg->chunk_size > (1ull << 31)) {
-		snap_fmt(err, errlen, "copy threads must be >= 1, chunk size in [4 KiB, 2 GiB]");
+		snap_fmt(err, errlen, "copy threads (copy_threads, SNAP_COPY_THREADS) must be >= 1, chunk size "
+			 "(chunk_size, SNAP_CHUNK_SIZE) in [4 KiB, 2 GiB]");
 		return SNAP_EINVAL;
 	}
 	return 0;

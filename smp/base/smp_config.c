@@ -139,7 +139,8 @@ int snap_smp_config_check(const struct snap_smp_config *cfg, char *err, size_t e
 		return SNAP_EINVAL;
 	}
 	if (cfg->flush_dir[0] && cfg->flush_dir[0] != '/') {
-		snap_fmt(err, errlen, "flush directory \"%s\" must be an absolute path", cfg->flush_dir);
+		snap_fmt(err, errlen, "flush directory \"%s\" (--flush-dir, SNAP_FLUSH_DIR) must be an absolute path",
+			 cfg->flush_dir);
 		return SNAP_EINVAL;
 	}
 	if (!snap_smp_log_level_name(cfg->log_level)) {

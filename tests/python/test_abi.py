@@ -147,6 +147,12 @@ try:
 except ValueError as e:
     if "autostart" not in str(e):
         bad.append(f"the error for a bad autostart does not name it: {e}")
+try:
+    C.config({"chunk_size": "4Q"})
+    bad.append("chunk_size '4Q' was accepted")
+except ValueError as e:
+    if "chunk_size" not in str(e):
+        bad.append(f"the error for a malformed chunk_size does not name it: {e}")
 for wrong, why in (({"no_such_field": 1}, "an unknown setting"), ({"mem_limit": "1G"}, "a daemon setting")):
     try:
         C.config(wrong)

@@ -192,6 +192,14 @@ def check_commands(schema, snaptool, tmp, store, flush):
         check(g == {"job": "js", "keep": 1, "removed": 0}, f"gc: {g}")
     run_json(schema, "error", [snaptool, "gc", "--job", "js", "--json"], want_rc=2)
     run_json(schema, "error", [snaptool, "ls", "--bogus", "--json"], want_rc=2)
+    # A malformed number is named as such, not taken for another mistake.
+    for argv, says in (([snaptool, "gc", "--keep", "x", "--flush-dir", flush, "--json"], '--keep "x"'),
+                       ([snaptool, "status", "--nodes", "x", "--store", "/nonexistent/node%n", "--json"],
+                        '--nodes "x"'),
+                       ([snaptool, "recover", "--nodes", "0", "--store", "/nonexistent/node%n", "--json"],
+                        '--nodes "0"')):
+        e = run_json(schema, "error", argv, want_rc=2)
+        check(e is not None and says in e.get("error", ""), f"{' '.join(argv[1:])}: error does not say {says}: {e}")
     # The mesh view over 2 "nodes": node0 is this store (a link), node1 is lost.
     mesh = os.path.join(tmp, "mesh")
     os.makedirs(mesh, exist_ok=True)

@@ -319,9 +319,11 @@ static void test_config(void)
 	CHECK(c.rank == 5);
 	setenv("SNAP_JOB", "../etc", 1);
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "SNAP_JOB") != NULL);
 	setenv("SNAP_JOB", "ok", 1);
 	setenv("SNAP_RANK", "9", 1); /* >= world size 8 */
 	CHECK_RC(snap_config_from_env(&c, err, sizeof(err)), SNAP_EINVAL);
+	CHECK(strstr(err, "SNAP_RANK") != NULL && strstr(err, "SNAP_WORLD_SIZE") != NULL);
 	setenv("SNAP_RANK", "1", 1);
 
 	/* SNAP_AUTOSTART: the struct's zero is the default (on); 0 turns it off. */
@@ -471,8 +473,11 @@ static void test_smp_config(void)
 		{ "SNAP_ALLOW_OLDER", "yes", "SNAP_ALLOW_OLDER" },
 		{ "SNAP_FLUSH_FILES", "2", "SNAP_FLUSH_FILES" },
 		{ "SNAP_FLUSH_DIRECT", "on", "SNAP_FLUSH_DIRECT" },
-		{ "SNAP_FLUSH_DIR", "relative/dir", "must be an absolute path" },
-		{ "SNAP_JOB", "../etc", "job name" },   /* the client part is checked too */
+		{ "SNAP_FLUSH_DIR", "relative/dir", "SNAP_FLUSH_DIR" },
+		{ "SNAP_JOB", "../etc", "SNAP_JOB" },   /* the client part is checked too */
+		{ "SNAP_STORE", "relative/store", "SNAP_STORE" },
+		{ "SNAP_RANK", "16777216", "SNAP_RANK" }, /* parses, but is outside any world size */
+		{ "SNAP_CHUNK_SIZE", "4G", "SNAP_CHUNK_SIZE" },
 	};
 	for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
 		char *old = getenv(bad[i].var) ? strdup(getenv(bad[i].var)) : NULL;

@@ -36,11 +36,13 @@ static int job_opt(const struct cli *c, const char *opt, const char *v, void *ds
 static int keep_opt(const struct cli *c, const char *opt, const char *v, void *dst)
 {
 	unsigned *keep = dst;
-	*keep = (unsigned)atoi(v);
-	if (*keep < 1) {
-		cli_error(c, "%s must be at least 1", opt);
+	char *end = NULL;
+	long n = strtol(v, &end, 10);
+	if (end == v || *end || n < 1 || n > 1048576) {
+		cli_error(c, "%s \"%s\": expected a number of steps in [1, 1048576]", opt, v);
 		return -1;
 	}
+	*keep = (unsigned)n;
 	return 0;
 }
 

@@ -296,7 +296,10 @@ def config(overrides=None):
                 raise ValueError(f"{k} {v!r} is longer than {limit - 1} bytes")
             setattr(cfg, k, b)
         elif k == "chunk_size" and isinstance(v, str):
-            setattr(cfg, k, parse_size(v))
+            try:
+                setattr(cfg, k, parse_size(v))
+            except ValueError as e:
+                raise ValueError(f"chunk_size: {e}") from None
         elif k == "restore_verify" and isinstance(v, str):
             if v not in RESTORE_VERIFY:
                 raise ValueError(f"restore_verify {v!r}: expected " + ", ".join(RESTORE_VERIFY))

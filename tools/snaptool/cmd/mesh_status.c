@@ -397,12 +397,18 @@ static int mesh_parse(int argc, char **argv, int recover, struct mesh_args *a)
 	}
 	if (rc)
 		return ST_USAGE;
-	a->nodes = nodes ? atoi(nodes) : 0;
+	char *end = NULL;
+	long n = nodes ? strtol(nodes, &end, 10) : 0;
+	if (!nodes || end == nodes || *end || n < 1 || n > 4096) {
+		st_error("snaptool %s: --nodes \"%s\": expected a node count in [1, 4096]", a->cmd, nodes ? nodes : "");
+		return ST_USAGE;
+	}
+	a->nodes = (int)n;
 	if (a->quiet && !a->json && !freopen("/dev/null", "w", stdout)) {
 		st_error("snaptool %s: --quiet: cannot open /dev/null", a->cmd);
 		return ST_FAIL;
 	}
-	if (!a->pat || a->nodes < 1 || a->nodes > 4096 || !strstr(a->pat, "%n")) {
+	if (!a->pat || !strstr(a->pat, "%n")) {
 		st_error("snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)", a->cmd);
 		return ST_USAGE;
 	}

@@ -40,7 +40,7 @@ static int store_candidate(const struct opts *o, uint64_t *step, char *err, size
 }
 
 static const char recover_usage[] =
-	"usage: snaptool recover [--store DIR] [--flush-dir DIR] [--job NAME]\n"
+	"usage: snaptool recover [--nodes N] [--store DIR] [--flush-dir DIR] [--job NAME]\n"
 	"                       [--allow-older] [--json] [-q|-v]\n"
 	"Report exactly what of a job is recoverable after failures and from where: the\n"
 	"newest step every rank committed in the node store, else the newest persisted step\n"

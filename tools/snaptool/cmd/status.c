@@ -78,7 +78,7 @@ struct daemon_view {
 };
 
 static const char status_usage[] =
-	"usage: snaptool status [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
+	"usage: snaptool status [--nodes N] [--store DIR] [--flush-dir DIR] [--job NAME] [--json] [-q|-v]\n"
 	"Steps of every job (or one) in a node store (restorable = committed by every\n"
 	"rank, partial = some ranks), memory used against the running snapsmp's budget\n"
 	"(--mem-limit, asked over its socket; \"unknown\" when none answers), and the\n"
