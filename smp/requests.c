@@ -146,6 +146,15 @@ static int on_register(struct smp *m, struct conn *c, struct snap_rbuf *r, char 
 	return rc;
 }
 
+/* Whether an error message begins with "job NAME" of c's job (the log
+ * prefixes the job otherwise). */
+static int names_job(const struct conn *c, const char *err)
+{
+	size_t n = c->job ? strlen(c->job->name) : 0;
+	return c->job && !strncmp(err, "job ", 4) && !strncmp(err + 4, c->job->name, n) &&
+	       (err[4 + n] == ' ' || err[4 + n] == ':');
+}
+
 /* A save of a rank that restored while the relaunch's rebuild ran: refused
  * by name once that rebuild failed, so that no rank trains on from a step
  * the others cannot restore. */
@@ -665,9 +674,11 @@ void smp_dispatch(struct smp *m, struct conn *c, const struct snap_msg_hdr *h, c
 	} else {
 		if (rc != SNAP_EBUSY)
 			smp_metrics_count(SMP_CNT_REQ_ERRORS, NULL);
-		if (rc != SNAP_EBUSY)
+		if (rc != SNAP_EBUSY && !names_job(c, err))
 			smp_say(m, "%s%s: %s", c->job ? "job " : c->fjob ? "captured files" : "peer", c->job ? c->job->name : "",
 			    err);
+		else if (rc != SNAP_EBUSY)
+			smp_say(m, "%s", err);   /* it begins "job NAME" already */
 		smp_reply_err(c->fd, h->type, rc, err);
 		if (rc == SNAP_EPROTO || rc == SNAP_EFORMAT)
 			smp_close_conn(m, c);

@@ -381,7 +381,7 @@ int smp_metrics_start(const char *file, const char *node, int mesh_node, char *e
 	/* Fail at start, not silently in the writer: the directory must take it. */
 	int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0644);
 	if (fd < 0) {
-		snap_fmt(err, errlen, "cannot write the metrics file %s: %s", tmp, strerror(errno));
+		snap_fmt(err, errlen, "--metrics-file (SNAP_METRICS_FILE): cannot write %s: %s", tmp, strerror(errno));
 		return SNAP_EIO;
 	}
 	close(fd);
