@@ -223,13 +223,15 @@ out.append(os.copy_file_range(s, d, 1 << 20, 100, 0)); os.close(s); os.close(d)
 d = os.open("fa", os.O_RDWR | os.O_CREAT, 0o644); os.posix_fallocate(d, 0, 100000); os.write(d, b"head"); os.close(d)
 d = os.open("fa2", os.O_RDWR | os.O_CREAT, 0o644); os.write(d, b"x" * 9000)
 try:
-    fcntl.fallocate = None
     libc.fallocate(d, 3, 4096, 4096)   # FALLOC_FL_KEEP_SIZE|PUNCH_HOLE
 except Exception as e: out.append(str(e))
 os.close(d)
 with open("lk", "w") as f:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.write("locked"); fcntl.flock(f, fcntl.LOCK_UN)
     fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.write(" lockf"); fcntl.lockf(f, fcntl.LOCK_UN)
+with open("lk2", "w") as f:   # Python's lockf is fcntl(F_SETLK)
+    f.write("record")
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 3, 1); f.write(" locked"); fcntl.lockf(f, fcntl.LOCK_UN, 3, 1)
 with open("e1", "w") as f: f.write("one")
 with open("e2", "w") as f: f.write("two two")
 os.chmod("e2", 0o600)
@@ -356,7 +358,7 @@ EXPECT_REAL = {
     "py-append": set(), "torch-legacy": set(),
     "h5py": {"ck.h5", "ck.dump", "nolock.dump"},   # HDF5's flock, redirections
     "h5py-lock": {"held.h5", "opens"},
-    "linux-calls": {"e2", "e3", "lk"},   # renameat2's RENAME_EXCHANGE (e3 is e1 renamed after), flock
+    "linux-calls": {"e2", "e3", "lk", "lk2"},   # renameat2's RENAME_EXCHANGE (e3 is e1 renamed after), flock, fcntl
 }
 
 
