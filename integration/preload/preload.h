@@ -229,10 +229,6 @@ PL_HIDDEN void pl_export_fd(int fd, const char *why);
 /* A file being written drops its store copy and writes the real file at its path from here on, as a
  * plain run's descriptor would (another process holds a lock on that file). */
 PL_HIDDEN void pl_attach_real(int fd, const char *why);
-/* Locks (locks.c): fcntl's cmd sets a lock; a file being written moves to the real file system
- * before it is locked, once no other process's lock on the real file is in the way: 0, or -1 (errno). */
-PL_HIDDEN int pl_lock_cmd(int cmd, const void *arg);
-PL_HIDDEN int pl_lock_aside(int fd, int cmd, const void *arg, const char *why);
 /* The process ends (exit, _exit): commit what it still has open, as the kernel's close would. */
 PL_HIDDEN void pl_files_at_exit(void);
 /* This process has store files open for writing. */
