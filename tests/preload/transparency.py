@@ -14,6 +14,7 @@ not on the disk.
 
   --kill N   SIGKILL trials, N of each: a preloaded Python and a preloaded
              shell write numbered files, tar x and cp -r copy 300 files,
+             a preloaded h5py writes and appends HDF5 checkpoints,
              each killed at a random file (after the program reported it);
              afterwards every visible file of Python, tar and cp is whole,
              and every file finished before the kill is there with its
