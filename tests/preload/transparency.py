@@ -28,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -214,6 +215,7 @@ def r2(a, b, fl):
     return "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
 out = []
 shutil.copyfile(src + "/tree/x.bin", "cf")
+# From the inputs' file system: the store is another one (EXDEV from the kernel, copied by hand).
 s = os.open(src + "/tree/x.bin", os.O_RDONLY); d = os.open("cfr", os.O_WRONLY | os.O_CREAT, 0o644)
 n = os.fstat(s).st_size; o = 0
 while o < n: o += os.copy_file_range(s, d, n - o)
@@ -223,9 +225,7 @@ s = os.open("cfr", os.O_RDONLY); d = os.open("cfr2", os.O_WRONLY | os.O_CREAT, 0
 out.append(os.copy_file_range(s, d, 1 << 20, 100, 0)); os.close(s); os.close(d)
 d = os.open("fa", os.O_RDWR | os.O_CREAT, 0o644); os.posix_fallocate(d, 0, 100000); os.write(d, b"head"); os.close(d)
 d = os.open("fa2", os.O_RDWR | os.O_CREAT, 0o644); os.write(d, b"x" * 9000)
-try:
-    libc.fallocate(d, 3, 4096, 4096)   # FALLOC_FL_KEEP_SIZE|PUNCH_HOLE
-except Exception as e: out.append(str(e))
+out.append(libc.fallocate(d, 3, 4096, 4096))   # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
 os.close(d)
 with open("lk", "w") as f:
     fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.write("locked"); fcntl.flock(f, fcntl.LOCK_UN)
@@ -547,9 +547,11 @@ def kill_trials(rng, smp):
 
 H5WRITER = r'''
 import h5py, numpy as np
+H5N = lambda i: 200000 + 9973 * i
 for i in range(1000):
     with h5py.File(f"ck{i}.h5", "w") as f:
-        f.create_dataset("d", data=np.full(1000 + 97 * i, i, dtype="i4"), maxshape=(None,), chunks=(512,))
+        f.create_dataset("d", data=np.full(H5N(i), i, dtype="i4"), maxshape=(None,), chunks=(65536,))
+    print(i, "created", flush=True)
     with h5py.File(f"ck{i}.h5", "a") as f:
         d = f["d"]
         n = d.shape[0]
@@ -574,6 +576,11 @@ print(json.dumps(out))
 '''
 
 
+def h5n(i):
+    """The length of checkpoint i's dataset before its append (H5WRITER's H5N)."""
+    return 200000 + 9973 * i
+
+
 def h5_read(d, preload):
     r = subprocess.run([PY, "-c", H5READER, d], env=env(preload), capture_output=True, text=True)
     try:
@@ -593,27 +600,32 @@ def kill_h5py(rng):
     for t in range(args.kill):
         d = f"{CAP}/kill-h5py-{t}"
         os.makedirs(d)
-        at = rng.randrange(0, 12)
+        at = rng.randrange(1, 24)   # a report: "i created" (then killed in the append) or "i" (closed)
         # HDF5's locking off: its files stay in the store (with it on they are real files, torn by a kill
         # as without the preload).
         p = subprocess.Popen([PY, "-c", H5WRITER], cwd=d, env=dict(env(True), HDF5_USE_FILE_LOCKING="FALSE"),
                              stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
-        reported = -1
+        reported, lines = -1, 0
         for line in p.stdout:
-            reported = int(line)
-            if reported >= at:
+            lines += 1
+            if b"created" not in line:
+                reported = int(line)
+            if lines >= at:
                 break
+        # Then a random moment into what follows (the checks hold at any moment: this only spreads the kills
+        # over the writer's opens, writes and closes; reports it prints meanwhile are not counted).
+        time.sleep(rng.random() * 0.05)
         p.kill()
         p.wait()
         p.stdout.close()
         p.stderr.close()
         seen = h5_read(d, True)
-        check(all(f"ck{i}.h5" in seen for i in range(reported + 1)) and reported >= 0,
+        check(all(f"ck{i}.h5" in seen for i in range(reported + 1)),
               f"kill h5py {t}: the {reported + 1} checkpoints reported before the kill are there: {sorted(seen)}")
         for n, v in seen.items():
             i = int(n[2:-3]) if n.startswith("ck") else -1
-            whole = isinstance(v, list) and v[2] and (v[0], v[1]) in ((1000 + 97 * i, 0), (2 * (1000 + 97 * i), 1))
+            whole = isinstance(v, list) and v[2] and (v[0], v[1]) in ((h5n(i), 0), (2 * h5n(i), 1))
             check(whole and (i > reported or v[1] == 1),
                   f"kill h5py {t}: {n} opens whole ({'finished' if i <= reported else 'visible'}): {v}")
         H5_KEPT.append((d, reported))
@@ -622,7 +634,7 @@ def kill_h5py(rng):
 def h5_kept_on_disk():
     for d, reported in H5_KEPT:
         seen = h5_read(d, False)
-        bad = [i for i in range(reported + 1) if seen.get(f"ck{i}.h5") != [2 * (1000 + 97 * i), 1, True]]
+        bad = [i for i in range(reported + 1) if seen.get(f"ck{i}.h5") != [2 * h5n(i), 1, True]]
         check(not bad, f"{d}: checkpoints finished before the kill are whole on disk after the flush: missing or "
                        f"torn {bad[:5]} {seen.get('reader failed', '')}")
 
