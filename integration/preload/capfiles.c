@@ -582,6 +582,35 @@ void pl_export_fd(int fd, const char *why)
 	pl_release(p, 0);
 }
 
+void pl_attach_real(int fd, const char *why)
+{
+	struct pl_file *p = pl_get(fd);
+	if (!p || p->kind != PL_WRITE || atomic_load(&p->exported))
+		return;
+	pthread_mutex_lock(&plf_tab_mu);
+	p->refs++;
+	pthread_mutex_unlock(&plf_tab_mu);
+	pthread_mutex_lock(&p->mu);
+	off_t pos = lseek(fd, 0, SEEK_CUR);
+	int realfd = pl_real.openat(AT_FDCWD, p->path, p->accmode | O_CLOEXEC | O_NOFOLLOW);
+	if (realfd >= 0) {
+		if (pos >= 0)
+			lseek(realfd, pos, SEEK_SET);
+		if (p->append)
+			pl_real.fcntl(realfd, F_SETFL, O_APPEND);
+		redirect(p, realfd);
+		pl_real.close(realfd);
+		if (p->owner == getpid())
+			plf_send_abort(p->id);
+		atomic_store(&p->fallen, 1);
+		atomic_store(&p->exported, 1);
+		pl_warn_once(PL_WARN_EXPORT, "%s: %s, so it is written to the file system, not the node store", p->path,
+			     why);
+	}
+	pthread_mutex_unlock(&p->mu);
+	pl_release(p, 0);
+}
+
 int pl_files_open(void)
 {
 	pthread_mutex_lock(&plf_tab_mu);

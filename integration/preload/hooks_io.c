@@ -107,10 +107,59 @@ EXPORT ssize_t sendfile64(int out, int in, off64_t *off, size_t count)
 	WRITE_HOOK(pl_real.sendfile(out, in, off, count), -1, copy_len(in, off, count));
 }
 
+static int on_store(int fd)
+{
+	struct stat a, b;
+	return fstat(fd, &a) == 0 && stat(pl_cfg.data, &b) == 0 && a.st_dev == b.st_dev;
+}
+
+/* copy_file_range between file systems fails with EXDEV (Linux 5.19 on),
+ * and a store file is on the store's file system, not the one the program
+ * named: where a plain run copies within one file system, the preloaded one
+ * would cross two. The copy is then done as read + write, with the call's
+ * offset rules (the pointer's offset, else the descriptor's, moved on). */
+static ssize_t copy_by_hand(int in, off64_t *inoff, int out, off64_t *outoff, size_t len)
+{
+	char buf[65536];
+	size_t done = 0;
+	while (done < len) {
+		size_t want = len - done < sizeof buf ? len - done : sizeof buf;
+		ssize_t r = inoff ? pread(in, buf, want, *inoff) : read(in, buf, want);
+		if (r <= 0)
+			return r < 0 && done == 0 ? -1 : (ssize_t)done;
+		ssize_t w = 0;
+		while (w < r) {
+			ssize_t k = outoff ? pl_real.pwrite(out, buf + w, (size_t)(r - w), *outoff + w)
+					   : pl_real.write(out, buf + w, (size_t)(r - w));
+			if (k < 0)
+				break;
+			w += k;
+		}
+		if (inoff)
+			*inoff += w;
+		else if (w < r)
+			lseek64(in, (off64_t)w - r, SEEK_CUR);   /* what was read but not written stays unread */
+		if (outoff)
+			*outoff += w;
+		done += (size_t)w;
+		if (w < r)
+			return done ? (ssize_t)done : -1;
+	}
+	return (ssize_t)done;
+}
+
+static ssize_t copy_range(int in, off64_t *inoff, int out, off64_t *outoff, size_t len, unsigned flags, int captured)
+{
+	ssize_t r = pl_real.copy_file_range(in, inoff, out, outoff, len, flags);
+	if (r < 0 && errno == EXDEV && flags == 0 && pl_cfg.enabled && (captured || on_store(in)))
+		return copy_by_hand(in, inoff, out, outoff, len);
+	return r;
+}
+
 EXPORT ssize_t copy_file_range(int in, off64_t *inoff, int out, off64_t *outoff, size_t len, unsigned flags)
 {
 	int fd = out;
-	WRITE_HOOK(pl_real.copy_file_range(in, inoff, out, outoff, len, flags), outoff ? *outoff : -1,
+	WRITE_HOOK(copy_range(in, inoff, out, outoff, len, flags, p != NULL), outoff ? *outoff : -1,
 		   copy_len(in, inoff, len));
 }
 

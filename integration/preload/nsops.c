@@ -228,8 +228,18 @@ int pl_rename(int od, const char *old, int nd, const char *new, unsigned flags, 
 	char from[PATH_MAX], to[PATH_MAX];
 	int co = pl_resolve(od, old, from), cn = pl_resolve(nd, new, to);
 	*handled = 0;
-	if ((!co && !cn) || (flags & ~(unsigned)RENAME_NOREPLACE))
+	if (!co && !cn)
 		return -1;
+	if (flags & ~(unsigned)RENAME_NOREPLACE) {
+		/* RENAME_EXCHANGE, RENAME_WHITEOUT: the store's one-name rename cannot
+		 * give them; the files move to the real file system and the real call
+		 * acts on them there. */
+		if (co)
+			pl_materialize(from, "renameat2 exchanges or whites it out");
+		if (cn)
+			pl_materialize(to, "renameat2 exchanges or whites it out");
+		return -1;
+	}
 	*handled = 1;
 	if ((flags & RENAME_NOREPLACE) && exists_anywhere(to)) {
 		errno = EEXIST;

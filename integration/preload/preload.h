@@ -226,6 +226,9 @@ PL_HIDDEN ssize_t pl_getdents(struct pl_file *p, int fd, void *buf, size_t n);
 PL_HIDDEN void pl_export_all(const char *why);
 /* Export one descriptor's file (sendmsg of SCM_RIGHTS). */
 PL_HIDDEN void pl_export_fd(int fd, const char *why);
+/* A file being written drops its store copy and writes the real file at its path from here on, as a
+ * plain run's descriptor would (another process holds a lock on that file). */
+PL_HIDDEN void pl_attach_real(int fd, const char *why);
 /* The process ends (exit, _exit): commit what it still has open, as the kernel's close would. */
 PL_HIDDEN void pl_files_at_exit(void);
 /* This process has store files open for writing. */

@@ -14,6 +14,7 @@ not on the disk.
 
   --kill N   SIGKILL trials, N of each: a preloaded Python and a preloaded
              shell write numbered files, tar x and cp -r copy 300 files,
+             a preloaded h5py writes and appends HDF5 checkpoints,
              each killed at a random file (after the program reported it);
              afterwards every visible file of Python, tar and cp is whole,
              and every file finished before the kill is there with its
@@ -27,6 +28,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -158,6 +160,116 @@ if os.environ.get("TRANSP_NUMPY") == "1":
     del m
 '''
 
+H5CASE = r'''
+import h5py, numpy as np, os
+name = os.environ.get("H5NAME", "ck.h5")
+with h5py.File(name, "w") as f:
+    f.create_dataset("w", data=np.arange(1000, dtype="f4").reshape(10, 100))
+    f.create_dataset("log", shape=(0, 16), maxshape=(None, 16), chunks=(4, 16), dtype="i8")
+    f.attrs["step"] = 0
+for s in range(1, 5):
+    with h5py.File(name, "a") as f:
+        d = f["log"]; n = d.shape[0]; d.resize(n + 3, axis=0); d[n:] = np.full((3, 16), s)
+        f.attrs["step"] = s
+        f.create_group(f"g{s}").create_dataset("x", data=np.random.RandomState(s).rand(50), compression="gzip")
+with h5py.File(name, "r") as f:
+    print(f.attrs["step"], f["log"].shape, float(f["log"][()].sum()), float(f["g3/x"][()].sum()))
+'''
+
+APPENDCASE = r'''
+import zipfile, tarfile, pickle, os, io
+zi = lambda n: zipfile.ZipInfo(n, (2020, 1, 1, 0, 0, 0))
+with zipfile.ZipFile("z.zip", "w") as z: z.writestr(zi("a"), b"a" * 1000)
+with zipfile.ZipFile("z.zip", "a", compression=zipfile.ZIP_DEFLATED) as z: z.writestr(zi("b"), b"b" * 5000)
+with zipfile.ZipFile("z.zip") as z: print(z.namelist(), len(z.read("b")))
+def ti(n, b):
+    t = tarfile.TarInfo(n); t.size = len(b); t.mtime = 1577836800; return t
+with tarfile.open("t.tar", "w") as t: t.addfile(ti("a", b"a" * 700), io.BytesIO(b"a" * 700))
+with tarfile.open("t.tar", "a") as t: t.addfile(ti("b", b"b" * 900), io.BytesIO(b"b" * 900))
+with tarfile.open("t.tar") as t: print(t.getnames())
+with open("p.tmp", "wb") as f: pickle.dump({"k": list(range(1000))}, f)
+os.replace("p.tmp", "p.pkl")
+with open("p.pkl", "rb") as f: print(len(pickle.load(f)["k"]))
+'''
+
+TORCHCASE = r'''
+import torch, io, os
+torch.manual_seed(0)
+obj = {"w": torch.randn(100, 10), "step": 3}
+buf = io.BytesIO(); torch.save(obj, buf, _use_new_zipfile_serialization=False)
+torch.save(obj, "legacy.tmp", _use_new_zipfile_serialization=False)
+os.replace("legacy.tmp", "legacy.pt")
+assert open("legacy.pt", "rb").read() == buf.getvalue()
+back = torch.load("legacy.pt")
+assert torch.equal(back["w"], obj["w"])
+with open("legacy.digest", "w") as f: f.write(repr(back["w"].sum().item()))
+os.unlink("legacy.pt")
+'''
+
+CALLSCASE = r'''
+import os, fcntl, ctypes, shutil, errno
+src = os.environ["SRC"]
+libc = ctypes.CDLL(None, use_errno=True)
+def r2(a, b, fl):
+    r = libc.renameat2(-100, a.encode(), -100, b.encode(), fl)
+    return "ok" if r == 0 else errno.errorcode[ctypes.get_errno()]
+out = []
+shutil.copyfile(src + "/tree/x.bin", "cf")
+# From the inputs' file system: the store is another one (EXDEV from the kernel, copied by hand).
+s = os.open(src + "/tree/x.bin", os.O_RDONLY); d = os.open("cfr", os.O_WRONLY | os.O_CREAT, 0o644)
+n = os.fstat(s).st_size; o = 0
+while o < n: o += os.copy_file_range(s, d, n - o)
+os.close(d); d = os.open("sf", os.O_WRONLY | os.O_CREAT, 0o644)
+os.sendfile(d, s, 0, n); os.close(d); os.close(s)
+s = os.open("cfr", os.O_RDONLY); d = os.open("cfr2", os.O_WRONLY | os.O_CREAT, 0o644)
+out.append(os.copy_file_range(s, d, 1 << 20, 100, 0)); os.close(s); os.close(d)
+d = os.open("fa", os.O_RDWR | os.O_CREAT, 0o644); os.posix_fallocate(d, 0, 100000); os.write(d, b"head"); os.close(d)
+d = os.open("fa2", os.O_RDWR | os.O_CREAT, 0o644); os.write(d, b"x" * 9000)
+out.append(libc.fallocate(d, 3, 4096, 4096))   # FALLOC_FL_KEEP_SIZE | FALLOC_FL_PUNCH_HOLE
+os.close(d)
+with open("lk", "w") as f:
+    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.write("locked"); fcntl.flock(f, fcntl.LOCK_UN)
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB); f.write(" lockf"); fcntl.lockf(f, fcntl.LOCK_UN)
+with open("lk2", "w") as f:   # Python's lockf is fcntl(F_SETLK): the store's copy is locked
+    f.write("record")
+    fcntl.lockf(f, fcntl.LOCK_EX | fcntl.LOCK_NB, 3, 1); f.write(" locked"); fcntl.lockf(f, fcntl.LOCK_UN, 3, 1)
+with open("e1", "w") as f: f.write("one")
+with open("e2", "w") as f: f.write("two two")
+os.chmod("e2", 0o600)
+out.append(r2("e1", "e2", 2))   # RENAME_EXCHANGE
+out.append(r2("e1", "e2", 1))   # RENAME_NOREPLACE
+out.append(r2("e1", "e3", 1))
+with open("re", "w") as f: f.write("real?")
+out.append(r2("e3", "nothere/x", 2))
+with open("calls.out", "w") as f: f.write(repr(out) + "\n")
+'''
+
+
+H5LOCKCASE = r'''coproc H { "$PY" -c '
+import h5py, numpy as np, sys
+with h5py.File("held.h5", "w") as f:
+    f.create_dataset("d", data=np.arange(10))
+with h5py.File("held.h5", "a") as f:
+    f["d"][0] = 5
+    f.flush()
+    print("locked", flush=True)
+    sys.stdin.readline()
+'; }
+read -r line <&"${H[0]}"
+for m in r a; do "$PY" -c "
+import h5py, sys
+try:
+    h5py.File('held.h5', '$m').close()
+    print('$m opened')
+except OSError as e:
+    print('$m refused', e.errno)
+" >> opens; done
+echo go >&"${H[1]}"; wait $H_PID
+"$PY" -c "
+import h5py
+with h5py.File('held.h5', 'r') as f: print(list(f['d'][()]))" >> opens
+'''
+
 CASES = [
     ("redirect", r'''seq 1 1000 > out; echo tail >> out; ls /nonexistent-dir 2> err; echo rc=$? >> err
 cat <<EOF > here
@@ -202,10 +314,23 @@ tar xpf b.tar -C y; tar tvf b.tar > list''', True),
     ("gzip", r'''cp -p "$SRC/words" w; gzip -k w; gzip -n -c w > w2.gz; gunzip -c w.gz > w3; cp -p w w4; gzip w4
 gunzip w4.gz''', True),
     ("python", f'"$PY" - <<\'PYEOF\'\n{PYCASE}\nPYEOF', True),
+    ("py-append", f'"$PY" - <<\'PYEOF\'\n{APPENDCASE}\nPYEOF', True),
+    ("linux-calls", f'"$PY" - <<\'PYEOF\'\n{CALLSCASE}\nPYEOF', True),
 ]
 skips = Skips()
 HAVE_NUMPY = subprocess.run([PY, "-c", "import numpy"], capture_output=True).returncode == 0
 skips.optional("python-numpy", "numpy for the interpreter", HAVE_NUMPY)
+HAVE_H5PY = subprocess.run([PY, "-c", "import h5py"], capture_output=True).returncode == 0
+if skips.optional("h5py", "h5py (python3-h5py) for the interpreter", HAVE_H5PY):
+    # HDF5 locks the files it opens (flock): they go to the real file system; with its locking off
+    # (HDF5_USE_FILE_LOCKING=FALSE) they stay in the store.
+    CASES.append(("h5py", f'"$PY" - <<\'PYEOF\'\n{H5CASE}\nPYEOF\nh5dump ck.h5 > ck.dump 2>&1\n'
+                          f'H5NAME=nolock.h5 HDF5_USE_FILE_LOCKING=FALSE "$PY" - <<\'PYEOF\'\n{H5CASE}\nPYEOF\n'
+                          f'h5dump nolock.h5 | sed 1d > nolock.dump', False))
+    CASES.append(("h5py-lock", H5LOCKCASE, False))
+if skips.optional("torch", "torch for the interpreter",
+                  subprocess.run([PY, "-c", "import torch"], capture_output=True).returncode == 0):
+    CASES.append(("torch-legacy", f'"$PY" - <<\'PYEOF\'\n{TORCHCASE}\nPYEOF', False))
 if skips.optional("zip", "zip and unzip (scripts/install-deps.sh)", shutil.which("zip") and shutil.which("unzip")):
     CASES.append(("zip", r'''cd "$SRC" && zip -q -X -r "$OLDPWD/z.zip" tree && cd "$OLDPWD"; mkdir u; unzip -q z.zip -d u''',
                   True))
@@ -231,6 +356,10 @@ EXPECT_REAL = {
     "sed": {"f.txt"}, "zip": set(), "rsync": set(),   # sed -i and zip write mkstemp temporaries: store files too
     "ln": {"f", "hl", "rl", "gcat"},   # the hard link's two names, and redirections
     "tar": {"list"},
+    "py-append": set(), "torch-legacy": set(),
+    "h5py": {"ck.h5", "ck.dump", "nolock.dump"},   # HDF5's flock, redirections
+    "h5py-lock": {"held.h5", "opens"},
+    "linux-calls": {"e2", "e3", "lk"},   # renameat2's RENAME_EXCHANGE (e3 is e1 renamed after), flock
 }
 
 
@@ -375,6 +504,8 @@ def kill_trials(rng, smp):
                         continue
                     i = int(n[1:])
                     check(v[0] == f"f{1000 + 997 * i}", f"kill python {t}: a visible file is complete: {n} {v}")
+    if HAVE_H5PY:
+        kill_h5py(rng)
     # tar x and cp -r killed mid-run: they name each file as they start it (-v), so a file named
     # before the last one is complete; every file visible afterwards must be whole (a store file
     # appears only at its close), and the ones finished before the kill must be there.
@@ -412,6 +543,100 @@ def kill_trials(rng, smp):
                     check(v[0] == f"f{sizes[n]}", f"kill {kind} {t}: a visible file is whole: {n} {v}")
     # snapsmp still serves: the next case's commits work (checked by the caller's flush comparison).
     return smp
+
+
+H5WRITER = r'''
+import h5py, numpy as np
+H5N = lambda i: 200000 + 9973 * i
+for i in range(1000):
+    with h5py.File(f"ck{i}.h5", "w") as f:
+        f.create_dataset("d", data=np.full(H5N(i), i, dtype="i4"), maxshape=(None,), chunks=(65536,))
+    print(i, "created", flush=True)
+    with h5py.File(f"ck{i}.h5", "a") as f:
+        d = f["d"]
+        n = d.shape[0]
+        d.resize(2 * n, axis=0)
+        d[n:] = i
+        f.attrs["done"] = 1
+    print(i, flush=True)
+'''
+# Reads every visible checkpoint back (preloaded, or plainly after the flush): name -> [length, done, all i].
+H5READER = r'''
+import h5py, json, os, sys
+out = {}
+for n in sorted(os.listdir(sys.argv[1])):
+    if n.startswith("ck") and n.endswith(".h5"):
+        try:
+            with h5py.File(os.path.join(sys.argv[1], n), "r") as f:
+                d = f["d"][()]
+                out[n] = [len(d), int(f.attrs.get("done", 0)), bool((d == int(n[2:-3])).all())]
+        except Exception as e:
+            out[n] = str(e)
+print(json.dumps(out))
+'''
+
+
+def h5n(i):
+    """The length of checkpoint i's dataset before its append (H5WRITER's H5N)."""
+    return 200000 + 9973 * i
+
+
+def h5_read(d, preload):
+    r = subprocess.run([PY, "-c", H5READER, d], env=env(preload), capture_output=True, text=True)
+    try:
+        return json.loads(r.stdout)
+    except ValueError:
+        return {"reader failed": r.stderr[-2000:]}
+
+
+H5_KEPT = []   # (dir, checkpoint numbers finished before the kill): read back plainly after the flush
+
+
+def kill_h5py(rng):
+    """h5py checkpoints (create, then reopen 'a' and append to a chunked dataset; HDF5's file locking
+    off, so they are store files), SIGKILLed after
+    a random one of them was reported closed: every checkpoint visible afterwards opens and holds
+    one of its two whole states, and every reported one is there complete."""
+    for t in range(args.kill):
+        d = f"{CAP}/kill-h5py-{t}"
+        os.makedirs(d)
+        at = rng.randrange(1, 24)   # a report: "i created" (then killed in the append) or "i" (closed)
+        # HDF5's locking off: its files stay in the store (with it on they are real files, torn by a kill
+        # as without the preload).
+        p = subprocess.Popen([PY, "-c", H5WRITER], cwd=d, env=dict(env(True), HDF5_USE_FILE_LOCKING="FALSE"),
+                             stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE)
+        reported, lines = -1, 0
+        for line in p.stdout:
+            lines += 1
+            if b"created" not in line:
+                reported = int(line)
+            if lines >= at:
+                break
+        # Then a random moment into what follows (the checks hold at any moment: this only spreads the kills
+        # over the writer's opens, writes and closes; reports it prints meanwhile are not counted).
+        time.sleep(rng.random() * 0.05)
+        p.kill()
+        p.wait()
+        p.stdout.close()
+        p.stderr.close()
+        seen = h5_read(d, True)
+        check(all(f"ck{i}.h5" in seen for i in range(reported + 1)),
+              f"kill h5py {t}: the {reported + 1} checkpoints reported before the kill are there: {sorted(seen)}")
+        for n, v in seen.items():
+            i = int(n[2:-3]) if n.startswith("ck") else -1
+            whole = isinstance(v, list) and v[2] and (v[0], v[1]) in ((h5n(i), 0), (2 * h5n(i), 1))
+            check(whole and (i > reported or v[1] == 1),
+                  f"kill h5py {t}: {n} opens whole ({'finished' if i <= reported else 'visible'}): {v}")
+        H5_KEPT.append((d, reported))
+
+
+def h5_kept_on_disk():
+    for d, reported in H5_KEPT:
+        seen = h5_read(d, False)
+        bad = [i for i in range(reported + 1) if seen.get(f"ck{i}.h5") != [2 * h5n(i), 1, True]]
+        check(not bad, f"{d}: checkpoints finished before the kill are whole on disk after the flush: missing or "
+                       f"torn {bad[:5]} {seen.get('reader failed', '')}")
 
 
 only_cases = set(filter(None, args.only.split(",")))
@@ -478,6 +703,7 @@ def main():
         diff = differences(a, c)
         check(not diff, f"{name}: on disk after the flush, without the preload, the tree differs from the plain "
                         f"run's:\n  " + "\n  ".join(diff))
+    h5_kept_on_disk()
     lost = [p for p, size in KEPT if not os.path.isfile(p) or os.path.getsize(p) != size]
     check(not lost and (KEPT or not args.kill or (only_cases and "kill" not in only_cases)), f"the {len(KEPT)} files killed writers had completed are on disk after the flush: "
                              f"lost {lost[:5]}")
