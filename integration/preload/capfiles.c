@@ -568,15 +568,25 @@ void pl_export_all(const char *why)
 	}
 }
 
-void pl_export_fd(int fd, const char *why)
+/* fd's store file being written, held (pl_release it), with its lock taken;
+ * NULL when fd is none or has left the store already. */
+static struct pl_file *writer_of(int fd)
 {
 	struct pl_file *p = pl_get(fd);
 	if (!p || p->kind != PL_WRITE || atomic_load(&p->exported))
-		return;
+		return NULL;
 	pthread_mutex_lock(&plf_tab_mu);
 	p->refs++;
 	pthread_mutex_unlock(&plf_tab_mu);
 	pthread_mutex_lock(&p->mu);
+	return p;
+}
+
+void pl_export_fd(int fd, const char *why)
+{
+	struct pl_file *p = writer_of(fd);
+	if (!p)
+		return;
 	export_file(p, why);
 	pthread_mutex_unlock(&p->mu);
 	pl_release(p, 0);
@@ -584,13 +594,9 @@ void pl_export_fd(int fd, const char *why)
 
 void pl_attach_real(int fd, const char *why)
 {
-	struct pl_file *p = pl_get(fd);
-	if (!p || p->kind != PL_WRITE || atomic_load(&p->exported))
+	struct pl_file *p = writer_of(fd);
+	if (!p)
 		return;
-	pthread_mutex_lock(&plf_tab_mu);
-	p->refs++;
-	pthread_mutex_unlock(&plf_tab_mu);
-	pthread_mutex_lock(&p->mu);
 	off_t pos = lseek(fd, 0, SEEK_CUR);
 	int realfd = pl_real.openat(AT_FDCWD, p->path, p->accmode | O_CLOEXEC | O_NOFOLLOW);
 	if (realfd >= 0) {
