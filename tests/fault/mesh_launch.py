@@ -18,18 +18,77 @@ exited, hung waiting for step 1 to be protected). Event-driven, no timing:
             rank 0 of another launch C starts: it restores 2 and its rewind
             must withdraw the dead launch B's steps 3-4 on the other nodes,
             so that a full launch D restores 2, not a step no incarnation had.
+  verify:   launch D's step 5, each node's store holding only its own rank:
+            `snaptool verify --nodes` passes it whole (one node's store alone
+            says ranks are missing), names the node and rank of a flipped
+            byte, and the rank of a deleted node store.
 
 usage: mesh_launch.py --build DIR [--shape 2+1] [--nodes 3] [--mpiexec P]
 """
 import argparse
+import json
 import os
 import re
 import shutil
+import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from events import Waiter  # noqa: E402
 from mesh_trials import JOB, Mesh, restored_of, setup, start_trainers  # noqa: E402
+
+
+def check_verify_nodes(a, base, fail, step=5):
+    """snaptool verify --nodes over the stopped mesh's stores (rank r on node r)."""
+    pat = os.path.join(base, "node%n")
+
+    def verify(*extra, store=pat, nodes=True):
+        argv = [a.snaptool, "verify", str(step), "--store", store, "--job", JOB, *extra]
+        r = subprocess.run(argv + (["--nodes", str(a.nodes)] if nodes else []), capture_output=True, text=True,
+                           timeout=120)
+        return r, f"{' '.join(argv[1:])}: exit {r.returncode}: {r.stdout}{r.stderr}"
+
+    w = a.world
+    r, said = verify(store=os.path.join(base, "node0"), nodes=False)
+    if r.returncode != 3 or f"1 of {w} ranks present in the node store" not in r.stdout:
+        fail(f"verify: one node's store alone should hold 1 of {w} ranks: {said}")
+    r, said = verify()
+    if r.returncode != 0 or f"{w} of {w} ranks present in {a.nodes} node stores, 0 corrupt" not in r.stdout:
+        fail(f"verify --nodes on the healthy mesh: {said}")
+    r, said = verify("--json")
+    doc = json.loads(r.stdout) if r.returncode == 0 else {}
+    if (doc.get("result") != "ok" or doc.get("ranks_present") != w or doc.get("missing_ranks") != [] or
+            doc.get("missing_nodes") != [] or sorted((x["node"], x["rank"]) for x in doc["ranks"]) !=
+            [(x % a.nodes, x) for x in range(w)]):
+        fail(f"verify --nodes --json on the healthy mesh: {said}")
+        return
+    # One byte of rank 1's slot on node 1: a chunk mismatch, named with its node.
+    slot = next(x["slot"] for x in doc["ranks"] if x["rank"] == 1)
+    path = os.path.join(base, "node1", JOB, "rank-00001", f"slot-{slot}")
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        good = f.read(1)
+        f.seek(1000)
+        f.write(bytes([good[0] ^ 0xFF]))
+    r, said = verify()
+    if r.returncode != 3 or not re.search(r"^node1: rank 1: region \S+ chunk \d+: CRC32C mismatch$", r.stdout, re.M):
+        fail(f"verify --nodes with a flipped byte on node1: {said}")
+    with open(path, "r+b") as f:
+        f.seek(1000)
+        f.write(good)
+    # Node 2's store gone: its rank is in no node store.
+    shutil.rmtree(os.path.join(base, "node2"))
+    r, said = verify()
+    if (r.returncode != 3 or "node2: " + os.path.join(base, "node2") + ": no store" not in r.stdout or
+            f"step {step}: rank 2 in no node store" not in r.stdout):
+        fail(f"verify --nodes with node2's store deleted: {said}")
+    r, said = verify("--json")
+    doc = json.loads(r.stdout) if r.stdout.startswith("{") else {}
+    if (r.returncode != 3 or doc.get("result") != "incomplete" or doc.get("missing_nodes") != [2] or
+            doc.get("missing_ranks") != [2]):
+        fail(f"verify --nodes --json with node2's store deleted: {said}")
+    print(f"verify --nodes: step {step} whole over {a.nodes} node stores; a flipped byte named node1 rank 1; "
+          "a deleted store named rank 2", flush=True)
 
 
 def main():
@@ -99,6 +158,7 @@ def main():
         print(f"relaunch: launch C's rewind withdrew {len(withdrawn([3, 4]))} slots of the dead launch B; "
               f"launch D restored {got}", flush=True)
         mesh.stop()
+        check_verify_nodes(a, mesh.base, fail)
         if mesh.sanitizer_errors():
             fail(f"sanitizer report in {mesh.log}")
     finally:

@@ -216,6 +216,12 @@ def check_commands(schema, snaptool, tmp, store, flush):
                   any(s["step"] == 2 and s["data_nodes"] == [0] and s["parity_nodes"] == [] for s in js.get("steps", [])),
                   f"{cmd} --nodes: job js: {js}")
     run_json(schema, "error", [snaptool, "status", "--nodes", "2", "--store", store, "--json"], want_rc=2)
+    v = run_json(schema, "verify", [snaptool, "verify", "2", "--nodes", "2", "--store", os.path.join(mesh, "node%n"),
+                                    "--job", "js", "--flush-dir", flush, "--json"])
+    if v:
+        check(v["result"] == "ok" and v["missing_nodes"] == [1] and v["missing_ranks"] == [] and
+              all(x["node"] == 0 for x in v["ranks"]) and v["persisted"]["state"] == "ok", f"verify --nodes: {v}")
+    run_json(schema, "error", [snaptool, "verify", "2", "--nodes", "2", "--store", store, "--json"], want_rc=2)
 
     # Progress: every command that reads the persisted step, on a terminal only.
     check_bar([snaptool, "verify", "2", *st, "--flush-dir", flush], "verify disk")

@@ -46,6 +46,19 @@ static int keep_opt(const struct cli *c, const char *opt, const char *v, void *d
 	return 0;
 }
 
+static int nodes_opt(const struct cli *c, const char *opt, const char *v, void *dst)
+{
+	int *nodes = dst;
+	char *end = NULL;
+	long n = strtol(v, &end, 10);
+	if (end == v || *end || n < 1 || n > 4096) {
+		cli_error(c, "%s \"%s\": expected a node count in [1, 4096]", opt, v);
+		return -1;
+	}
+	*nodes = (int)n;
+	return 0;
+}
+
 /* The options every command takes (each uses those it needs), into o. */
 static int st_options(int argc, char **argv, struct opts *o, const char *usage, int *first_pos)
 {
@@ -56,6 +69,7 @@ static int st_options(int argc, char **argv, struct opts *o, const char *usage, 
 		CLI_OPT_FLAG("json", 0, &o->json),
 		CLI_OPT_FLAG("copy", 0, &o->copy),
 		CLI_OPT_CALL("keep", 0, &o->keep, keep_opt),
+		CLI_OPT_CALL("nodes", 0, &o->nodes, nodes_opt),
 		CLI_OPT_FLAG("allow-older", 0, &o->allow_older),
 		CLI_OPT_FLAG("repair", 0, &o->repair),
 		CLI_OPT_FLAG("quiet", 'q', &o->quiet),
@@ -101,6 +115,14 @@ int st_parse(int argc, char **argv, struct opts *o, const char *usage, int npos)
 		st_error("snaptool %s: --quiet and --verbose exclude each other", argv[0]);
 		return ST_USAGE;
 	}
+	/* status and recover run their mesh view (main() picks it); of the
+	 * rest only verify reads every node. */
+	if (o->nodes && strcmp(argv[0], "verify")) {
+		st_error("snaptool %s: --nodes is for status, recover and verify", argv[0]);
+		return ST_USAGE;
+	}
+	if (o->nodes && st_need_node_pattern(argv[0], o->cfg.client.store))
+		return ST_USAGE;
 	if (snap_config_socket(&o->cfg.client, err, sizeof(err))) {
 		st_error("snaptool %s: %s", argv[0], err);
 		return ST_USAGE;
@@ -219,6 +241,14 @@ void st_verbose(const struct opts *o, const char *fmt, ...)
 	vfprintf(stderr, fmt, ap);
 	fputc('\n', stderr);
 	va_end(ap);
+}
+
+int st_need_node_pattern(const char *cmd, const char *pat)
+{
+	if (pat && strstr(pat, "%n"))
+		return 0;
+	st_error("snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)", cmd);
+	return ST_USAGE;
 }
 
 int st_need_flush_dir(const struct opts *o)

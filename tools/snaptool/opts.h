@@ -20,6 +20,7 @@ struct opts {
 	int quiet, verbose;           /* --quiet: nothing on stdout but a --json document;
 	                                 --verbose: detail lines on stderr */
 	unsigned keep;
+	int nodes;                    /* --nodes N (verify): N node stores, --store holds %n */
 	const char *output;
 	const char *cmd;              /* argv[0]: the subcommand, for messages */
 	const char *arg1, *arg2;   /* positional: STEP [REGION] */
@@ -59,6 +60,9 @@ void st_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 void st_json_error(const char *cmd, int rc);
 /* A --verbose detail line on stderr ("snaptool CMD: ..."); nothing otherwise. */
 void st_verbose(const struct opts *o, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* --nodes N: a store pattern with %n, else ST_USAGE after saying so
+ * (status, recover and verify say it alike). */
+int st_need_node_pattern(const char *cmd, const char *pat);
 /* 0 when o has a flush directory, else ST_USAGE after saying so. */
 int st_need_flush_dir(const struct opts *o);
 /* Bytes of a persisted step's files (flush_dir/job/step-N), 0 when absent. */

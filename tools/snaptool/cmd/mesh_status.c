@@ -408,10 +408,8 @@ static int mesh_parse(int argc, char **argv, int recover, struct mesh_args *a)
 		st_error("snaptool %s: --quiet: cannot open /dev/null", a->cmd);
 		return ST_FAIL;
 	}
-	if (!a->pat || !strstr(a->pat, "%n")) {
-		st_error("snaptool %s: --nodes N needs --store with %%n (e.g. /dev/shm/snap/node%%n)", a->cmd);
+	if (st_need_node_pattern(a->cmd, a->pat))
 		return ST_USAGE;
-	}
 	if (a->job && !snap_job_name_ok(a->job)) {
 		st_error("snaptool %s: --job %s: not a job name", a->cmd, a->job);
 		return ST_USAGE;
