@@ -32,7 +32,7 @@ import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "fault"))
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from events import wait_socket  # noqa: E402
+from events import strike_within, wait_socket  # noqa: E402
 from checks import Checks  # noqa: E402
 from skiprule import Skips  # noqa: E402
 
@@ -606,16 +606,18 @@ def kill_h5py(rng):
         p = subprocess.Popen([PY, "-c", H5WRITER], cwd=d, env=dict(env(True), HDF5_USE_FILE_LOCKING="FALSE"),
                              stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE)
-        reported, lines = -1, 0
+        reported, lines, stamps = -1, 0, []
         for line in p.stdout:
             lines += 1
+            stamps.append(time.monotonic())
             if b"created" not in line:
                 reported = int(line)
             if lines >= at:
                 break
-        # Then a random moment into what follows (the checks hold at any moment: this only spreads the kills
-        # over the writer's opens, writes and closes; reports it prints meanwhile are not counted).
-        time.sleep(rng.random() * 0.05)
+        # Then a random moment within the next report's time, as measured between the writer's last two
+        # (the checks hold at any moment: this spreads the kills over its opens, writes and closes;
+        # reports it prints meanwhile are not counted).
+        strike_within(rng, stamps[-1] - stamps[-2] if len(stamps) > 1 else 0.0)
         p.kill()
         p.wait()
         p.stdout.close()
