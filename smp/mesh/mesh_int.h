@@ -153,6 +153,16 @@ struct mjob *mesh_job(struct snap_mesh *mesh, const char *name);
 
 /* The job's entry if the mesh has one (never creates: only agreed data do). */
 struct mjob *mesh_job_find(struct snap_mesh *mesh, const char *name);
+/* relaunch.c, [lock held]: before serving, the view seeded with each
+ * planned job's relaunch step; the relaunch's restores the warm-up waits for. */
+void mesh_seed_view(struct snap_mesh *mesh);
+void mesh_hold_warm(struct snap_mesh *mesh);
+/* relaunch.c: after the plan (and a rebuild done here), before the first
+ * round [lock held]: the ec files counted, what is persisted known, the
+ * protected (or, pin_planned, the planned) step pinned, the warm-up held;
+ * on a node that serves meanwhile, the mesh thread's rebuild and recount. */
+void mesh_after_recovery(struct snap_mesh *mesh, struct snap_store *store, int pin_planned);
+void mesh_rebuild_behind(struct snap_mesh *mesh);
 /* CPU time of the calling thread (user + system), in ns. The mesh's MPI
  * traffic is progressed and copied (CMA) by the thread that waits on it,
  * so a protect's or rebuild's thread holds nearly all of its CPU. */
